@@ -1,0 +1,7 @@
+"""``python -m hicache_fuzz``: the same CLI as the ``hicache-fuzz`` console script."""
+
+import sys
+
+from hicache_fuzz.harness.cli import main
+
+sys.exit(main())

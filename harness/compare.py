@@ -1,0 +1,121 @@
+"""Compare: whole storages, byte for byte, guards included; and a report that says where they differ.
+
+Equality is ``torch.equal`` on uint8 tensors, i.e. byte equality: no dtype, no tolerance, -0.0 != +0.0 and
+NaN payloads are compared as bits. Only when storages differ is the (slower) locator run, which maps the
+differing bytes back to (pool, side, K/V, layer, page, token, byte) through the layout module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from hicache_fuzz.harness.case import Case
+from hicache_fuzz.harness.materialize import GUARD_BYTES
+from hicache_fuzz.oracles import layouts
+
+
+@dataclass
+class StorageDiff:
+    storage: str  # "<pool>/<side>"
+    differing_bytes: int
+    first_offset: int  # into the raw storage (guard included)
+    region: str  # "guard_before", "payload" or "guard_after"
+    expected_byte: int
+    actual_byte: int
+    location: dict[str, Any] = field(default_factory=dict)  # component, layer, token/row, page, byte
+    rows_per_layer: dict[str, int] = field(default_factory=dict)  # "k/3" -> rows differing
+    outside_addressed: bool = False  # a byte the transfer had no business writing changed
+
+
+@dataclass
+class DiffReport:
+    storages: list[StorageDiff]
+
+    @property
+    def equal(self) -> bool:
+        return not self.storages
+
+    @property
+    def outside_addressed(self) -> bool:
+        return any(s.outside_addressed for s in self.storages)
+
+    def summary(self) -> str:
+        if self.equal:
+            return "all storages byte-identical"
+        parts = []
+        for s in self.storages:
+            loc = ", ".join(f"{k}={v}" for k, v in s.location.items())
+            parts.append(
+                f"{s.storage}: {s.differing_bytes} bytes differ, first at raw offset {s.first_offset} ({s.region}"
+                f"{'; ' + loc if loc else ''}) expected 0x{s.expected_byte:02x} got 0x{s.actual_byte:02x}"
+                f"{'; bytes outside the addressed rows changed' if s.outside_addressed else ''}"
+            )
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"storages": [asdict(s) for s in self.storages]}
+
+
+def compare_storages(case: Case, expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor],
+                     addressed: dict[str, torch.Tensor]) -> DiffReport:
+    """Compare raw storages (guards included). `addressed` maps a storage key to the payload byte offsets the
+    transfer may write; bytes changed elsewhere are flagged as outside the addressed rows."""
+    diffs = []
+    for key, want in expected.items():
+        got = actual[key]
+        if got.shape == want.shape and torch.equal(got, want):
+            continue
+        diffs.append(_locate(case, key, want, got, addressed.get(key)))
+    return DiffReport(diffs)
+
+
+def _locate(case: Case, key: str, want: torch.Tensor, got: torch.Tensor,
+            addressed: torch.Tensor | None) -> StorageDiff:
+    if got.shape != want.shape:
+        return StorageDiff(key, max(got.numel(), want.numel()), 0, "payload", 0, 0,
+                           {"problem": f"size {got.numel()} != {want.numel()}"}, {}, True)
+    differs = got != want
+    positions = differs.nonzero().flatten()
+    first = int(positions[0])
+    payload_bytes = want.numel() - 2 * GUARD_BYTES
+    region = "guard_before" if first < GUARD_BYTES else "payload" if first < GUARD_BYTES + payload_bytes else "guard_after"
+    payload_diff = differs[GUARD_BYTES : GUARD_BYTES + payload_bytes]
+    guards_changed = bool(differs[:GUARD_BYTES].any() or differs[GUARD_BYTES + payload_bytes :].any())
+    if addressed is None:
+        outside = True
+    else:
+        allowed = torch.zeros(payload_bytes, dtype=torch.bool)
+        allowed[addressed[(addressed >= 0) & (addressed < payload_bytes)]] = True
+        outside = guards_changed or bool((payload_diff & ~allowed).any())
+    location, rows = _rows_and_location(case, key, payload_diff, first - GUARD_BYTES)
+    return StorageDiff(key, int(positions.numel()), first, region, int(want[first]), int(got[first]), location, rows,
+                       outside)
+
+
+def _rows_and_location(case: Case, key: str, payload_diff: torch.Tensor,
+                       first_payload_offset: int) -> tuple[dict[str, Any], dict[str, int]]:
+    pool_name, side = key.split("/")
+    pool = next(p for p in case.pools if p.name == pool_name)
+    count = case.host_slots if side == "host" else case.device_rows
+    all_rows = torch.arange(count, dtype=torch.int64)
+    location: dict[str, Any] = {}
+    rows: dict[str, int] = {}
+    for component in pool.components:
+        for layer in range(case.layers):
+            if side == "host":
+                offsets = layouts.host_row_bytes(case, pool, component, layer, all_rows)
+            else:
+                offsets = layouts.device_row_bytes(case, pool, component, layer, all_rows)
+            differing = payload_diff[offsets].any(dim=1)
+            if bool(differing.any()):
+                rows[f"{component}/{layer}"] = int(differing.sum())
+            if not location and 0 <= first_payload_offset:
+                hit = (offsets == first_payload_offset).nonzero()
+                if hit.numel():
+                    row, byte = int(hit[0, 0]), int(hit[0, 1])
+                    location = {"component": component, "layer": layer, "page": row // case.page_size,
+                                ("token" if side == "host" else "row"): row, "byte": byte}
+    return location, rows

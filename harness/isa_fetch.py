@@ -1,0 +1,368 @@
+"""Run-time fetching of what the static ISA check compiles against.
+
+Nothing fetched here is committed to the repository: the ROCm HIP headers, tvm-ffi's headers, NVIDIA's
+disassembler and sglang's kernel sources are downloaded on first use into a cache folder and reused after.
+
+* HIP headers: Debian bookworm's HIP 5.2 headers are too old for sglang (no ``hip/hip_bf16.h``), so the
+  ``libamdhip64-dev`` package of Debian *trixie* (HIP 5.7.1) is downloaded with a private apt
+  configuration (the system's sources and state are left untouched) and unpacked with ``dpkg -x``.
+  sglang also uses two HIP 6.2 launch types; a one-file overlay adds them (see ``HIP_RUNTIME_OVERLAY``).
+* tvm-ffi headers and ``nvdisasm`` come from PyPI wheels (``pip download --no-deps``), unpacked, not
+  installed.
+* sglang's kernels come from its wheel or sdist; only ``kernels/jit/csrc`` and ``kernels/jit/include``
+  are extracted.
+
+Only the standard library is used so that ``hicache-fuzz isa`` works before anything else is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# sglang 0.5.23 pins apache-tvm-ffi==0.1.11; its headers are what sglang's JIT build compiles against.
+DEFAULT_TVM_FFI_VERSION = "0.1.11"
+# The sglang release whose kernels the committed reports describe.
+DEFAULT_SGLANG_VERSION = "0.5.23"
+DEFAULT_DEBIAN_MIRROR = "http://deb.debian.org/debian"
+# Debian trixie's HIP is the oldest with hip_bf16.h; bookworm's 5.2.3 lacks it.
+HIP_HEADERS_SUITE = "trixie"
+HIP_HEADERS_PACKAGE = "libamdhip64-dev"
+
+# sglang's utils.cuh fills a hipLaunchConfig_t (HIP >= 6.2) and launches through hipLaunchKernelGGL on
+# ROCm, reading only gridDim/blockDim/dynamicSmemBytes/stream/numAttrs. HIP 5.7 lacks both types, so this
+# overlay declares them; it is searched before the real headers and includes them with #include_next.
+HIP_RUNTIME_OVERLAY = """\
+#pragma once
+// Written by hicache-fuzz (harness/isa_fetch.py): HIP 5.7 headers + the two HIP 6.2 launch types
+// sglang's utils.cuh names. Device code generation does not depend on them.
+#include_next <hip/hip_runtime.h>
+#if HIP_VERSION < 60200000
+typedef struct hipLaunchAttribute {
+  int id;
+  char pad[64];
+} hipLaunchAttribute;
+typedef struct hipLaunchConfig_t {
+  dim3 gridDim;
+  dim3 blockDim;
+  size_t dynamicSmemBytes;
+  hipStream_t stream;
+  hipLaunchAttribute* attrs;
+  unsigned int numAttrs;
+} hipLaunchConfig_t;
+#endif
+"""
+
+# Path of the kernel that every sglang layout (installed package, wheel, sdist) contains under its root.
+HICACHE_CUH_SUFFIX = "sglang/kernels/jit/csrc/kvcacheio/hicache.cuh"
+
+
+class FetchError(RuntimeError):
+    """Something the check needs could not be found or downloaded; the message says how to provide it."""
+
+
+def default_cache_dir() -> pathlib.Path:
+    """Where fetched headers and tools are kept between runs."""
+    explicit = os.environ.get("HICACHE_FUZZ_CACHE_DIR")
+    if explicit:
+        return pathlib.Path(explicit) / "isa"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
+    return base / "hicache-fuzz" / "isa"
+
+
+def _run(command: Sequence[str], what: str, cwd: pathlib.Path | None = None) -> None:
+    try:
+        completed = subprocess.run(
+            list(command), cwd=cwd, capture_output=True, text=True, check=False, timeout=600
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise FetchError(f"{what}: {' '.join(command)} could not run: {error}") from error
+    if completed.returncode != 0:
+        tail = (completed.stderr or completed.stdout)[-2000:]
+        raise FetchError(f"{what}: {' '.join(command)} exited {completed.returncode}:\n{tail}")
+
+
+def pip_download(requirement: str, dest: pathlib.Path) -> pathlib.Path:
+    """Download one distribution (no dependencies) with pip and return the downloaded file."""
+    dest.mkdir(parents=True, exist_ok=True)
+    before = set(dest.iterdir())
+    _run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", requirement, "-d", str(dest)],
+        f"downloading {requirement} from PyPI",
+    )
+    new_files = sorted(set(dest.iterdir()) - before)
+    if new_files:
+        return new_files[0]
+    # pip skips a download whose file is already in dest; find it by the project name.
+    project = requirement.split("=")[0].split("<")[0].split(">")[0].strip().replace("-", "_").lower()
+    for candidate in sorted(dest.iterdir()):
+        if candidate.name.replace("-", "_").lower().startswith(project):
+            return candidate
+    raise FetchError(f"pip reported success for {requirement} but left no file in {dest}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# HIP headers
+
+
+@dataclass(frozen=True)
+class HipHeaders:
+    """Include folders, searched in this order with -isystem: the overlay first, then HIP's headers."""
+
+    include_dirs: tuple[pathlib.Path, ...]
+    origin: str
+
+
+def _debian_mirror() -> str:
+    """The Debian mirror the machine already uses, so the trixie request goes where apt normally goes."""
+    sources_dir = pathlib.Path("/etc/apt/sources.list.d")
+    candidates: list[str] = []
+    if sources_dir.is_dir():
+        for sources_file in sorted(sources_dir.glob("*.sources")):
+            for line in sources_file.read_text(errors="replace").splitlines():
+                if line.startswith("URIs:"):
+                    candidates.extend(line.split()[1:])
+    legacy = pathlib.Path("/etc/apt/sources.list")
+    if legacy.is_file():
+        for line in legacy.read_text(errors="replace").splitlines():
+            fields = line.split()
+            if len(fields) >= 2 and fields[0] == "deb":
+                candidates.append(fields[1])
+    for uri in candidates:
+        if uri.rstrip("/").endswith("/debian"):
+            return uri.rstrip("/")
+    return DEFAULT_DEBIAN_MIRROR
+
+
+def ensure_hip_headers(cache_dir: pathlib.Path, allow_fetch: bool = True) -> HipHeaders:
+    """HIP 5.7.1 headers from Debian trixie plus the overlay, fetched once into ``cache_dir/hip``."""
+    root = cache_dir / "hip"
+    overlay_dir = root / "overlay"
+    unpacked = root / "unpacked"
+    hip_include = unpacked / "usr" / "include"
+    if not (hip_include / "hip" / "hip_bf16.h").is_file():
+        if not allow_fetch:
+            raise FetchError(
+                f"HIP headers not found in {hip_include} and fetching is disabled; run once without "
+                "--no-fetch or pass --hip-include DIR (HIP >= 5.7 headers, with hip/hip_bf16.h)"
+            )
+        _download_hip_headers(root, unpacked)
+    overlay_header = overlay_dir / "hip" / "hip_runtime.h"
+    if not overlay_header.is_file() or overlay_header.read_text() != HIP_RUNTIME_OVERLAY:
+        overlay_header.parent.mkdir(parents=True, exist_ok=True)
+        overlay_header.write_text(HIP_RUNTIME_OVERLAY)
+    return HipHeaders(
+        include_dirs=(overlay_dir, hip_include),
+        origin=f"Debian {HIP_HEADERS_SUITE} {HIP_HEADERS_PACKAGE} (+ hicache-fuzz launch-type overlay)",
+    )
+
+
+def _download_hip_headers(root: pathlib.Path, unpacked: pathlib.Path) -> None:
+    for tool in ("apt-get", "dpkg"):
+        if shutil.which(tool) is None:
+            raise FetchError(
+                f"fetching the HIP headers needs Debian's {tool}, which is not on PATH; on another system "
+                "pass --hip-include DIR (HIP >= 5.7 headers, with hip/hip_bf16.h)"
+            )
+    apt_dir = root / "apt"
+    (apt_dir / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+    (apt_dir / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+    source_list = apt_dir / "sources.list"
+    source_list.write_text(f"deb {_debian_mirror()} {HIP_HEADERS_SUITE} main\n")
+    # A private list, state and cache: the machine's own apt configuration is never changed.
+    apt_options = [
+        "-o", f"Dir::Etc::sourcelist={source_list}",
+        "-o", "Dir::Etc::sourceparts=/nonexistent",
+        "-o", f"Dir::State::Lists={apt_dir / 'lists'}",
+        "-o", f"Dir::Cache={apt_dir / 'cache'}",
+        # Downloading into a root-owned folder; the _apt sandbox user could not write there.
+        "-o", "APT::Sandbox::User=root",
+    ]  # fmt: skip
+    _run(["apt-get", *apt_options, "-qq", "update"], f"reading the Debian {HIP_HEADERS_SUITE} package list")
+    for old in apt_dir.glob(f"{HIP_HEADERS_PACKAGE}_*.deb"):
+        old.unlink()
+    _run(
+        ["apt-get", *apt_options, "-qq", "download", f"{HIP_HEADERS_PACKAGE}/{HIP_HEADERS_SUITE}"],
+        f"downloading {HIP_HEADERS_PACKAGE} from Debian {HIP_HEADERS_SUITE}",
+        cwd=apt_dir,
+    )
+    debs = sorted(apt_dir.glob(f"{HIP_HEADERS_PACKAGE}_*.deb"))
+    if not debs:
+        raise FetchError(f"apt-get download left no {HIP_HEADERS_PACKAGE} .deb in {apt_dir}")
+    if unpacked.exists():
+        shutil.rmtree(unpacked)
+    _run(["dpkg", "-x", str(debs[-1]), str(unpacked)], f"unpacking {debs[-1].name}")
+    if not (unpacked / "usr" / "include" / "hip" / "hip_bf16.h").is_file():
+        raise FetchError(f"{debs[-1].name} has no usr/include/hip/hip_bf16.h")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tvm-ffi headers
+
+
+def installed_tvm_ffi_include_dirs() -> tuple[pathlib.Path, ...] | None:
+    """tvm-ffi's header folders from the installed package, located without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tvm_ffi")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    package_dir = pathlib.Path(next(iter(spec.submodule_search_locations)))
+    include = package_dir / "include"
+    if (include / "tvm" / "ffi" / "function.h").is_file() and (include / "dlpack" / "dlpack.h").is_file():
+        return (include,)
+    return None
+
+
+def ensure_tvm_ffi_headers(
+    cache_dir: pathlib.Path, version: str = DEFAULT_TVM_FFI_VERSION, allow_fetch: bool = True
+) -> tuple[pathlib.Path, ...]:
+    """Header folders of apache-tvm-ffi ``version``, unpacked from its wheel into the cache."""
+    root = cache_dir / f"tvm-ffi-{version}"
+    include = root / "unpacked" / "tvm_ffi" / "include"
+    if (include / "tvm" / "ffi" / "function.h").is_file():
+        return (include,)
+    if not allow_fetch:
+        raise FetchError(
+            f"tvm-ffi headers not found in {include} and fetching is disabled; install "
+            f"apache-tvm-ffi=={version} or pass --tvm-ffi-include DIR"
+        )
+    wheel = pip_download(f"apache-tvm-ffi=={version}", root / "download")
+    _extract_members(wheel, root / "unpacked", lambda name: name.startswith("tvm_ffi/include/"))
+    if not (include / "tvm" / "ffi" / "function.h").is_file():
+        raise FetchError(f"{wheel.name} has no tvm_ffi/include/tvm/ffi/function.h")
+    return (include,)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# nvdisasm
+
+
+def ensure_nvdisasm(cache_dir: pathlib.Path, allow_fetch: bool = True) -> pathlib.Path:
+    """An ``nvdisasm`` binary: on PATH, next to nvcc in the CUDA toolkit, or from the PyPI wheel."""
+    on_path = shutil.which("nvdisasm")
+    if on_path:
+        return pathlib.Path(on_path)
+    for cuda_root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if cuda_root and (pathlib.Path(cuda_root) / "bin" / "nvdisasm").is_file():
+            return pathlib.Path(cuda_root) / "bin" / "nvdisasm"
+    root = cache_dir / "nvdisasm"
+    binary = root / "unpacked" / "nvidia" / "cu13" / "bin" / "nvdisasm"
+    if not binary.is_file():
+        if not allow_fetch:
+            raise FetchError(
+                "nvdisasm not found (not on PATH, not in $CUDA_HOME/bin) and fetching is disabled; "
+                "pip download --no-deps nvidia-cuda-nvdisasm and pass --nvdisasm PATH"
+            )
+        wheel = pip_download("nvidia-cuda-nvdisasm", root / "download")
+        _extract_members(wheel, root / "unpacked", lambda name: name.endswith("/bin/nvdisasm"))
+        found = sorted((root / "unpacked").rglob("nvdisasm"))
+        if not found:
+            raise FetchError(f"{wheel.name} has no bin/nvdisasm")
+        binary = found[0]
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return binary
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sglang sources
+
+
+def _archive_names(archive: pathlib.Path) -> list[str]:
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zipped:
+            return zipped.namelist()
+    if tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as tarred:
+            return tarred.getnames()
+    raise FetchError(f"{archive} is neither a wheel/zip nor a tar archive")
+
+
+def _extract_members(archive: pathlib.Path, dest: pathlib.Path, wanted: Callable[[str], bool]) -> None:
+    """Extract the members of a zip or tar archive whose names ``wanted`` accepts."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zipped:
+            for name in zipped.namelist():
+                if wanted(name) and not name.endswith("/"):
+                    zipped.extract(name, dest)
+        return
+    with tarfile.open(archive) as tarred:
+        members = [member for member in tarred.getmembers() if member.isfile() and wanted(member.name)]
+        # The "data" filter refuses absolute paths, links out of dest and device files.
+        if hasattr(tarfile, "data_filter"):
+            tarred.extractall(dest, members=members, filter="data")
+        else:  # Python < 3.10.12 has no extraction filters; the members are plain files checked above.
+            for member in members:
+                if member.name.startswith("/") or ".." in pathlib.PurePosixPath(member.name).parts:
+                    raise FetchError(f"{archive}: refusing member {member.name}")
+            tarred.extractall(dest, members=members)
+
+
+def extract_sglang_kernels(archive: pathlib.Path, cache_dir: pathlib.Path) -> pathlib.Path:
+    """Extract ``kernels/jit/{csrc,include}`` of an sglang wheel or sdist; returns the ``jit`` folder."""
+    names = _archive_names(archive)
+    marker = next((name for name in names if name.endswith(HICACHE_CUH_SUFFIX)), None)
+    if marker is None:
+        raise FetchError(f"{archive} contains no {HICACHE_CUH_SUFFIX}")
+    prefix = marker[: -len("csrc/kvcacheio/hicache.cuh")]  # ".../sglang/kernels/jit/"
+    stamp = f"{archive.name}-{archive.stat().st_size}"
+    dest = cache_dir / "sglang-src" / stamp
+    jit_dir = dest / prefix
+    if not (jit_dir / "csrc" / "kvcacheio" / "hicache.cuh").is_file():
+        _extract_members(
+            archive,
+            dest,
+            lambda name: name.startswith(prefix + "csrc/") or name.startswith(prefix + "include/"),
+        )
+    return jit_dir
+
+
+def fetch_sglang_archive(cache_dir: pathlib.Path, version: str = DEFAULT_SGLANG_VERSION) -> pathlib.Path:
+    """Download sglang ``version`` (wheel or sdist, whichever pip picks) into the cache, once."""
+    download_dir = cache_dir / "sglang-download" / version
+    existing = find_cached_sglang_archive(cache_dir, version)
+    if existing is not None:
+        return existing
+    return pip_download(f"sglang=={version}", download_dir)
+
+
+def find_cached_sglang_archive(cache_dir: pathlib.Path, version: str) -> pathlib.Path | None:
+    download_dir = cache_dir / "sglang-download" / version
+    if not download_dir.is_dir():
+        return None
+    for candidate in sorted(download_dir.iterdir()):
+        if candidate.name.startswith(f"sglang-{version}") and candidate.suffix in (".whl", ".gz", ".zip"):
+            return candidate
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m hicache_fuzz.harness.isa_fetch [CACHE_DIR]``: fetch everything ahead of time (CI)."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    cache_dir = pathlib.Path(arguments[0]) if arguments else default_cache_dir()
+    try:
+        hip = ensure_hip_headers(cache_dir)
+        tvm = ensure_tvm_ffi_headers(cache_dir)
+        archive = fetch_sglang_archive(cache_dir)
+        jit_dir = extract_sglang_kernels(archive, cache_dir)
+    except FetchError as error:
+        print(f"isa_fetch: {error}", file=sys.stderr)
+        return 3
+    print(f"HIP headers: {', '.join(map(str, hip.include_dirs))}")
+    print(f"tvm-ffi headers: {', '.join(map(str, tvm))}")
+    print(f"sglang {DEFAULT_SGLANG_VERSION}: {archive} -> {jit_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

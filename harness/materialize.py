@@ -1,0 +1,214 @@
+"""Materialize: turn a case into real tensors on real memory.
+
+Every pool gets a device storage and a host storage, each a flat uint8 tensor with ``GUARD_BYTES`` of guard
+before and after the payload. The whole raw storage (guards included) is filled with an address-tagged
+pattern: byte ``i`` of a storage is a hash of (case seed, pool, side, i), and since a byte position in a
+storage determines its (K/V, layer, row, byte) through the layout, every misplaced byte is visible. Source
+and destination storages use different salts, so a destination byte that was not written never looks like
+a source byte. Backends receive typed views of the payload in sglang's shapes.
+
+On the CPU platform "device" memory and pinned host memory are simulated by ordinary CPU tensors; the case's
+logical placement is still visible to backends through ``case.host_index.device`` and friends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from hicache_fuzz.harness.case import Attention, Case, HostAllocator, IndexDevice, IndexDtype, KVDtype, PoolSpec
+from hicache_fuzz.oracles import layouts
+from hicache_fuzz.oracles.transfer import storage_key
+
+GUARD_BYTES = 256  # a multiple of every alignment a kernel may assume (16-byte vectors, 128-byte rounds)
+
+TORCH_DTYPES = {
+    KVDtype.BF16: torch.bfloat16,
+    KVDtype.FP16: torch.float16,
+    KVDtype.FP32: torch.float32,
+    KVDtype.FP8: torch.uint8,  # sglang stores fp8 KV as uint8
+}
+INDEX_DTYPES = {IndexDtype.INT32: torch.int32, IndexDtype.INT64: torch.int64}
+
+
+def _salt(*parts: object) -> int:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def fill_pattern(raw: torch.Tensor, salt: int) -> None:
+    """Fill `raw` (uint8, any device) with hash(salt, byte position) in place.
+
+    A splitmix-style mix in wrapping int64 arithmetic: identical on every device and machine.
+    """
+    n = raw.numel()
+    chunk = 1 << 24  # bound the int64 temporaries to 128 MiB
+    for start in range(0, n, chunk):
+        count = min(chunk, n - start)
+        x = torch.arange(start, start + count, dtype=torch.int64, device=raw.device)
+        x = x * -7046029254386353131 + salt  # 0x9E3779B97F4A7C15 as a signed int64
+        x = x ^ (x >> 31)
+        x = x * -4658895280553007687  # 0xBF58476D1CE4E5B9
+        x = x ^ (x >> 29)
+        raw[start : start + count] = (x & 0xFF).to(torch.uint8)
+
+
+# ---- memory -------------------------------------------------------------------------------------------
+
+class HostMemory:
+    """Allocates host storages with the case's allocator and frees what needs freeing (registrations).
+
+    ``simulate`` (the CPU platform) makes every allocator plain pageable memory.
+    """
+
+    def __init__(self, simulate: bool) -> None:
+        self.simulate = simulate
+        self._cleanups: list[Callable[[], None]] = []
+
+    def allocate(self, nbytes: int, allocator: HostAllocator) -> torch.Tensor:
+        if self.simulate or allocator is HostAllocator.PAGEABLE:
+            return torch.empty(nbytes, dtype=torch.uint8)
+        if allocator is HostAllocator.PIN_MEMORY:
+            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        return self._mmap_registered(nbytes)
+
+    def _mmap_registered(self, nbytes: int) -> torch.Tensor:
+        # What sglang does in production (pool_host/common.py alloc_with_host_register): an mmap-backed
+        # tensor, then cudaHostRegister (hipHostRegister on ROCm). Its device alias may differ from the VA.
+        region = mmap.mmap(-1, max(nbytes, 1))
+        tensor = torch.frombuffer(region, dtype=torch.uint8, count=nbytes)
+        cudart = torch.cuda.cudart()
+        status = cudart.cudaHostRegister(tensor.data_ptr(), nbytes, 0)
+        if int(status) != 0:
+            raise RuntimeError(f"cudaHostRegister of {nbytes} bytes failed with status {int(status)}")
+
+        def unregister(ptr: int = tensor.data_ptr(), keep: object = (region, tensor)) -> None:
+            cudart.cudaHostUnregister(ptr)
+
+        self._cleanups.append(unregister)
+        return tensor
+
+    def release(self) -> None:
+        while self._cleanups:
+            self._cleanups.pop()()
+
+
+# ---- materialized buffers --------------------------------------------------------------------------------
+
+@dataclass
+class Storage:
+    key: str  # "<pool>/device" or "<pool>/host"
+    raw: torch.Tensor  # uint8: guard | payload | guard
+    payload_bytes: int
+
+    @property
+    def payload(self) -> torch.Tensor:
+        return self.raw[GUARD_BYTES : GUARD_BYTES + self.payload_bytes]
+
+
+@dataclass
+class PoolBuffers:
+    case: Case
+    spec: PoolSpec
+    device: Storage
+    host: Storage
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.spec.dtype]
+
+    def device_layer(self, component: str, layer: int) -> torch.Tensor:
+        """uint8 view (device_rows, row_bytes) of one device layer."""
+        E = self.spec.row_bytes(component)
+        start = layouts.device_base(self.case, self.spec, component) + layer * self.case.device_rows * E
+        return self.device.payload[start : start + self.case.device_rows * E].view(self.case.device_rows, E)
+
+    def device_layer_typed(self, component: str, layer: int) -> torch.Tensor:
+        """Typed view (device_rows, heads, head_dim) of one device layer, as sglang's pools hold it."""
+        heads = self.spec.heads
+        return self.device_layer(component, layer).view(self.torch_dtype).view(self.case.device_rows, heads, -1)
+
+    def host_component(self, component: str) -> torch.Tensor:
+        """uint8 flat view of one component's host half (layouts with separate K and V halves)."""
+        start = layouts.host_base(self.case, self.spec, component)
+        return self.host.payload[start : start + layouts.host_component_bytes(self.case, self.spec, component)]
+
+    def host_typed(self) -> torch.Tensor:
+        """The whole host tensor in sglang's shape (MHA: (2, ...) K/V leading axis; MLA: no K/V axis)."""
+        return self.host.payload.view(self.torch_dtype).view(layouts.host_shape(self.case, self.spec))
+
+    def host_component_typed(self, component: str) -> torch.Tensor:
+        shape = layouts.host_component_shape(self.case, self.spec, component)
+        return self.host_component(component).view(self.torch_dtype).view(shape)
+
+
+@dataclass
+class Materialized:
+    case: Case
+    device: torch.device  # where "device" memory lives (cpu when simulated)
+    simulated: bool
+    pools: list[PoolBuffers]
+    host_indices: torch.Tensor
+    device_indices: torch.Tensor
+    memory: HostMemory = field(repr=False)
+
+    def storages(self) -> list[Storage]:
+        return [s for p in self.pools for s in (p.device, p.host)]
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """CPU copies of every raw storage (guards included), keyed by storage key."""
+        if self.device.type != "cpu":
+            torch.cuda.synchronize(self.device)
+        return {s.key: s.raw.to("cpu", copy=True) for s in self.storages()}
+
+    def release(self) -> None:
+        self.pools.clear()
+        self.memory.release()
+
+
+def index_tensor(values: tuple[int, ...], dtype: IndexDtype, placement: IndexDevice,
+                 device: torch.device, simulated: bool) -> torch.Tensor:
+    # int32 lists with values beyond int32 are wrapped on purpose: that is what a caller casting them gets.
+    tensor = torch.tensor(values, dtype=torch.int64).to(INDEX_DTYPES[dtype])
+    if simulated or placement is IndexDevice.CPU:
+        return tensor
+    if placement is IndexDevice.PINNED:
+        return tensor.pin_memory()
+    return tensor.to(device)
+
+
+def materialize(case: Case, device: torch.device, memory: HostMemory | None = None) -> Materialized:
+    """Allocate and fill every storage of `case`; `device` is the accelerator or cpu (simulated)."""
+    simulated = device.type == "cpu"
+    memory = memory or HostMemory(simulate=simulated)
+    pools: list[PoolBuffers] = []
+    src_side = "device" if case.direction.value == "write_back" else "host"
+    try:
+        for number, spec in enumerate(case.pools):
+            storages = {}
+            for side in ("device", "host"):
+                payload = (layouts.device_bytes if side == "device" else layouts.host_bytes)(case, spec)
+                total = payload + 2 * GUARD_BYTES
+                if side == "device":
+                    raw = torch.empty(total, dtype=torch.uint8, device=device)
+                else:
+                    raw = memory.allocate(total, case.host_allocator)
+                role = "source" if side == src_side else "destination"
+                fill_pattern(raw, _salt(case.seed, number, spec.name, side, role))
+                storages[side] = Storage(storage_key(spec.name, side), raw, payload)
+            pools.append(PoolBuffers(case, spec, storages["device"], storages["host"]))
+        host_idx = index_tensor(case.host_indices, case.host_index.dtype, case.host_index.device, device, simulated)
+        dev_idx = index_tensor(case.device_indices, case.device_index.dtype, case.device_index.device, device,
+                               simulated)
+    except BaseException:
+        memory.release()
+        raise
+    return Materialized(case, device, simulated, pools, host_idx, dev_idx, memory)
+
+
+def asymmetric(spec: PoolSpec) -> bool:
+    return spec.attention is Attention.MHA_ASYM

@@ -1,0 +1,57 @@
+"""Which platform this process runs on: cpu, cuda or rocm (torch's ROCm build answers through torch.cuda)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hicache_fuzz.oracles.contract import Platform
+
+PLATFORM_KINDS = ("cpu", "cuda", "rocm")
+
+
+class PlatformUnavailable(RuntimeError):
+    """The requested platform is not present; the message says why (exit code 3 on the CLI)."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    platform: Platform
+    device: torch.device  # the accelerator, or cpu
+    description: str
+
+
+def detect() -> Machine:
+    """The best platform present: a CUDA or ROCm GPU if torch sees one, else the CPU."""
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+        capability = torch.cuda.get_device_capability(index)
+        name = torch.cuda.get_device_name(index)
+        version = torch.version.hip if kind == "rocm" else torch.version.cuda
+        return Machine(Platform(kind, capability), torch.device("cuda", index),
+                       f"{name} ({kind} {version}, capability {capability[0]}.{capability[1]})")
+    return Machine(Platform("cpu"), torch.device("cpu"), f"CPU (torch {torch.__version__})")
+
+
+def require(kind: str) -> Machine:
+    """The machine if it is of `kind`; PlatformUnavailable saying what was found otherwise."""
+    if kind not in PLATFORM_KINDS:
+        raise ValueError(f"unknown platform {kind!r}; choose one of {', '.join(PLATFORM_KINDS)}")
+    machine = detect()
+    if kind == "cpu":
+        return Machine(Platform("cpu"), torch.device("cpu"), machine.description if machine.platform.kind == "cpu"
+                       else f"CPU (torch {torch.__version__}; accelerator present but not used)")
+    if machine.platform.kind != kind:
+        build = f"torch {torch.__version__}"
+        if kind == "rocm" and not getattr(torch.version, "hip", None):
+            why = f"{build} is not a ROCm build (torch.version.hip is None)"
+        elif kind == "cuda" and getattr(torch.version, "hip", None):
+            why = f"{build} is a ROCm build, not CUDA"
+        elif not torch.cuda.is_available():
+            why = f"{build} sees no GPU (torch.cuda.is_available() is False)"
+        else:
+            why = f"found {machine.description}"
+        raise PlatformUnavailable(f"platform {kind} requested but unavailable: {why}")
+    return machine

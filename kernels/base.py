@@ -1,0 +1,64 @@
+"""The backend interface: one small class per implementation under test.
+
+A backend answers four questions and does one thing:
+
+* ``probe(platform)``: can it run on this machine at all? (and if not, why: shown by ``hicache-fuzz backends``)
+* ``unsupported_reason(case, platform)``: is this case outside what it implements? (None if supported)
+* ``plan(case, platform)``: which entry point does the case go to, and which implementation path should run?
+  The entry point selects the contract (:mod:`hicache_fuzz.oracles.contract`) and thereby the semantics the
+  result is checked against; the path is compared with the path reported by ``run`` to flag silent fallbacks.
+* ``run(buffers)``: perform the transfer in place on the materialized storages, raise on rejection, and return
+  the name of the path that actually ran.
+
+Backends never compare anything; the harness does. See README "Adding a backend" for a worked example.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hicache_fuzz.harness.case import Case
+from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.oracles.contract import EntryPoint, Platform
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool
+    reason: str  # why not, or what it found (versions, device)
+
+
+@dataclass(frozen=True)
+class Plan:
+    entry: EntryPoint  # whose contract and semantics apply
+    path: str  # the implementation that should run, e.g. "jit-register", "staged", "reference"
+
+
+class BackendRejected(Exception):
+    """Raised by a backend that refuses its input (the equivalent of a kernel's TORCH_CHECK)."""
+
+
+class Backend(ABC):
+    #: unique name used on the command line and in case files
+    name: ClassVar[str]
+    #: one line for `hicache-fuzz backends`
+    description: ClassVar[str] = ""
+    #: for bug-zoo mutants: the bug class it models (empty for real implementations)
+    models_bug: ClassVar[str] = ""
+    #: true if crashes in this backend can take the process down (run it in a worker process)
+    needs_isolation: ClassVar[bool] = False
+
+    @abstractmethod
+    def probe(self, platform: Platform) -> Availability: ...
+
+    def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
+        return None
+
+    @abstractmethod
+    def plan(self, case: Case, platform: Platform) -> Plan: ...
+
+    @abstractmethod
+    def run(self, buffers: Materialized) -> str:
+        """Perform the transfer described by ``buffers.case``; return the path that ran."""

@@ -1,0 +1,321 @@
+"""The contract model: for each entry point, which inputs it must accept, must reject, or leaves undefined.
+
+A backend names the entry point a case goes to (its plan); :func:`predict` says what that entry point must
+do with the case on the given platform, and which semantics its result follows. The harness compares the
+backend's behaviour with this prediction: a rejection of an input predicted valid is "wrongly rejected", a
+return from an input predicted invalid is "wrongly accepted".
+
+``UNDEFINED`` marks inputs whose behaviour sglang does not define (out-of-range indices handed to kernels
+that never bounds-check, duplicate destinations racing). Running them proves nothing and may corrupt the
+process, so the runner does not execute them.
+
+Rules and their sources: hicache_semantics.md sections 3.1-3.7 (table 3.7 is the summary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from hicache_fuzz.harness.case import (
+    Case,
+    Direction,
+    HostLayout,
+    IndexDevice,
+    IndexDtype,
+    Scope,
+)
+from hicache_fuzz.oracles.transfer import Semantics, token_pairs
+
+
+class EntryPoint(str, Enum):
+    REFERENCE = "reference"  # the intended transfer: bounds-checked, any index placement
+    JIT_REGISTER = "jit_register"  # transfer_hicache_{one,all}_layer[_mla], register kernel
+    JIT_TMA = "jit_tma"  # same Python entry, TMA kernel
+    JIT_STAGED = "jit_staged"  # transfer_hicache_all_layer[_mla]_staged_lf_pf
+    JIT_PAGE_UNIFIED = "jit_page_unified"  # page-unified load-back / staged write-back
+    AOT = "aot"  # sgl_kernel.kvcacheio transfer_kv_* (per-token)
+    AOT_DIRECT = "aot_direct"  # transfer_kv_direct
+    AOT_PAGE_FIRST_DIRECT = "aot_page_first_direct"  # transfer_kv_*_direct_{lf_pf,pf_lf}
+
+
+class Verdict(str, Enum):
+    ACCEPT = "accept"
+    REJECT = "reject"
+    UNDEFINED = "undefined"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the contract needs to know about the machine. ``kind`` is cpu, cuda or rocm."""
+
+    kind: str = "cpu"
+    compute_capability: tuple[int, int] | None = None
+
+    @property
+    def is_hip(self) -> bool:
+        return self.kind == "rocm"
+
+    @property
+    def has_tma(self) -> bool:
+        return self.kind == "cuda" and self.compute_capability is not None and self.compute_capability >= (9, 0)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    verdict: Verdict
+    semantics: Semantics
+    reasons: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return self.verdict.value + (": " + "; ".join(self.reasons) if self.reasons else "")
+
+
+# ---- platform rules ----------------------------------------------------------------------------------
+
+# JIT register kernel copy rounds (hicache.py GROUP_BYTES): CUDA copies 128-byte rounds only; HIP also 64/32
+# bytes, but the round must leave each of the 32/unroll lanes a 4/8/16-byte package.
+CUDA_GROUP_BYTES = (128,)
+HIP_GROUP_BYTES = (128, 64, 32, 16)
+TMA_MAX_ROW_BYTES = 32768
+
+
+def register_unroll(row_bytes: int) -> int:
+    """sglang's default unroll for a row size (hicache.py:216-224)."""
+    return 4 if row_bytes <= 512 else 2 if row_bytes <= 1024 else 1
+
+
+def register_kernel_accepts_row(row_bytes: int, platform: Platform, unroll: int | None = None) -> bool:
+    """Mirror of `_tiles_across_lanes`: some copy round tiles the row and splits evenly across lanes."""
+    lanes = 32 // (unroll or register_unroll(row_bytes))
+    groups = HIP_GROUP_BYTES if platform.is_hip else CUDA_GROUP_BYTES
+    return any(g % lanes == 0 and row_bytes % g == 0 and g // lanes in (4, 8, 16) for g in groups)
+
+
+def tma_rows_per_chunk(row_bytes: int) -> int:
+    """Largest power of two <= min(32768 // row_bytes, 128) (hicache.py:114-119)."""
+    limit = max(1, min(TMA_MAX_ROW_BYTES // max(row_bytes, 1), 128))
+    rows = 1
+    while rows * 2 <= limit:
+        rows *= 2
+    return rows
+
+
+# ---- the prediction -----------------------------------------------------------------------------------
+
+def semantics_of(entry: EntryPoint, case: Case) -> Semantics:
+    page_unified_write = case.layout is HostLayout.PAGE_UNIFIED and case.direction is Direction.WRITE_BACK
+    if entry is EntryPoint.JIT_STAGED:
+        return Semantics.PAGE_ALIGNED if page_unified_write else Semantics.PAGE_RUNS
+    if entry is EntryPoint.AOT_PAGE_FIRST_DIRECT:
+        return Semantics.PAGE_ALIGNED_HOST
+    if entry in (EntryPoint.REFERENCE, EntryPoint.JIT_PAGE_UNIFIED):
+        if case.layout is HostLayout.PAGE_FIRST_DIRECT:
+            return Semantics.PAGE_ALIGNED_HOST
+        if page_unified_write:
+            return Semantics.PAGE_ALIGNED
+    return Semantics.PER_TOKEN
+
+
+def _destinations(case: Case, semantics: Semantics) -> list[int]:
+    """Every destination row the transfer writes (page-granular transfers expanded to whole pages)."""
+    host_tokens, device_rows = token_pairs(case, semantics)
+    return (host_tokens if case.direction is Direction.WRITE_BACK else device_rows).tolist()
+
+
+def _out_of_range(case: Case, semantics: Semantics) -> list[str]:
+    reasons = []
+    S, R, ps = case.host_slots, case.device_rows, case.page_size
+    h, d = case.host_indices, case.device_indices
+    if semantics is Semantics.PER_TOKEN:
+        bad_h = [x for x in h if not 0 <= x < S]
+        bad_d = [x for x in d if not 0 <= x < R]
+    else:
+        firsts_h = h[: len(h) - len(h) % ps : ps]
+        firsts_d = d[: len(d) - len(d) % ps : ps]
+        aligned_h = semantics in (Semantics.PAGE_ALIGNED_HOST, Semantics.PAGE_ALIGNED)
+        aligned_d = semantics is Semantics.PAGE_ALIGNED
+        bad_h = [x for x in firsts_h if not (0 <= x and (x // ps * ps if aligned_h else x) + ps <= S)]
+        bad_d = [x for x in firsts_d if not (0 <= x and (x // ps * ps if aligned_d else x) + ps <= R)]
+    if bad_h:
+        reasons.append(f"host index {bad_h[0]} outside [0, {S})")
+    if bad_d:
+        reasons.append(f"device index {bad_d[0]} outside [0, {R})")
+    return reasons
+
+
+def predict(case: Case, entry: EntryPoint, platform: Platform) -> Prediction:
+    """What `entry` must do with `case` on `platform`."""
+    semantics = semantics_of(entry, case)
+    reject: list[str] = []
+    undefined: list[str] = []
+    n_h, n_d = len(case.host_indices), len(case.device_indices)
+    if n_h != n_d:
+        reject.append(f"index lists differ in length ({n_h} host, {n_d} device)")
+    page_granular = semantics is not Semantics.PER_TOKEN
+    if page_granular and n_h % case.page_size:
+        reject.append(f"{n_h} indices is not a whole number of {case.page_size}-token pages")
+
+    bounds = _out_of_range(case, semantics)
+    duplicates = len(set(dsts := _destinations(case, semantics))) != len(dsts)
+    dup_reason = "duplicate destinations (the winner is unspecified)"
+    if entry is EntryPoint.REFERENCE:
+        reject += bounds
+        if duplicates:
+            reject.append("duplicate destinations")
+    else:
+        # sglang's kernels never bounds-check (B14): out-of-range indices are undefined, not rejected.
+        undefined += [f"{r} (kernels do not bounds-check)" for r in bounds]
+        if duplicates:
+            undefined.append(dup_reason)
+
+    rules = _ENTRY_RULES[entry]
+    reject += rules(case, platform)
+
+    if reject:
+        return Prediction(Verdict.REJECT, semantics, tuple(reject))
+    if undefined:
+        return Prediction(Verdict.UNDEFINED, semantics, tuple(undefined))
+    return Prediction(Verdict.ACCEPT, semantics)
+
+
+# ---- per-entry rules (each returns the reasons the entry must reject the case) ---------------------------
+
+def _rows(case: Case) -> list[int]:
+    return sorted({pool.row_bytes(c) for pool in case.pools for c in pool.components})
+
+
+def _index_rules(case: Case, *, host_ok: set[IndexDevice], device_ok: set[IndexDevice],
+                 host_dtypes: set[IndexDtype], device_dtypes: set[IndexDtype], same_dtype: bool) -> list[str]:
+    out = []
+    if case.host_index.device not in host_ok:
+        out.append(f"host indices on {case.host_index.device.value} (needs {sorted(d.value for d in host_ok)})")
+    if case.device_index.device not in device_ok:
+        out.append(f"device indices on {case.device_index.device.value} (needs {sorted(d.value for d in device_ok)})")
+    if case.host_index.dtype not in host_dtypes:
+        out.append(f"host indices are {case.host_index.dtype.value}")
+    if case.device_index.dtype not in device_dtypes:
+        out.append(f"device indices are {case.device_index.dtype.value}")
+    if same_dtype and case.host_index.dtype is not case.device_index.dtype:
+        out.append("host and device index dtypes differ")
+    return out
+
+
+_ANY_DEVICE = set(IndexDevice)
+_GPU = {IndexDevice.DEVICE}
+_BOTH_DTYPES = set(IndexDtype)
+_INT64 = {IndexDtype.INT64}
+
+
+def _reference_rules(case: Case, platform: Platform) -> list[str]:
+    return []
+
+
+def _register_rules(case: Case, platform: Platform) -> list[str]:
+    out = _index_rules(case, host_ok=_GPU, device_ok=_GPU, host_dtypes=_BOTH_DTYPES,
+                       device_dtypes=_BOTH_DTYPES, same_dtype=True)
+    if platform.kind == "cpu":
+        out.append("the JIT register kernel needs a CUDA or ROCm device")
+    unroll = case.tuning_value("unroll")
+    for row in _rows(case):
+        if not register_kernel_accepts_row(row, platform, unroll):
+            out.append(f"row of {row} bytes does not tile the {'HIP' if platform.is_hip else 'CUDA'} copy rounds")
+    if case.layout in (HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD, HostLayout.PAGE_UNIFIED):
+        out.append(f"the register kernel has no {case.layout.value} addressing")
+    if case.n == 0:
+        out.append("zero-length launch (num_blocks == 0)")
+    return out
+
+
+def _tma_rules(case: Case, platform: Platform) -> list[str]:
+    out = _index_rules(case, host_ok=_GPU, device_ok=_GPU, host_dtypes=_BOTH_DTYPES,
+                       device_dtypes=_BOTH_DTYPES, same_dtype=True)
+    if not platform.has_tma:
+        out.append("TMA needs CUDA sm90+")
+    for row in _rows(case):
+        if row % 16:
+            out.append(f"row of {row} bytes is not a multiple of 16")
+        if row > TMA_MAX_ROW_BYTES:
+            out.append(f"row of {row} bytes exceeds the {TMA_MAX_ROW_BYTES}-byte shared-memory stage")
+    if case.layout in (HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD, HostLayout.PAGE_UNIFIED):
+        out.append(f"the TMA kernel has no {case.layout.value} addressing")
+    return out
+
+
+def _staged_rules(case: Case, platform: Platform) -> list[str]:
+    page_unified = case.layout is HostLayout.PAGE_UNIFIED
+    out = _index_rules(case, host_ok={IndexDevice.CPU, IndexDevice.PINNED}, device_ok=_GPU,
+                       host_dtypes=_INT64, device_dtypes=_BOTH_DTYPES, same_dtype=False)
+    if platform.kind == "cpu":
+        out.append("the staged write-back needs a CUDA or ROCm device")
+    if case.direction is not Direction.WRITE_BACK or case.scope is not Scope.ALL_LAYERS:
+        out.append("the staged path is an all-layer write-back")
+    if case.layout is not HostLayout.PAGE_FIRST and not page_unified:
+        out.append(f"the staged path writes page_first (or page_unified), not {case.layout.value}")
+    for pool in case.pools:
+        for c in pool.components:
+            unit = pool.row_bytes(c) // pool.head_groups if page_unified else pool.row_bytes(c)
+            if unit % 16:
+                out.append(f"{pool.name}.{c} row unit of {unit} bytes is not a multiple of 16")
+    return out
+
+
+def _page_unified_rules(case: Case, platform: Platform) -> list[str]:
+    if case.direction is Direction.WRITE_BACK:
+        return _staged_rules(case, platform)
+    out = _index_rules(case, host_ok=_GPU, device_ok=_GPU, host_dtypes=_BOTH_DTYPES,
+                       device_dtypes=_BOTH_DTYPES, same_dtype=False)
+    if platform.kind == "cpu":
+        out.append("the page-unified load-back needs a CUDA or ROCm device")
+    if case.layout is not HostLayout.PAGE_UNIFIED or case.scope is not Scope.ONE_LAYER:
+        out.append("the page-unified load-back reads one layer of a page_unified pool")
+    for pool in case.pools:
+        for c in pool.components:
+            if (pool.row_bytes(c) // pool.head_groups) % 16:
+                out.append(f"{pool.name}.{c} group row is not a multiple of 16 bytes")
+    return out
+
+
+def _aot_rules(case: Case, platform: Platform) -> list[str]:
+    out = _index_rules(case, host_ok=_GPU, device_ok=_GPU, host_dtypes=_INT64, device_dtypes=_INT64,
+                       same_dtype=False)
+    if platform.kind == "cpu":
+        out.append("sgl_kernel.kvcacheio needs a CUDA or ROCm device")
+    for row in _rows(case):
+        if row % 8:
+            out.append(f"item size {row} is not a multiple of 8")
+    if case.layout in (HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_UNIFIED):
+        out.append(f"no per-token AOT op for {case.layout.value}")
+    if case.n == 0:
+        out.append("zero-length transfer divides by zero in the launcher (by reading)")
+    return out
+
+
+def _aot_direct_rules(case: Case, platform: Platform) -> list[str]:
+    out = _index_rules(case, host_ok=_ANY_DEVICE, device_ok=_ANY_DEVICE, host_dtypes=_INT64,
+                       device_dtypes=_INT64, same_dtype=False)
+    if case.n % case.page_size:
+        out.append(f"{case.n} indices is not a multiple of page_size {case.page_size}")
+    if case.layout is not HostLayout.LAYER_FIRST:
+        out.append("transfer_kv_direct moves layer_first pools")
+    return out
+
+
+def _aot_page_first_direct_rules(case: Case, platform: Platform) -> list[str]:
+    out = _index_rules(case, host_ok=_ANY_DEVICE, device_ok=_ANY_DEVICE, host_dtypes=_INT64,
+                       device_dtypes=_INT64, same_dtype=False)
+    if case.layout is not HostLayout.PAGE_FIRST_DIRECT:
+        out.append("the direct page ops move page_first_direct pools")
+    return out
+
+
+_ENTRY_RULES = {
+    EntryPoint.REFERENCE: _reference_rules,
+    EntryPoint.JIT_REGISTER: _register_rules,
+    EntryPoint.JIT_TMA: _tma_rules,
+    EntryPoint.JIT_STAGED: _staged_rules,
+    EntryPoint.JIT_PAGE_UNIFIED: _page_unified_rules,
+    EntryPoint.AOT: _aot_rules,
+    EntryPoint.AOT_DIRECT: _aot_direct_rules,
+    EntryPoint.AOT_PAGE_FIRST_DIRECT: _aot_page_first_direct_rules,
+}

@@ -1,0 +1,159 @@
+"""Where every byte lives: the one place that knows the host and device layouts.
+
+Every other part of hicache-fuzz (materialize, the oracle, the mismatch locator) asks this module where the
+bytes of a (component, layer, token) row are. Facts: hicache_semantics.md sections 1 and 2.
+
+Storage model (per pool):
+
+* Device: one byte storage holding, for each component c in pool.components, ``layers`` blocks of
+  ``device_rows`` rows of ``row_bytes(c)`` bytes. Row (c, l, r) starts at
+  ``device_base(c) + (l * device_rows + r) * row_bytes(c)``.
+* Host: one byte storage in the pool's host layout. MHA pools have a K half then a V half (the V half starts
+  after ``layers * host_slots * row_bytes('k')`` bytes) except page_unified, which interleaves K and V per
+  page. A row is one contiguous chunk, except page_head and MHA page_unified, which split it into one chunk
+  per head (``head_bytes`` each) scattered through the page.
+
+All offsets are int64 byte offsets into the payload (guard bytes excluded).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hicache_fuzz.harness.case import Attention, Case, HostLayout, PoolSpec
+
+
+def component_index(pool: PoolSpec, component: str) -> int:
+    return pool.components.index(component)
+
+
+# ---- sizes -------------------------------------------------------------------------------------------
+
+def device_component_bytes(case: Case, pool: PoolSpec, component: str) -> int:
+    return case.layers * case.device_rows * pool.row_bytes(component)
+
+
+def device_base(case: Case, pool: PoolSpec, component: str) -> int:
+    base = 0
+    for c in pool.components:
+        if c == component:
+            return base
+        base += device_component_bytes(case, pool, c)
+    raise KeyError(component)
+
+
+def device_bytes(case: Case, pool: PoolSpec) -> int:
+    return sum(device_component_bytes(case, pool, c) for c in pool.components)
+
+
+def host_component_bytes(case: Case, pool: PoolSpec, component: str) -> int:
+    return case.layers * case.host_slots * pool.row_bytes(component)
+
+
+def host_base(case: Case, pool: PoolSpec, component: str) -> int:
+    """Start of `component`'s half of the host storage (0 for layouts that interleave K and V)."""
+    if case.layout is HostLayout.PAGE_UNIFIED:
+        return 0
+    base = 0
+    for c in pool.components:
+        if c == component:
+            return base
+        base += host_component_bytes(case, pool, c)
+    raise KeyError(component)
+
+
+def host_bytes(case: Case, pool: PoolSpec) -> int:
+    return sum(host_component_bytes(case, pool, c) for c in pool.components)
+
+
+# ---- shapes of the typed views that backends receive (sglang's own tensor shapes) -------------------
+
+def host_shape(case: Case, pool: PoolSpec) -> tuple[int, ...]:
+    """Shape of the typed host tensor in sglang's convention (pool_host/mha.py, mla.py)."""
+    L, S, ps, P = case.layers, case.host_slots, case.page_size, case.host_pages
+    H, D, G = pool.heads, pool.head_dim, pool.head_groups
+    layout = case.layout
+    if pool.attention is Attention.MLA:
+        return {
+            HostLayout.LAYER_FIRST: (L, S, 1, D),
+            HostLayout.PAGE_FIRST: (S, L, 1, D),
+            HostLayout.PAGE_FIRST_DIRECT: (P, L, ps, 1, D),
+            HostLayout.PAGE_UNIFIED: (P, L, ps, D),
+        }[layout]
+    if pool.attention is Attention.MHA_ASYM:
+        raise ValueError("asymmetric pools have separate K and V host tensors; use host_component_shape")
+    return {
+        HostLayout.LAYER_FIRST: (2, L, S, H, D),
+        HostLayout.PAGE_FIRST: (2, S, L, H, D),
+        HostLayout.PAGE_FIRST_DIRECT: (2, P, L, ps, H, D),
+        HostLayout.PAGE_HEAD: (2, P, H, ps, L, D),
+        HostLayout.PAGE_UNIFIED: (P, G, L, 2, ps, H // G, D),
+    }[layout]
+
+
+def host_component_shape(case: Case, pool: PoolSpec, component: str) -> tuple[int, ...]:
+    """Shape of one component's host tensor for layouts with separate K/V halves."""
+    L, S, ps, P = case.layers, case.host_slots, case.page_size, case.host_pages
+    H = pool.heads
+    D = pool.head_bytes(component) // pool.dtype.itemsize
+    if case.layout is HostLayout.PAGE_UNIFIED:
+        raise ValueError("page_unified interleaves K and V; use host_shape")
+    return {
+        HostLayout.LAYER_FIRST: (L, S, H, D),
+        HostLayout.PAGE_FIRST: (S, L, H, D),
+        HostLayout.PAGE_FIRST_DIRECT: (P, L, ps, H, D),
+        HostLayout.PAGE_HEAD: (P, H, ps, L, D),
+    }[case.layout]
+
+
+# ---- byte maps -----------------------------------------------------------------------------------------
+
+def host_row_bytes(case: Case, pool: PoolSpec, component: str, layer: int, tokens: torch.Tensor) -> torch.Tensor:
+    """Byte offsets (int64, shape [n, row_bytes]) of host rows (component, layer, tokens[i])."""
+    t = tokens.to(torch.int64)
+    L, S, ps = case.layers, case.host_slots, case.page_size
+    E = pool.row_bytes(component)
+    Dh = pool.head_bytes(component)
+    H = pool.heads
+    base = host_base(case, pool, component)
+    layout = case.layout
+    page, slot = torch.div(t, ps, rounding_mode="floor"), torch.remainder(t, ps)
+    if layout is HostLayout.LAYER_FIRST:
+        return _rows(base + (layer * S + t) * E, E)
+    if layout is HostLayout.PAGE_FIRST:
+        return _rows(base + (t * L + layer) * E, E)
+    if layout is HostLayout.PAGE_FIRST_DIRECT or (
+        layout is HostLayout.PAGE_UNIFIED and pool.attention is Attention.MLA
+    ):
+        return _rows(base + (page * L * ps + layer * ps + slot) * E, E)
+    heads = torch.arange(H, dtype=torch.int64)
+    if layout is HostLayout.PAGE_HEAD:
+        # per head h: (((page*H + h)*ps + slot) * L + layer) * Dh
+        starts = ((page[:, None] * H + heads[None, :]) * ps + slot[:, None]) * L * Dh + layer * Dh
+        return _chunks(base + starts, Dh)
+    if layout is HostLayout.PAGE_UNIFIED:
+        G = pool.head_groups
+        per_group = H // G
+        group, head_in_group = torch.div(heads, per_group, rounding_mode="floor"), torch.remainder(heads, per_group)
+        c = component_index(pool, component)
+        block = (((page[:, None] * G + group[None, :]) * L + layer) * 2 + c) * ps + slot[:, None]
+        starts = block * per_group * Dh + head_in_group[None, :] * Dh
+        return _chunks(starts, Dh)
+    raise AssertionError(layout)
+
+
+def device_row_bytes(case: Case, pool: PoolSpec, component: str, layer: int, rows: torch.Tensor) -> torch.Tensor:
+    """Byte offsets (int64, shape [n, row_bytes]) of device rows (component, layer, rows[i])."""
+    E = pool.row_bytes(component)
+    base = device_base(case, pool, component) + layer * case.device_rows * E
+    return _rows(base + rows.to(torch.int64) * E, E)
+
+
+def _rows(starts: torch.Tensor, width: int) -> torch.Tensor:
+    return starts[:, None] + torch.arange(width, dtype=torch.int64)[None, :]
+
+
+def _chunks(starts: torch.Tensor, width: int) -> torch.Tensor:
+    """[n, chunks] chunk starts -> [n, chunks*width] byte offsets, chunk by chunk."""
+    n = starts.shape[0]
+    return (starts[:, :, None] + torch.arange(width, dtype=torch.int64)[None, None, :]).reshape(n, -1)
