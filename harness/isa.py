@@ -851,6 +851,7 @@ class RocmToolchain:
     clang: pathlib.Path
     clang_version: str
     hip_include_dirs: tuple[pathlib.Path, ...]
+    device_lib_dir: pathlib.Path
     tvm_ffi_include_dirs: tuple[pathlib.Path, ...]
     headers_origin: str
 
@@ -913,8 +914,9 @@ def find_rocm_toolchain(
     clang: str | None = None,
     hip_include: Sequence[str] = (),
     tvm_ffi_include: Sequence[str] = (),
+    device_lib_path: str | None = None,
 ) -> RocmToolchain:
-    """clang-19 plus HIP and tvm-ffi headers; fetches the headers into the cache when allowed."""
+    """clang-19 plus HIP headers, ROCm device libraries and tvm-ffi headers (fetched when allowed)."""
     cache = cache_dir or isa_fetch.default_cache_dir()
     clang_path = _resolve_tool(clang, ("clang-19",), ("/usr/lib/llvm-19/bin/clang",))
     if clang_path is None:
@@ -924,17 +926,21 @@ def find_rocm_toolchain(
             "with the AMDGPU backend)"
         )
     version = _tool_version(clang_path)
-    if hip_include:
+    if hip_include and device_lib_path:
         hip_dirs = tuple(pathlib.Path(directory) for directory in hip_include)
-        origin = "--hip-include"
+        device_libs, origin = pathlib.Path(device_lib_path), "--hip-include / --rocm-device-lib-path"
     else:
         try:
-            headers = isa_fetch.ensure_hip_headers(cache, allow_fetch=allow_fetch)
+            fetched = isa_fetch.ensure_rocm_device_files(cache, allow_fetch=allow_fetch)
         except isa_fetch.FetchError as error:
             raise ToolchainUnavailable(str(error)) from error
-        hip_dirs, origin = headers.include_dirs, headers.origin
+        hip_dirs = tuple(pathlib.Path(d) for d in hip_include) or fetched.include_dirs
+        device_libs = pathlib.Path(device_lib_path) if device_lib_path else fetched.device_lib_dir
+        origin = fetched.origin
+    if not (device_libs / "ockl.bc").is_file():
+        raise ToolchainUnavailable(f"no ockl.bc in the ROCm device library folder {device_libs}")
     tvm_dirs = _tvm_ffi_includes(tvm_ffi_include, cache, allow_fetch)
-    return RocmToolchain(clang_path, version, hip_dirs, tvm_dirs, origin)
+    return RocmToolchain(clang_path, version, hip_dirs, device_libs, tvm_dirs, origin)
 
 
 def find_cuda_toolchain(
@@ -976,9 +982,11 @@ def rocm_compile_flags(arch: str, strict: bool, toolchain: RocmToolchain, source
     fp8 = "-DHIP_FP8_TYPE_FNUZ=1" if "gfx942" in arch else "-DHIP_FP8_TYPE_E4M3=1"
     flags = [
         "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "-S",
-        # No ROCm install: no device libraries (the copy kernels call none), no HIP runtime headers from
-        # a ROCm path, so clang's own HIP wrapper is included by hand.
-        "-nogpulib", "-nogpuinc", "-include", "__clang_hip_runtime_wrapper.h",
+        # No ROCm install: the device libraries come from their own folder (ockl inlines threadIdx and
+        # friends, as in a real build) and -nogpuinc keeps clang from looking for a ROCm path, so clang's
+        # own HIP wrapper is included by hand.
+        f"--rocm-device-lib-path={toolchain.device_lib_dir}",
+        "-nogpuinc", "-include", "__clang_hip_runtime_wrapper.h",
         "-DUSE_ROCM", "-std=c++20", "-O3", fp8,
         "-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-fno-gpu-rdc",
         "-Wno-unused-result",
@@ -1310,6 +1318,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="self-test: check a copy of hicache.cuh with this defect; the check is expected to FAIL (exit 1)",
     )
     parser.add_argument("--clang", default=None, help="clang for ROCm (default: clang-19)")
+    parser.add_argument(
+        "--rocm-device-lib-path",
+        default=None,
+        metavar="DIR",
+        help="ROCm device libraries (ockl.bc, oclc_*.bc) (default: Debian trixie's rocm-device-libs-17, fetched)",
+    )
     parser.add_argument("--nvcc", default=None, help="nvcc for CUDA (default: nvcc on PATH, $CUDA_HOME/bin/nvcc)")
     parser.add_argument("--nvdisasm", default=None, help="nvdisasm (default: on PATH, toolkit, else PyPI wheel)")
     parser.add_argument(
@@ -1378,7 +1392,9 @@ def run(args: argparse.Namespace) -> int:
             _select_modules(platform, args.module)
         source = resolve_sglang_source(args.sglang_source, cache_dir)
         rocm_tools = (
-            find_rocm_toolchain(cache_dir, allow_fetch, args.clang, args.hip_include, args.tvm_ffi_include)
+            find_rocm_toolchain(
+                cache_dir, allow_fetch, args.clang, args.hip_include, args.tvm_ffi_include, args.rocm_device_lib_path
+            )
             if any(platform == PLATFORM_ROCM for platform, _ in plan)
             else None
         )

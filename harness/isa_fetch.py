@@ -3,10 +3,11 @@
 Nothing fetched here is committed to the repository: the ROCm HIP headers, tvm-ffi's headers, NVIDIA's
 disassembler and sglang's kernel sources are downloaded on first use into a cache folder and reused after.
 
-* HIP headers: Debian bookworm's HIP 5.2 headers are too old for sglang (no ``hip/hip_bf16.h``), so the
-  ``libamdhip64-dev`` package of Debian *trixie* (HIP 5.7.1) is downloaded with a private apt
-  configuration (the system's sources and state are left untouched) and unpacked with ``dpkg -x``.
-  sglang also uses two HIP 6.2 launch types; a one-file overlay adds them (see ``HIP_RUNTIME_OVERLAY``).
+* HIP headers and device libraries: Debian bookworm's HIP 5.2 headers are too old for sglang (no
+  ``hip/hip_bf16.h``), so the ``libamdhip64-dev`` (HIP 5.7.1) and ``rocm-device-libs-17`` packages of
+  Debian *trixie* are downloaded with a private apt configuration (the system's sources and state are
+  left untouched) and unpacked with ``dpkg -x``. sglang also uses two HIP 6.2 launch types; a one-file
+  overlay adds them (see ``HIP_RUNTIME_OVERLAY``).
 * tvm-ffi headers and ``nvdisasm`` come from PyPI wheels (``pip download --no-deps``), unpacked, not
   installed.
 * sglang's kernels come from its wheel or sdist; only ``kernels/jit/csrc`` and ``kernels/jit/include``
@@ -33,9 +34,11 @@ DEFAULT_TVM_FFI_VERSION = "0.1.11"
 # The sglang release whose kernels the committed reports describe.
 DEFAULT_SGLANG_VERSION = "0.5.23"
 DEFAULT_DEBIAN_MIRROR = "http://deb.debian.org/debian"
-# Debian trixie's HIP is the oldest with hip_bf16.h; bookworm's 5.2.3 lacks it.
-HIP_HEADERS_SUITE = "trixie"
+# Debian trixie's HIP is the oldest with hip_bf16.h; bookworm's 5.2.3 lacks it. Its device libraries
+# (ROCm 6.0, LLVM-17 bitcode) have the gfx90a/gfx942 and code-object-v5 ABI files clang 19 links.
+HIP_DEBIAN_SUITE = "trixie"
 HIP_HEADERS_PACKAGE = "libamdhip64-dev"
+DEVICE_LIBS_PACKAGE = "rocm-device-libs-17"
 
 # sglang's utils.cuh fills a hipLaunchConfig_t (HIP >= 6.2) and launches through hipLaunchKernelGGL on
 # ROCm, reading only gridDim/blockDim/dynamicSmemBytes/stream/numAttrs. HIP 5.7 lacks both types, so this
@@ -115,11 +118,24 @@ def pip_download(requirement: str, dest: pathlib.Path) -> pathlib.Path:
 
 
 @dataclass(frozen=True)
-class HipHeaders:
-    """Include folders, searched in this order with -isystem: the overlay first, then HIP's headers."""
+class RocmDeviceFiles:
+    """What clang needs to compile HIP device code without a ROCm install.
+
+    ``include_dirs`` are searched in this order with -isystem (the overlay first, then HIP's headers);
+    ``device_lib_dir`` holds ockl.bc & co. Without them (``-nogpulib``) threadIdx/blockIdx/blockDim/gridDim
+    stay external calls to ``__ockl_get_*`` inside the copy loops, which production code never has.
+    """
 
     include_dirs: tuple[pathlib.Path, ...]
+    device_lib_dir: pathlib.Path
     origin: str
+
+
+# (Debian trixie package, a file that proves it is unpacked, relative to the unpack root)
+ROCM_DEVICE_PACKAGES = (
+    (HIP_HEADERS_PACKAGE, "usr/include/hip/hip_bf16.h"),
+    (DEVICE_LIBS_PACKAGE, "usr/lib/llvm-17/lib/clang/17/amdgcn/bitcode/ockl.bc"),
+)
 
 
 def _debian_mirror() -> str:
@@ -143,41 +159,46 @@ def _debian_mirror() -> str:
     return DEFAULT_DEBIAN_MIRROR
 
 
-def ensure_hip_headers(cache_dir: pathlib.Path, allow_fetch: bool = True) -> HipHeaders:
-    """HIP 5.7.1 headers from Debian trixie plus the overlay, fetched once into ``cache_dir/hip``."""
-    root = cache_dir / "hip"
-    overlay_dir = root / "overlay"
+def ensure_rocm_device_files(cache_dir: pathlib.Path, allow_fetch: bool = True) -> RocmDeviceFiles:
+    """HIP 5.7.1 headers and LLVM-17 ROCm device libraries from Debian trixie, fetched once into the cache."""
+    root = cache_dir / "rocm"
     unpacked = root / "unpacked"
-    hip_include = unpacked / "usr" / "include"
-    if not (hip_include / "hip" / "hip_bf16.h").is_file():
+    missing = [package for package, proof in ROCM_DEVICE_PACKAGES if not (unpacked / proof).is_file()]
+    if missing:
         if not allow_fetch:
             raise FetchError(
-                f"HIP headers not found in {hip_include} and fetching is disabled; run once without "
-                "--no-fetch or pass --hip-include DIR (HIP >= 5.7 headers, with hip/hip_bf16.h)"
+                f"{', '.join(missing)} not found under {unpacked} and fetching is disabled; run once without "
+                "--no-fetch, or pass --hip-include DIR (HIP >= 5.7 headers with hip/hip_bf16.h) and "
+                "--rocm-device-lib-path DIR (ROCm device libraries: ockl.bc, oclc_*.bc)"
             )
-        _download_hip_headers(root, unpacked)
+        _download_debian_packages(root, unpacked, missing)
+    overlay_dir = root / "overlay"
     overlay_header = overlay_dir / "hip" / "hip_runtime.h"
     if not overlay_header.is_file() or overlay_header.read_text() != HIP_RUNTIME_OVERLAY:
         overlay_header.parent.mkdir(parents=True, exist_ok=True)
         overlay_header.write_text(HIP_RUNTIME_OVERLAY)
-    return HipHeaders(
-        include_dirs=(overlay_dir, hip_include),
-        origin=f"Debian {HIP_HEADERS_SUITE} {HIP_HEADERS_PACKAGE} (+ hicache-fuzz launch-type overlay)",
+    return RocmDeviceFiles(
+        include_dirs=(overlay_dir, unpacked / "usr" / "include"),
+        device_lib_dir=(unpacked / ROCM_DEVICE_PACKAGES[1][1]).parent,
+        origin=(
+            f"Debian {HIP_DEBIAN_SUITE} {HIP_HEADERS_PACKAGE} + {DEVICE_LIBS_PACKAGE} "
+            "(+ hicache-fuzz launch-type overlay)"
+        ),
     )
 
 
-def _download_hip_headers(root: pathlib.Path, unpacked: pathlib.Path) -> None:
+def _download_debian_packages(root: pathlib.Path, unpacked: pathlib.Path, packages: Sequence[str]) -> None:
     for tool in ("apt-get", "dpkg"):
         if shutil.which(tool) is None:
             raise FetchError(
-                f"fetching the HIP headers needs Debian's {tool}, which is not on PATH; on another system "
-                "pass --hip-include DIR (HIP >= 5.7 headers, with hip/hip_bf16.h)"
+                f"fetching {', '.join(packages)} needs Debian's {tool}, which is not on PATH; on another "
+                "system pass --hip-include DIR and --rocm-device-lib-path DIR"
             )
     apt_dir = root / "apt"
     (apt_dir / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (apt_dir / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     source_list = apt_dir / "sources.list"
-    source_list.write_text(f"deb {_debian_mirror()} {HIP_HEADERS_SUITE} main\n")
+    source_list.write_text(f"deb {_debian_mirror()} {HIP_DEBIAN_SUITE} main\n")
     # A private list, state and cache: the machine's own apt configuration is never changed.
     apt_options = [
         "-o", f"Dir::Etc::sourcelist={source_list}",
@@ -187,22 +208,22 @@ def _download_hip_headers(root: pathlib.Path, unpacked: pathlib.Path) -> None:
         # Downloading into a root-owned folder; the _apt sandbox user could not write there.
         "-o", "APT::Sandbox::User=root",
     ]  # fmt: skip
-    _run(["apt-get", *apt_options, "-qq", "update"], f"reading the Debian {HIP_HEADERS_SUITE} package list")
-    for old in apt_dir.glob(f"{HIP_HEADERS_PACKAGE}_*.deb"):
-        old.unlink()
-    _run(
-        ["apt-get", *apt_options, "-qq", "download", f"{HIP_HEADERS_PACKAGE}/{HIP_HEADERS_SUITE}"],
-        f"downloading {HIP_HEADERS_PACKAGE} from Debian {HIP_HEADERS_SUITE}",
-        cwd=apt_dir,
-    )
-    debs = sorted(apt_dir.glob(f"{HIP_HEADERS_PACKAGE}_*.deb"))
-    if not debs:
-        raise FetchError(f"apt-get download left no {HIP_HEADERS_PACKAGE} .deb in {apt_dir}")
-    if unpacked.exists():
-        shutil.rmtree(unpacked)
-    _run(["dpkg", "-x", str(debs[-1]), str(unpacked)], f"unpacking {debs[-1].name}")
-    if not (unpacked / "usr" / "include" / "hip" / "hip_bf16.h").is_file():
-        raise FetchError(f"{debs[-1].name} has no usr/include/hip/hip_bf16.h")
+    _run(["apt-get", *apt_options, "-qq", "update"], f"reading the Debian {HIP_DEBIAN_SUITE} package list")
+    for package in packages:
+        for old in apt_dir.glob(f"{package}_*.deb"):
+            old.unlink()
+        _run(
+            ["apt-get", *apt_options, "-qq", "download", f"{package}/{HIP_DEBIAN_SUITE}"],
+            f"downloading {package} from Debian {HIP_DEBIAN_SUITE}",
+            cwd=apt_dir,
+        )
+        debs = sorted(apt_dir.glob(f"{package}_*.deb"))
+        if not debs:
+            raise FetchError(f"apt-get download left no {package} .deb in {apt_dir}")
+        _run(["dpkg", "-x", str(debs[-1]), str(unpacked)], f"unpacking {debs[-1].name}")
+    for package, proof in ROCM_DEVICE_PACKAGES:
+        if package in packages and not (unpacked / proof).is_file():
+            raise FetchError(f"{package} unpacked without {proof}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -351,14 +372,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     cache_dir = pathlib.Path(arguments[0]) if arguments else default_cache_dir()
     try:
-        hip = ensure_hip_headers(cache_dir)
+        rocm = ensure_rocm_device_files(cache_dir)
         tvm = ensure_tvm_ffi_headers(cache_dir)
         archive = fetch_sglang_archive(cache_dir)
         jit_dir = extract_sglang_kernels(archive, cache_dir)
     except FetchError as error:
         print(f"isa_fetch: {error}", file=sys.stderr)
         return 3
-    print(f"HIP headers: {', '.join(map(str, hip.include_dirs))}")
+    print(f"HIP headers: {', '.join(map(str, rocm.include_dirs))}; device libraries: {rocm.device_lib_dir}")
     print(f"tvm-ffi headers: {', '.join(map(str, tvm))}")
     print(f"sglang {DEFAULT_SGLANG_VERSION}: {archive} -> {jit_dir}")
     return 0
