@@ -303,7 +303,8 @@ def expectation_for(kernel: KernelName, platform: str) -> CopyExpectation | None
         )
         return CopyExpectation(package * 8, rounds * components, derivation)
     if kernel.family in ("hicache_relayout_kernel", "hicache_transfer_per_layer_page_unified"):
-        # relayout: <Index, kElementSize, kIsMLA>; page-unified load-back: <T, kElementSize, kBlockSize, kIsMLA>.
+        # relayout: <Index, kElementSize, kIsMLA>;
+        # page-unified load-back: <T, kElementSize, kBlockSize, kIsMLA>.
         # Both move one 16-byte vector per K and V (relayout) or per item (page-unified) and iteration.
         if not values or values[-1] is None:
             return None
@@ -334,7 +335,9 @@ class ModuleSpec:
         lines = [f"#include <{header}>" for header in TVM_FFI_INCLUDES]
         lines.append(f'#include "{(csrc_dir / self.header).as_posix()}"')
         lines.append("namespace sglang {")
-        lines += [f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({function}));" for export, function in self.wrappers]
+        lines += [
+            f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({function}));" for export, function in self.wrappers
+        ]
         lines.append("}  // namespace sglang")
         return "\n".join(lines) + "\n"
 
@@ -356,7 +359,9 @@ def _hicache_module(platform: str, element_bytes: int, unroll: int) -> ModuleSpe
         for index in _INDEX_TYPES
         for mla in _BOOLS
     )
-    return ModuleSpec(f"hicache-e{element_bytes}-u{unroll}", "kvcacheio/hicache.cuh", wrappers, expected, (platform,))
+    return ModuleSpec(
+        f"hicache-e{element_bytes}-u{unroll}", "kvcacheio/hicache.cuh", wrappers, expected, (platform,)
+    )
 
 
 def _page_unified_load_module(platform: str, element_bytes: int) -> ModuleSpec:
@@ -384,10 +389,16 @@ def _staged_module(platform: str, element_bytes: int, unroll: int) -> ModuleSpec
         ("launch_all_mla_lf_pf_staged", f"&HiCacheStagedWriteBackKernel<{args}>::run_all_mla_lf_pf_staged"),
     )
     expected = tuple(
-        f"hicache_relayout_kernel<{index}, {element_bytes}, {mla}>" for index in _INDEX_TYPES for mla in _BOOLS
+        f"hicache_relayout_kernel<{index}, {element_bytes}, {mla}>"
+        for index in _INDEX_TYPES
+        for mla in _BOOLS
     )
     return ModuleSpec(
-        f"staged-e{element_bytes}-u{unroll}", "kvcacheio/staged_write_back.cuh", wrappers, expected, (platform,)
+        f"staged-e{element_bytes}-u{unroll}",
+        "kvcacheio/staged_write_back.cuh",
+        wrappers,
+        expected,
+        (platform,),
     )
 
 
@@ -458,7 +469,9 @@ def amdgpu_nontemporal_modifiers(arch: str) -> frozenset[str]:
         return frozenset({"nt"})
     if base in ("gfx90a", "gfx908"):
         return frozenset({"glc", "slc"})
-    raise BadInput(f"ROCm arch {arch!r} is not supported by this check (supported: gfx90a, gfx908, gfx940-942)")
+    raise BadInput(
+        f"ROCm arch {arch!r} is not supported by this check (supported: gfx90a, gfx908, gfx940-942)"
+    )
 
 
 def _amdgpu_width(suffix: str) -> int:
@@ -544,9 +557,7 @@ def count_accesses(accesses: Sequence[MemoryAccess]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def find_violations(
-    accesses: Sequence[MemoryAccess], expectation: CopyExpectation, hint: str
-) -> list[str]:
+def find_violations(accesses: Sequence[MemoryAccess], expectation: CopyExpectation, hint: str) -> list[str]:
     """Every reason the accesses of one copy kernel fall short of ``expectation``; empty when they pass.
 
     ``hint`` names the nontemporal marking in messages (``nt``, ``glc slc``, ``.NA``).
@@ -564,7 +575,8 @@ def find_violations(
     plain_stores = [a for a in stores if not a.nontemporal]
     if plain_stores:
         violations.append(
-            f"{len(plain_stores)} store(s) without the nontemporal hint ({hint}), e.g. `{plain_stores[0].instruction}`"
+            f"{len(plain_stores)} store(s) without the nontemporal hint ({hint}), "
+            f"e.g. `{plain_stores[0].instruction}`"
         )
     # Index and layer-pointer loads are at most 64 bits wide; a wider plain load is copied data.
     wide_plain_loads = [a for a in loads if not a.nontemporal and a.width_bits > 64]
@@ -581,7 +593,8 @@ def find_violations(
         if wrong_width:
             widths = ", ".join(f"{bits}-bit" for bits in sorted({a.width_bits for a in wrong_width}))
             violations.append(
-                f"{len(wrong_width)} of {len(group)} nontemporal {direction}s are {widths}, expected {want}-bit "
+                f"{len(wrong_width)} of {len(group)} nontemporal {direction}s are {widths}, "
+                f"expected {want}-bit "
                 f"({expectation.derivation}), e.g. `{wrong_width[0].instruction}`"
             )
         elif len(group) % expectation.accesses_per_element:
@@ -695,13 +708,17 @@ def _find_jit_dir(root: pathlib.Path) -> pathlib.Path | None:
     return None
 
 
-def resolve_sglang_source(path: pathlib.Path | str | None, cache_dir: pathlib.Path | None = None) -> SglangSource:
-    """Locate sglang's kernels: a folder, a wheel/sdist (extracted into the cache), or the installed package."""
+def resolve_sglang_source(
+    path: pathlib.Path | str | None, cache_dir: pathlib.Path | None = None
+) -> SglangSource:
+    """Locate sglang's kernels: a folder, a wheel/sdist (extracted into the cache) or the installed one."""
     cache = cache_dir or isa_fetch.default_cache_dir()
     if path is None:
         spec = importlib.util.find_spec("sglang")
         if spec is None or not spec.submodule_search_locations:
-            raise SourceUnavailable(f"sglang is not installed and --sglang-source was not given; {HOW_TO_GET_SGLANG}")
+            raise SourceUnavailable(
+                f"sglang is not installed and --sglang-source was not given; {HOW_TO_GET_SGLANG}"
+            )
         package_dir = pathlib.Path(next(iter(spec.submodule_search_locations)))
         jit_dir = _find_jit_dir(package_dir)
         if jit_dir is None:
@@ -709,7 +726,9 @@ def resolve_sglang_source(path: pathlib.Path | str | None, cache_dir: pathlib.Pa
                 f"the installed sglang at {package_dir} has no kernels/jit/csrc/kvcacheio/hicache.cuh "
                 f"(too old or too new for this check); {HOW_TO_GET_SGLANG}"
             )
-        return SglangSource(jit_dir, jit_dir / "csrc", _read_version(package_dir), f"installed package {package_dir}")
+        return SglangSource(
+            jit_dir, jit_dir / "csrc", _read_version(package_dir), f"installed package {package_dir}"
+        )
     source = pathlib.Path(path).expanduser().resolve()
     if not source.exists():
         raise SourceUnavailable(f"--sglang-source {source} does not exist; {HOW_TO_GET_SGLANG}")
@@ -724,7 +743,8 @@ def resolve_sglang_source(path: pathlib.Path | str | None, cache_dir: pathlib.Pa
     found = _find_jit_dir(source)
     if found is None:
         raise SourceUnavailable(
-            f"--sglang-source {source} contains no kernels/jit/csrc/kvcacheio/hicache.cuh; {HOW_TO_GET_SGLANG}"
+            f"--sglang-source {source} contains no kernels/jit/csrc/kvcacheio/hicache.cuh; "
+            f"{HOW_TO_GET_SGLANG}"
         )
     return SglangSource(found, found / "csrc", _read_version(found.parent.parent), f"folder {source}")
 
@@ -754,15 +774,11 @@ def _scalar_stores(width: int) -> str:
 
 
 def _ptx_scalar_loads(width: int) -> str:
-    return "\\n\\t".join(
-        f"ld.global.L1::no_allocate.b32 %{i},[%{width}+{4 * i}];" for i in range(width)
-    )
+    return "\\n\\t".join(f"ld.global.L1::no_allocate.b32 %{i},[%{width}+{4 * i}];" for i in range(width))
 
 
 def _ptx_scalar_stores(width: int) -> str:
-    return "\\n\\t".join(
-        f"st.global.L1::no_allocate.b32 [%0+{4 * i}],%{i + 1};" for i in range(width)
-    )
+    return "\\n\\t".join(f"st.global.L1::no_allocate.b32 [%0+{4 * i}],%{i + 1};" for i in range(width))
 
 
 MUTANTS: dict[str, Mutant] = {
@@ -771,7 +787,8 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             "rocm-scalarized",
             PLATFORM_ROCM,
-            "ROCm load_nc/store_nc for uint2/uint4 issue 2/4 separate 32-bit nontemporal builtins instead of one "
+            "ROCm load_nc/store_nc for uint2/uint4 issue 2/4 separate 32-bit nontemporal builtins instead of "
+            "one "
             "native vector access (clang -O3 re-merges them; only --strict sees it)",
             (
                 (_NT_LOAD_VECTOR.format(n=2), _scalar_loads(2)),
@@ -801,7 +818,8 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             "cuda-scalarized",
             PLATFORM_CUDA,
-            "CUDA load_nc/store_nc for uint2/uint4 issue 32-bit ld/st.global.L1::no_allocate instead of v2/v4",
+            "CUDA load_nc/store_nc for uint2/uint4 issue 32-bit ld/st.global.L1::no_allocate "
+            "instead of v2/v4",
             (
                 (re.escape("ld.global.L1::no_allocate.v2.b32 {%0,%1},[%2];"), _ptx_scalar_loads(2)),
                 (re.escape("ld.global.L1::no_allocate.v4.b32 {%0,%1,%2,%3},[%4];"), _ptx_scalar_loads(4)),
@@ -822,9 +840,12 @@ MUTANTS: dict[str, Mutant] = {
 def mutate_hicache_source(text: str, mutant: Mutant) -> str:
     """Apply ``mutant`` to the text of hicache.cuh; raises BadInput when the source lacks a pattern."""
     for pattern, replacement in mutant.replacements:
-        text, count = re.subn(pattern, lambda _match, r=replacement: r, text)
+        # The replacement is literal C++ text; escape backslashes so re does not read \n in it.
+        text, count = re.subn(pattern, replacement.replace("\\", "\\\\"), text)
         if count == 0:
-            raise BadInput(f"mutant {mutant.name}: hicache.cuh has no match for /{pattern}/ (sglang changed?)")
+            raise BadInput(
+                f"mutant {mutant.name}: hicache.cuh has no match for /{pattern}/ (sglang changed?)"
+            )
     return text
 
 
@@ -872,7 +893,9 @@ def _tool_version(tool: pathlib.Path) -> str:
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ToolchainUnavailable(f"{tool} does not run: {error}") from error
     if completed.returncode != 0:
-        raise ToolchainUnavailable(f"{tool} --version exited {completed.returncode}: {completed.stderr[-500:]}")
+        raise ToolchainUnavailable(
+            f"{tool} --version exited {completed.returncode}: {completed.stderr[-500:]}"
+        )
     lines = [line.strip() for line in completed.stdout.splitlines() if line.strip()]
     if not lines:
         return "unknown"
@@ -880,7 +903,9 @@ def _tool_version(tool: pathlib.Path) -> str:
     return lines[0] if "clang" in lines[0] else lines[-1]
 
 
-def _resolve_tool(explicit: str | None, names: Sequence[str], fallbacks: Sequence[str]) -> pathlib.Path | None:
+def _resolve_tool(
+    explicit: str | None, names: Sequence[str], fallbacks: Sequence[str]
+) -> pathlib.Path | None:
     if explicit:
         found = shutil.which(explicit)
         return pathlib.Path(found) if found else None
@@ -1056,7 +1081,13 @@ def _compile_rocm_module(
     unit = work_dir / f"{stem}.hip"
     assembly = work_dir / f"{stem}.s"
     unit.write_text(module.translation_unit(source.csrc_dir))
-    command = [str(toolchain.clang), *rocm_compile_flags(arch, strict, toolchain, source), str(unit), "-o", str(assembly)]
+    command = [
+        str(toolchain.clang),
+        *rocm_compile_flags(arch, strict, toolchain, source),
+        str(unit),
+        "-o",
+        str(assembly),
+    ]
     started = time.monotonic()
     returncode, _stdout, stderr = _run_compiler(command)
     seconds = time.monotonic() - started
@@ -1119,7 +1150,11 @@ def _check(
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             outcomes = list(pool.map(lambda module: compile_one(module, directory), modules))
         for outcome in outcomes:
-            kernels = [] if outcome.error else check_listing(parse(outcome.listing), outcome.module, report.platform, hint)
+            kernels = (
+                []
+                if outcome.error
+                else check_listing(parse(outcome.listing), outcome.module, report.platform, hint)
+            )
             report.modules.append(
                 ModuleResult(
                     name=outcome.module.name,
@@ -1242,7 +1277,9 @@ def render_text(report: IsaReport) -> list[str]:
     checked = sum(1 for kernel in report.kernels if kernel.symbol)
     failed = sum(1 for kernel in report.kernels if not kernel.passed)
     verdict = "PASS" if report.passed else "FAIL"
-    lines.append(f"  {verdict}: {checked} kernel instantiations checked, {failed} failing, {report.seconds:.1f} s")
+    lines.append(
+        f"  {verdict}: {checked} kernel instantiations checked, {failed} failing, {report.seconds:.1f} s"
+    )
     return lines
 
 
@@ -1254,7 +1291,8 @@ def render_markdown(reports: Sequence[IsaReport], command: str) -> str:
         checked = sum(1 for kernel in report.kernels if kernel.symbol)
         failed = sum(1 for kernel in report.kernels if not kernel.passed)
         lines.append(
-            f"| {report.platform} | {report.arch} | {'yes' if report.strict else 'no'} | {report.mutant or '-'} "
+            f"| {report.platform} | {report.arch} | {'yes' if report.strict else 'no'} "
+            f"| {report.mutant or '-'} "
             f"| {report.sglang_version} | {checked} | {failed} | {'PASS' if report.passed else 'FAIL'} "
             f"| {report.seconds:.1f} |"
         )
@@ -1276,7 +1314,10 @@ def render_markdown(reports: Sequence[IsaReport], command: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hicache-fuzz isa``."""
     parser.add_argument(
-        "--platform", choices=(*PLATFORMS, "all"), default="all", help="which compiler path to check (default: all)"
+        "--platform",
+        choices=(*PLATFORMS, "all"),
+        default="all",
+        help="which compiler path to check (default: all)",
     )
     parser.add_argument(
         "--arch",
@@ -1301,7 +1342,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", default=None, help="write the full results as JSON")
     parser.add_argument("--markdown", metavar="PATH", default=None, help="write a Markdown summary")
     parser.add_argument(
-        "--keep-dir", metavar="DIR", default=None, help="keep generated units and listings (.s / .sass) in DIR"
+        "--keep-dir",
+        metavar="DIR",
+        default=None,
+        help="keep generated units and listings (.s / .sass) in DIR",
     )
     parser.add_argument(
         "--module",
@@ -1315,28 +1359,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mutant",
         choices=sorted(MUTANTS),
         default=None,
-        help="self-test: check a copy of hicache.cuh with this defect; the check is expected to FAIL (exit 1)",
+        help="self-test: check a copy of hicache.cuh with this defect; the check must FAIL (exit 1)",
     )
     parser.add_argument("--clang", default=None, help="clang for ROCm (default: clang-19)")
     parser.add_argument(
         "--rocm-device-lib-path",
         default=None,
         metavar="DIR",
-        help="ROCm device libraries (ockl.bc, oclc_*.bc) (default: Debian trixie's rocm-device-libs-17, fetched)",
+        help="ROCm device libraries, ockl.bc and oclc_*.bc (default: Debian trixie's rocm-device-libs-17)",
     )
-    parser.add_argument("--nvcc", default=None, help="nvcc for CUDA (default: nvcc on PATH, $CUDA_HOME/bin/nvcc)")
-    parser.add_argument("--nvdisasm", default=None, help="nvdisasm (default: on PATH, toolkit, else PyPI wheel)")
+    parser.add_argument(
+        "--nvcc", default=None, help="nvcc for CUDA (default: nvcc on PATH, $CUDA_HOME/bin/nvcc)"
+    )
+    parser.add_argument(
+        "--nvdisasm", default=None, help="nvdisasm (default: on PATH, toolkit, else PyPI wheel)"
+    )
     parser.add_argument(
         "--hip-include", action="append", default=[], metavar="DIR", help="HIP header folder, repeatable"
     )
     parser.add_argument(
-        "--tvm-ffi-include", action="append", default=[], metavar="DIR", help="tvm-ffi header folder, repeatable"
+        "--tvm-ffi-include",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="tvm-ffi header folder, repeatable",
     )
     parser.add_argument(
         "--cache-dir",
         default=None,
         metavar="DIR",
-        help="where fetched headers/tools are kept (default: $HICACHE_FUZZ_CACHE_DIR/isa or ~/.cache/hicache-fuzz/isa)",
+        help="where fetched headers/tools are kept "
+        "(default: $HICACHE_FUZZ_CACHE_DIR/isa, else ~/.cache/hicache-fuzz/isa)",
     )
     parser.add_argument("--no-fetch", action="store_true", help="never download headers or tools")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: CPU count)")
@@ -1358,7 +1411,9 @@ def _plan(args: argparse.Namespace) -> list[tuple[str, str]]:
         if args.platform == "all":
             platforms = (mutant_platform,)
         elif mutant_platform != args.platform:
-            raise BadInput(f"mutant {args.mutant} changes the {mutant_platform} path; use --platform {mutant_platform}")
+            raise BadInput(
+                f"mutant {args.mutant} changes the {mutant_platform} path; use --platform {mutant_platform}"
+            )
     if not args.arch:
         return [(platform, arch) for platform in platforms for arch in DEFAULT_ARCHES[platform]]
     plan = []
@@ -1393,7 +1448,12 @@ def run(args: argparse.Namespace) -> int:
         source = resolve_sglang_source(args.sglang_source, cache_dir)
         rocm_tools = (
             find_rocm_toolchain(
-                cache_dir, allow_fetch, args.clang, args.hip_include, args.tvm_ffi_include, args.rocm_device_lib_path
+                cache_dir,
+                allow_fetch,
+                args.clang,
+                args.hip_include,
+                args.tvm_ffi_include,
+                args.rocm_device_lib_path,
             )
             if any(platform == PLATFORM_ROCM for platform, _ in plan)
             else None
@@ -1413,7 +1473,9 @@ def run(args: argparse.Namespace) -> int:
     reports: list[IsaReport] = []
     with tempfile.TemporaryDirectory(prefix="hicache-isa-mutant-") as mutant_dir:
         try:
-            checked_source = apply_mutant(source, args.mutant, pathlib.Path(mutant_dir)) if args.mutant else source
+            checked_source = (
+                apply_mutant(source, args.mutant, pathlib.Path(mutant_dir)) if args.mutant else source
+            )
         except BadInput as error:
             print(f"isa: {error}", file=sys.stderr)
             return EXIT_USAGE
@@ -1444,7 +1506,11 @@ def run(args: argparse.Namespace) -> int:
         total = sum(len(report.kernels) for report in reports)
         print(f"isa: PASS ({total} kernel instantiations over {len(reports)} targets)")
     own_argv = getattr(args, "argv", None)  # set by main(); under hicache-fuzz's CLI sys.argv has "isa"
-    command = "hicache-fuzz isa " + " ".join(own_argv) if own_argv is not None else "hicache-fuzz " + " ".join(sys.argv[1:])
+    command = (
+        "hicache-fuzz isa " + " ".join(own_argv)
+        if own_argv is not None
+        else "hicache-fuzz " + " ".join(sys.argv[1:])
+    )
     if args.json:
         document = {
             "tool": "hicache-fuzz isa",
