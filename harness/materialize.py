@@ -41,20 +41,24 @@ def _salt(*parts: object) -> int:
 
 
 def fill_pattern(raw: torch.Tensor, salt: int) -> None:
-    """Fill `raw` (uint8, any device) with hash(salt, byte position) in place.
+    """Fill `raw` (uint8, any device) in place with a hash of (salt, position).
 
-    A splitmix-style mix in wrapping int64 arithmetic: identical on every device and machine.
+    Each 8-byte word at word position w gets splitmix64(w ^ salt) in wrapping int64 arithmetic, so the bytes
+    are identical on every device and machine, and every byte depends on where it is.
     """
     n = raw.numel()
-    chunk = 1 << 24  # bound the int64 temporaries to 128 MiB
-    for start in range(0, n, chunk):
-        count = min(chunk, n - start)
-        x = torch.arange(start, start + count, dtype=torch.int64, device=raw.device)
-        x = x * -7046029254386353131 + salt  # 0x9E3779B97F4A7C15 as a signed int64
+    words_total = (n + 7) // 8
+    chunk = 1 << 22  # words per step: bounds the int64 temporaries to 32 MiB
+    for first_word in range(0, words_total, chunk):
+        words = min(chunk, words_total - first_word)
+        x = torch.arange(first_word, first_word + words, dtype=torch.int64, device=raw.device) ^ salt
+        x = x * -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
         x = x ^ (x >> 31)
         x = x * -4658895280553007687  # 0xBF58476D1CE4E5B9
         x = x ^ (x >> 29)
-        raw[start : start + count] = (x & 0xFF).to(torch.uint8)
+        start = first_word * 8
+        count = min(words * 8, n - start)
+        raw[start : start + count] = x.view(torch.uint8)[:count]
 
 
 # ---- memory -------------------------------------------------------------------------------------------

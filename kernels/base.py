@@ -4,6 +4,7 @@ A backend answers four questions and does one thing:
 
 * ``probe(platform)``: can it run on this machine at all? (and if not, why: shown by ``hicache-fuzz backends``)
 * ``unsupported_reason(case, platform)``: is this case outside what it implements? (None if supported)
+* ``case_space(space, platform)``: the part of the generator's space worth drawing for this backend.
 * ``plan(case, platform)``: which entry point does the case go to, and which implementation path should run?
   The entry point selects the contract (:mod:`hicache_fuzz.oracles.contract`) and thereby the semantics the
   result is checked against; the path is compared with the path reported by ``run`` to flag silent fallbacks.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from hicache_fuzz.harness.case import Case
+from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
@@ -52,6 +54,10 @@ class Backend(ABC):
 
     @abstractmethod
     def probe(self, platform: Platform) -> Availability: ...
+
+    def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
+        """Narrow the generator's menus to what this backend implements (and what is cheap to compile)."""
+        return space
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         return None
