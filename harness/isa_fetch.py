@@ -339,11 +339,13 @@ def extract_sglang_kernels(archive: pathlib.Path, cache_dir: pathlib.Path) -> pa
     stamp = f"{archive.name}-{archive.stat().st_size}"
     dest = cache_dir / "sglang-src" / stamp
     jit_dir = dest / prefix
-    if not (jit_dir / "csrc" / "kvcacheio" / "hicache.cuh").is_file():
+    # sglang/_version.py names the release; it sits two levels above kernels/jit.
+    version_file = prefix[: -len("kernels/jit/")] + "_version.py"
+    if not (jit_dir / "csrc" / "kvcacheio" / "hicache.cuh").is_file() or not (dest / version_file).is_file():
         _extract_members(
             archive,
             dest,
-            lambda name: name.startswith(prefix + "csrc/") or name.startswith(prefix + "include/"),
+            lambda name: name.startswith((prefix + "csrc/", prefix + "include/")) or name == version_file,
         )
     return jit_dir
 
