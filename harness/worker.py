@@ -1,0 +1,331 @@
+"""Crash isolation: run cases in a persistent worker process; a dead or stuck worker becomes a result.
+
+:class:`WorkerExecutor` has the API of the in-process executor (``run(case) -> Result``, ``close()``).
+It starts ``python -m hicache_fuzz.harness.worker`` and talks JSON lines over pipes: one request line per
+case, one response line per result. The worker's own stdout is redirected to its stderr before any backend
+is imported (sglang and nvcc print), so the protocol channel stays clean; stderr goes to
+``<journal_dir>/worker.log``.
+
+Write-ahead journal: before a case is sent, it is written to ``<journal_dir>/inflight/<case_id>.json``.
+When the result comes back the file is removed. If the worker dies (illegal address, abort, a signal, an
+exit), the case moves to ``<journal_dir>/crashes/`` and the result is a CRASH; if no result comes within
+``timeout_s``, the worker's process group is killed, the case moves to ``<journal_dir>/hangs/`` and the
+result is a HANG. The worker is restarted lazily on the next case, so a campaign goes on. A case left in
+``inflight/`` after the parent itself died is the case that was running.
+
+Worker startup (imports, sglang's ~12 s) has its own, longer timeout (``startup_timeout_s``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.case import Case
+from hicache_fuzz.harness.outcome import Outcome, Result
+
+PROTOCOL = 1
+LOG_TAIL_BYTES = 4000
+
+
+class WorkerError(RuntimeError):
+    """The worker could not be started (bad backend name, platform missing): not a finding."""
+
+
+class WorkerExecutor:
+    """Runs cases in a persistent subprocess; crashes and hangs become CRASH / HANG results."""
+
+    def __init__(self, backend_names: Sequence[str], plugins: Sequence[str] = (), platform_kind: str = "cpu",
+                 timeout_s: float = 60.0, journal_dir: str | os.PathLike[str] = "worker-journal",
+                 startup_timeout_s: float = 300.0, warm_up: bool = False, python: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.backend_names = list(backend_names)
+        self.plugins = list(plugins)
+        self.platform_kind = platform_kind
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self.warm_up = warm_up
+        self.python = python or sys.executable
+        self.env = env
+        self.journal = Path(journal_dir)
+        for sub in ("inflight", "crashes", "hangs"):
+            (self.journal / sub).mkdir(parents=True, exist_ok=True)
+        self.log_path = self.journal / "worker.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+        self.restarts = 0  # workers started after the first
+        self.started = 0
+        self.hello: dict[str, Any] = {}  # the worker's greeting: probes, warm-up seconds
+        self.compile_seconds = 0.0  # reported by workers: JIT compile time inside cases (and warm-up)
+        self.startup_seconds = 0.0
+
+    # ---- public API ---------------------------------------------------------------------------------------
+    def run(self, case: Case) -> Result:
+        self._ensure_started()
+        inflight = self.journal / "inflight" / f"{case.case_id}.json"
+        inflight.write_text(case.to_json(indent=2))
+        started = time.perf_counter()
+        try:
+            self._send({"op": "run", "case": case.to_dict()})
+            reply = self._receive(self.timeout_s)
+        except _WorkerDied as died:
+            return self._lost(case, inflight, Outcome.CRASH, died.describe(), started)
+        except _WorkerTimeout:
+            self._kill()
+            return self._lost(case, inflight, Outcome.HANG, f"no result within {self.timeout_s:g} s; worker killed",
+                              started)
+        inflight.unlink(missing_ok=True)
+        self.compile_seconds += float(reply.get("compile_s", 0.0))
+        if "error" in reply:  # the harness itself failed on this case (not the backend): keep it visible
+            raise RuntimeError(f"worker failed on case {case.case_id}: {reply['error']}")
+        return Result.from_dict(reply["result"])
+
+    def close(self) -> None:
+        proc = self._proc
+        self._proc = None
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None and proc.stdin:
+                proc.stdin.write(b'{"op": "exit"}\n')
+                proc.stdin.flush()
+                proc.wait(timeout=10)
+        except Exception:
+            pass
+        if proc.poll() is None:
+            _kill_group(proc)
+        for stream in (proc.stdin, proc.stdout):
+            if stream:
+                stream.close()
+
+    def __enter__(self) -> WorkerExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- process management -----------------------------------------------------------------------------
+    def _ensure_started(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        if self._proc is not None:
+            self._proc = None
+        self._start()
+
+    def _start(self) -> None:
+        env = dict(os.environ if self.env is None else self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        args = [self.python, "-m", "hicache_fuzz.harness.worker", "--platform", self.platform_kind]
+        for name in self.backend_names:
+            args += ["--backend", name]
+        for plugin in self.plugins:
+            args += ["--backend-plugin", plugin]
+        if self.warm_up:
+            args.append("--warm-up")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        log.write(f"\n==== worker start {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
+        log.flush()
+        started = time.perf_counter()
+        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
+                                      start_new_session=True)
+        log.close()
+        self._buffer = b""
+        if self.started:
+            self.restarts += 1
+        self.started += 1
+        try:
+            hello = self._receive(self.startup_timeout_s)
+        except (_WorkerDied, _WorkerTimeout) as exc:
+            self._kill()
+            detail = exc.describe() if isinstance(exc, _WorkerDied) else "startup timed out"
+            raise WorkerError(f"worker did not start: {detail}") from None
+        if hello.get("op") != "hello":
+            self._kill()
+            raise WorkerError(f"worker did not start: {hello.get('error', hello)}")
+        self.hello = hello
+        self.compile_seconds += float(hello.get("warm_up_s", 0.0))
+        self.startup_seconds += time.perf_counter() - started
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            _kill_group(self._proc)
+            for stream in (self._proc.stdin, self._proc.stdout):
+                if stream:
+                    stream.close()
+        self._proc = None
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise _WorkerDied(self._proc, self.log_path) from None
+
+    def _receive(self, timeout: float) -> dict[str, Any]:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _WorkerTimeout()
+                if not selector.select(left):
+                    continue
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    proc.wait(timeout=10)
+                    raise _WorkerDied(proc, self.log_path)
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def _lost(self, case: Case, inflight: Path, outcome: Outcome, detail: str, started: float) -> Result:
+        folder = "crashes" if outcome is Outcome.CRASH else "hangs"
+        saved = self.journal / folder / f"{case.case_id}.json"
+        if inflight.exists():
+            inflight.replace(saved)
+        else:
+            saved.write_text(case.to_json(indent=2))
+        result = Result(case.case_id, case.backend, outcome)
+        result.error = detail
+        result.summary = f"worker {'died' if outcome is Outcome.CRASH else 'hung'}: {detail.splitlines()[0]}"
+        result.diff = {"saved_case": str(saved)}
+        result.seconds = time.perf_counter() - started
+        self._proc = None
+        return result
+
+
+class _WorkerTimeout(Exception):
+    pass
+
+
+class _WorkerDied(Exception):
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        super().__init__()
+        self.returncode = proc.poll()
+        self.log_tail = _tail(log_path)
+
+    def describe(self) -> str:
+        code = self.returncode
+        if code is None:
+            how = "worker closed its pipe"
+        elif code < 0:
+            try:
+                how = f"worker killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"worker killed by signal {-code}"
+        else:
+            how = f"worker exited with status {code}"
+        return how + (f"\n--- worker log tail ---\n{self.log_tail}" if self.log_tail else "")
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the worker and anything it started (nvcc), by its own process group id."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+# ---- the worker side --------------------------------------------------------------------------------------
+
+def _serve(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="hicache_fuzz.harness.worker")
+    parser.add_argument("--platform", default="cpu")
+    parser.add_argument("--backend", action="append", default=[])
+    parser.add_argument("--backend-plugin", action="append", default=[])
+    parser.add_argument("--warm-up", action="store_true")
+    args = parser.parse_args(argv)
+
+    # The protocol channel is a private copy of fd 1; fd 1 itself now points at stderr (the log).
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def reply(message: dict[str, Any]) -> None:
+        proto.write(json.dumps(message) + "\n")
+        proto.flush()
+
+    try:
+        from hicache_fuzz.harness import platform as platform_mod
+        from hicache_fuzz.harness.materialize import HostMemory  # noqa: F401 - import cost paid up front
+        from hicache_fuzz.harness.runner import run_case
+        from hicache_fuzz.kernels.registry import load_registry
+
+        machine = platform_mod.require(args.platform)
+        registry = load_registry(args.backend_plugin)
+        backends = {name: registry.get(name) for name in args.backend}
+        probes = {}
+        for name, backend in backends.items():
+            availability = backend.probe(machine.platform)
+            probes[name] = {"available": availability.available, "reason": availability.reason}
+        warm_up_s = 0.0
+        if args.warm_up:
+            warm_up_s = _warm_up(list(backends.values()), machine.platform)
+    except Exception as exc:
+        reply({"op": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        return 2
+    reply({"op": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "platform": machine.description,
+           "probes": probes, "warm_up_s": warm_up_s})
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("op") == "exit":
+            break
+        try:
+            case = Case.from_dict(request["case"])
+            backend = backends.get(case.backend) or registry.get(case.backend)
+            compile_before = _compile_seconds()
+            result = run_case(case, backend, machine.platform, machine.device)
+            reply({"result": result.to_dict(), "compile_s": _compile_seconds() - compile_before})
+        except Exception as exc:
+            reply({"error": f"{type(exc).__name__}: {exc}"})
+    return 0
+
+
+def _compile_seconds() -> float:
+    module = sys.modules.get("hicache_fuzz.kernels.sglang_common")
+    return float(getattr(module, "compile_seconds", 0.0)) if module else 0.0
+
+
+def _warm_up(backends: list[Any], platform: Any) -> float:
+    module = sys.modules.get("hicache_fuzz.kernels.sglang_backends")
+    if module is None:
+        try:
+            import hicache_fuzz.kernels.sglang_backends as module  # type: ignore[no-redef]
+        except Exception:
+            return 0.0
+    return float(module.warm_up_backends(backends, platform))
+
+
+if __name__ == "__main__":
+    sys.exit(_serve())

@@ -1,0 +1,424 @@
+"""Shared plumbing of the sglang backends: lazy import, probing, platform rules, path spying, compile budget.
+
+Nothing here imports sglang (or touches a GPU) at module import time: every sglang import happens inside a
+function, so ``hicache-fuzz backends`` works on a CPU-only machine and reports the sglang backends as
+unavailable with the reason.
+
+Path spying. sglang picks the implementation internally (register vs TMA kernel, staged write-back, AOT
+fallback), so a backend cannot know which one ran from the call it made. :func:`install_spies` wraps the JIT
+module factories of ``sglang.kernels.ops.kvcache.hicache`` (``_jit_hicache_module`` -> register,
+``_jit_hicache_tma_module`` -> TMA, ...) so that every ``launch*`` call on a module they return is recorded,
+and wraps the AOT ops the host-pool modules imported (``transfer_kv_*``). A backend runs inside
+:func:`recording` and returns :func:`path_of` the recorded events; the runner compares that with its plan.
+
+The factories are wrapped with our own per-key memo that also remembers failures: sglang's ``cache_once``
+does not cache exceptions, so a row size that does not compile would cost one nvcc run (8-10 s) per case.
+The memo also measures compile time (the first call per key), reported separately from run time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from hicache_fuzz.kernels.base import Availability
+from hicache_fuzz.oracles import contract
+from hicache_fuzz.oracles.contract import Platform
+
+SGLANG_VERSION = "0.5.23"
+HICACHE_MODULE = "sglang.kernels.ops.kvcache.hicache"
+TMA_ENV = "SGLANG_HICACHE_TMA_TRANSFER"
+# sglang 0.5.23 defaults, used when sglang is not importable (hicache.py:22-31, 94; pool_host/base.py:30)
+FALLBACK_BLOCK_QUOTA = {"cuda": 2, "rocm": 32}
+FALLBACK_TMA_BLOCK_QUOTA = 4
+FALLBACK_TMA_STAGE_BYTES = 32 * 1024
+STAGING_PAGE_CHUNK = 64
+
+# Path names returned by run() and predicted by plan().
+REGISTER, TMA, STAGED, PAGE_UNIFIED = "jit-register", "jit-tma", "jit-staged", "jit-page-unified"
+
+
+class SglangUnavailable(RuntimeError):
+    """sglang (or a GPU) is missing; the message is the reason shown by `hicache-fuzz backends`."""
+
+
+# ---- lazy import and probe ----------------------------------------------------------------------------
+
+_import_lock = threading.Lock()
+_hicache: Any = None
+_import_error: str | None = None
+
+
+def hicache() -> Any:
+    """The imported ``sglang.kernels.ops.kvcache.hicache`` module (spies installed); raises SglangUnavailable."""
+    global _hicache, _import_error
+    with _import_lock:
+        if _hicache is not None:
+            return _hicache
+        if _import_error is not None:
+            raise SglangUnavailable(_import_error)
+        try:
+            import importlib
+
+            module = importlib.import_module(HICACHE_MODULE)
+        except Exception as exc:  # ImportError, missing CUDA libs, a broken transitive dependency
+            _import_error = f"cannot import {HICACHE_MODULE}: {type(exc).__name__}: {exc}"
+            raise SglangUnavailable(_import_error) from None
+        _install_jit_spies(module)
+        _hicache = module
+        return module
+
+
+def sglang_version() -> str | None:
+    try:
+        from importlib import metadata
+
+        return metadata.version("sglang")
+    except Exception:
+        return None
+
+
+def gpu_reason(platform: Platform) -> str | None:
+    """Why there is no usable GPU for sglang's kernels (None if there is one)."""
+    import torch
+
+    if platform.kind == "cpu":
+        if not torch.cuda.is_available():
+            return f"no GPU: torch {torch.__version__} sees none (torch.cuda.is_available() is False)"
+        return "the CPU platform was selected (run with --platform cuda or rocm)"
+    if not torch.cuda.is_available():
+        return f"no GPU: torch {torch.__version__} sees none"
+    return None
+
+
+def probe_sglang(platform: Platform) -> Availability:
+    """Available iff a GPU is there and sglang's HiCache module imports."""
+    why = gpu_reason(platform)
+    if why is not None:
+        return Availability(False, why)
+    version = sglang_version()
+    try:
+        module = hicache()
+    except SglangUnavailable as exc:
+        return Availability(False, str(exc))
+    rules = platform_rules(platform)
+    note = "" if version == SGLANG_VERSION else f" (WARNING: harness models {SGLANG_VERSION})"
+    drift = rules_drift(platform)
+    return Availability(True, f"sglang {version}{note}, {module.__name__}; {rules.describe()}"
+                              + (f"; RULE DRIFT: {drift}" if drift else ""))
+
+
+# ---- platform rules, read from sglang where possible ----------------------------------------------------
+
+@dataclass(frozen=True)
+class Rules:
+    group_bytes: tuple[int, ...]
+    block_quota: int
+    tma_block_quota: int
+    tma_stage_bytes: int
+    staging_page_chunk: int
+    source: str  # "sglang" or "fallback"
+
+    def describe(self) -> str:
+        return (f"GROUP_BYTES={self.group_bytes} DEFAULT_BLOCK_QUOTA={self.block_quota} "
+                f"TMA_BLOCK_QUOTA={self.tma_block_quota} staging chunk {self.staging_page_chunk} pages "
+                f"[{self.source}]")
+
+
+def _module_matches_platform(module: Any, platform: Platform) -> bool:
+    return bool(getattr(module, "_is_hip", False)) == platform.is_hip
+
+
+def platform_rules(platform: Platform) -> Rules:
+    """The register-kernel copy rounds and block quotas for `platform`.
+
+    sglang computes them at import from ``torch.version.hip``; when the imported module was built for the
+    same platform kind they are read from it, otherwise (no sglang, or modelling the other platform) the
+    harness's contract constants are used.
+    """
+    module = _hicache
+    if module is not None and platform.kind != "cpu" and _module_matches_platform(module, platform):
+        return Rules(tuple(module.GROUP_BYTES), int(module.DEFAULT_BLOCK_QUOTA), int(module.TMA_BLOCK_QUOTA),
+                     int(module.TMA_STAGE_BYTES), _staging_chunk(), "sglang")
+    groups = contract.HIP_GROUP_BYTES if platform.is_hip else contract.CUDA_GROUP_BYTES
+    quota = FALLBACK_BLOCK_QUOTA["rocm" if platform.is_hip else "cuda"]
+    return Rules(tuple(groups), quota, FALLBACK_TMA_BLOCK_QUOTA, FALLBACK_TMA_STAGE_BYTES, STAGING_PAGE_CHUNK,
+                 "fallback")
+
+
+def _staging_chunk() -> int:
+    try:
+        from sglang.srt.mem_cache.pool_host.base import _WRITE_BACK_STAGING_PAGE_CHUNK
+
+        return int(_WRITE_BACK_STAGING_PAGE_CHUNK)
+    except Exception:
+        return STAGING_PAGE_CHUNK
+
+
+def rules_drift(platform: Platform) -> str:
+    """Differences between sglang's rules and the contract's constants ('' if none or not comparable)."""
+    rules = platform_rules(platform)
+    if rules.source != "sglang":
+        return ""
+    expected = contract.HIP_GROUP_BYTES if platform.is_hip else contract.CUDA_GROUP_BYTES
+    out = []
+    if tuple(expected) != rules.group_bytes:
+        out.append(f"contract GROUP_BYTES {expected} != sglang {rules.group_bytes}")
+    if rules.tma_stage_bytes != contract.TMA_MAX_ROW_BYTES:
+        out.append(f"contract TMA_MAX_ROW_BYTES {contract.TMA_MAX_ROW_BYTES} != sglang {rules.tma_stage_bytes}")
+    return "; ".join(out)
+
+
+def default_unroll(row_bytes: int) -> int:
+    return contract.register_unroll(row_bytes)
+
+
+def register_row_ok(row_bytes: int, platform: Platform, unroll: int | None = None) -> bool:
+    """`_tiles_across_lanes` with the platform's copy rounds."""
+    unroll = unroll or default_unroll(row_bytes)
+    if unroll <= 0 or unroll > 32 or 32 % unroll:
+        return False
+    lanes = 32 // unroll
+    return any(g % lanes == 0 and row_bytes % g == 0 and g // lanes in (4, 8, 16)
+               for g in platform_rules(platform).group_bytes)
+
+
+def tma_rows_per_chunk(row_bytes: int, platform: Platform) -> int:
+    stage = platform_rules(platform).tma_stage_bytes
+    rows = 1
+    while rows * 2 <= stage // max(row_bytes, 1) and rows * 2 <= 128:
+        rows *= 2
+    return rows
+
+
+def tma_env_enabled() -> bool:
+    value = os.environ.get(TMA_ENV)
+    return value is None or value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def tma_selected(row_bytes: int, page_size: int | None, platform: Platform, mode: str | None = None) -> bool:
+    """Prediction of ``use_hicache_tma_kernel`` (hicache.py:122-144) under a forcing `mode`.
+
+    mode None follows the environment (as the process's cached gate does), "off" forces the register kernel,
+    "on" evaluates the gate with the environment switch on. ``fits_device`` is assumed true on sm90+.
+    """
+    if mode == "off" or not platform.has_tma:
+        return False
+    if mode is None and not tma_env_enabled():
+        return False
+    if row_bytes % 16:
+        return False
+    return not (page_size is not None and page_size % tma_rows_per_chunk(row_bytes, platform))
+
+
+# ---- spies ------------------------------------------------------------------------------------------------
+
+_events: list[str] | None = None
+_compile_lock = threading.Lock()
+compile_seconds = 0.0  # total time spent in first calls of JIT module factories (compiles and cache loads)
+compiled_keys: dict[str, float] = {}  # "factory(args)" -> seconds
+_tma_mode = threading.local()
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[str]]:
+    """Collect the implementation events of the calls made inside the block."""
+    global _events
+    previous, _events = _events, []
+    try:
+        yield _events
+    finally:
+        _events = previous
+
+
+def record(event: str) -> None:
+    if _events is not None:
+        _events.append(event)
+
+
+def path_of(events: Iterable[str]) -> str:
+    """The path string for a list of events: unique events in first-seen order, joined by '+'."""
+    seen: list[str] = []
+    for e in events:
+        if e not in seen:
+            seen.append(e)
+    return "+".join(seen) if seen else "none"
+
+
+class _LaunchSpy:
+    """Wraps a JIT module; records `path` whenever one of its launch* entry points is called."""
+
+    def __init__(self, module: Any, path: str) -> None:
+        self._module = module
+        self._path = path
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._module, name)
+        if not name.startswith("launch"):
+            return target
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            record(self._path)
+            return target(*args, **kwargs)
+
+        return launch
+
+
+def _memo_factory(original: Callable[..., Any], path: str, label: str) -> Callable[..., Any]:
+    results: dict[Any, Any] = {}
+    failures: dict[Any, BaseException] = {}
+
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        global compile_seconds
+        key = (args, tuple(sorted(kwargs.items())))
+        if key in results:
+            return results[key]
+        if key in failures:
+            raise failures[key]
+        started = time.perf_counter()
+        try:
+            module = original(*args, **kwargs)
+        except Exception as exc:
+            failures[key] = exc
+            raise
+        finally:
+            spent = time.perf_counter() - started
+            with _compile_lock:
+                compile_seconds += spent
+                compiled_keys[f"{label}{args or ''}{dict(kwargs)}"] = round(spent, 3)
+        results[key] = _LaunchSpy(module, path)
+        return results[key]
+
+    factory.__wrapped__ = original  # type: ignore[attr-defined]
+    factory.hicache_fuzz_spy = True  # type: ignore[attr-defined]
+    return factory
+
+
+_FACTORIES = {
+    "_jit_hicache_module": REGISTER,
+    "_jit_hicache_tma_module": TMA,
+    "_jit_hicache_staged_module": STAGED,
+    "_jit_hicache_page_unified_module": PAGE_UNIFIED,
+    "_jit_page_unified_write_back": PAGE_UNIFIED,
+}
+
+
+def _install_jit_spies(module: Any) -> None:
+    for name, path in _FACTORIES.items():
+        original = getattr(module, name, None)
+        if original is None or getattr(original, "hicache_fuzz_spy", False):
+            continue
+        setattr(module, name, _memo_factory(original, path, name))
+    gate = module.use_hicache_tma_kernel
+    if getattr(gate, "hicache_fuzz_spy", False):
+        return
+    uncached = getattr(gate, "__wrapped__", gate)
+
+    def use_hicache_tma_kernel(**kwargs: Any) -> bool:
+        mode = getattr(_tma_mode, "mode", None)
+        if mode == "off":
+            return False
+        if mode == "on":
+            saved = os.environ.get(TMA_ENV)
+            os.environ[TMA_ENV] = "1"
+            try:
+                return bool(uncached(**kwargs))
+            finally:
+                if saved is None:
+                    os.environ.pop(TMA_ENV, None)
+                else:
+                    os.environ[TMA_ENV] = saved
+        return bool(gate(**kwargs))  # sglang's own gate: env read once per argument tuple (cache_once)
+
+    use_hicache_tma_kernel.hicache_fuzz_spy = True  # type: ignore[attr-defined]
+    module.use_hicache_tma_kernel = use_hicache_tma_kernel
+
+
+@contextlib.contextmanager
+def tma_forced(mode: str | None) -> Iterator[None]:
+    """Force sglang's TMA gate 'on' (env switch on, rest of the rule applies) or 'off'; None leaves it."""
+    previous = getattr(_tma_mode, "mode", None)
+    _tma_mode.mode = mode
+    try:
+        yield
+    finally:
+        _tma_mode.mode = previous
+
+
+_AOT_SPIED: set[str] = set()
+
+
+def spy_aot_ops(module: Any) -> None:
+    """Wrap every ``transfer_kv_*`` callable a module imported so that calling it records ``aot:<name>``."""
+    if module.__name__ in _AOT_SPIED:
+        return
+    for name in dir(module):
+        if not name.startswith("transfer_kv"):
+            continue
+        original = getattr(module, name)
+        if not callable(original):
+            continue
+
+        def make(op: Callable[..., Any], op_name: str) -> Callable[..., Any]:
+            def aot_op(*args: Any, **kwargs: Any) -> Any:
+                record(f"aot:{op_name}")
+                return op(*args, **kwargs)
+
+            return aot_op
+
+        setattr(module, name, make(original, name))
+    _AOT_SPIED.add(module.__name__)
+
+
+# ---- compile budget ---------------------------------------------------------------------------------------
+
+def compile_parallel(jobs: Iterable[Callable[[], Any]], workers: int | None = None) -> float:
+    """Run compile jobs in threads (nvcc runs out of process); wall seconds. Failures are remembered by the
+    memo and surface when a case needs that module."""
+    jobs = list(jobs)
+    if not jobs:
+        return 0.0
+    started = time.perf_counter()
+
+    def run(job: Callable[[], Any]) -> None:
+        with contextlib.suppress(Exception):
+            job()
+
+    with ThreadPoolExecutor(max_workers=workers or min(16, len(jobs))) as pool:
+        list(pool.map(run, jobs))
+    return time.perf_counter() - started
+
+
+# ---- small tensor helpers ---------------------------------------------------------------------------------
+
+def ptr_table(tensors: Iterable[Any], device: Any) -> Any:
+    """A uint64 device tensor of the tensors' device-accessible base addresses (one per layer)."""
+    import torch
+
+    return torch.tensor([host_alias(t) for t in tensors], dtype=torch.uint64, device=device)
+
+
+def host_alias(tensor: Any) -> int:
+    """Address a kernel may dereference: the data pointer for device memory; for registered host memory the
+    device alias (equal to the VA on CUDA with UVA; different on ROCm, so ask the runtime there)."""
+    import torch
+
+    ptr = int(tensor.data_ptr())
+    if tensor.device.type != "cpu" or not getattr(torch.version, "hip", None):
+        return ptr
+    try:  # ROCm: hipHostGetDevicePointer through sglang's AOT helper when it loads
+        from sgl_kernel.kvcacheio import get_device_accessible_ptr
+
+        return int(get_device_accessible_ptr(tensor))
+    except Exception:
+        return ptr
+
+
+def index_device_ok(tensor: Any) -> bool:
+    return bool(tensor.is_cuda)

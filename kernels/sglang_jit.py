@@ -1,0 +1,192 @@
+"""sglang's JIT register and TMA kernels: one-layer and all-layer transfers, MHA and MLA.
+
+Entry points (``sglang.kernels.ops.kvcache.hicache``): ``transfer_hicache_one_layer[_mla]`` and
+``transfer_hicache_all_layer[_mla]``, called with explicit row geometry (``element_dim`` /
+``element_size``; see the element_dim pitfall in shared/gpu/README.md). sglang picks the TMA kernel or the
+register kernel inside the call; three backends differ only in how that choice is steered:
+
+* ``sglang-jit``: sglang's own gate (``SGLANG_HICACHE_TMA_TRANSFER`` read once per argument tuple, page-size
+  rule with the case's page size, as the host pools call it);
+* ``sglang-jit-register``: the TMA gate forced off;
+* ``sglang-jit-tma``: the gate forced on (the rest of the rule still applies); the ``tma_page_size`` knob
+  passes the page size (page-size rule active) or None (the gate then trusts the indices).
+
+Host layouts: layer_first and page_first (the page_first per-layer host view is strided by ``L*E``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from hicache_fuzz.harness.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
+from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.materialize import Materialized, PoolBuffers
+from hicache_fuzz.kernels import sglang_common as common
+from hicache_fuzz.kernels.base import Availability, Backend, Plan
+from hicache_fuzz.oracles.contract import EntryPoint, Platform
+
+# Row sizes worth compiling: CUDA register-tiling ones, TMA-only ones (576 DeepSeek fp8 MLA, 528, 1040), and a
+# few that no JIT kernel takes (rejections; compiled once, the failure is memoized).
+JIT_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048, 4096, 528, 96)
+JIT_PAGE_SIZES = (1, 16, 32, 4, 64)
+
+
+def gpu_space(space: CaseSpace, *, layouts: tuple[HostLayout, ...], rows: tuple[int, ...],
+              page_sizes: tuple[int, ...] = JIT_PAGE_SIZES, max_pools: int = 1,
+              allocators: tuple[HostAllocator, ...] = (HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER),
+              **changes: Any) -> CaseSpace:
+    """The common narrowing of the sglang backends: MHA and MLA, small menus (each row size is a compile)."""
+    return space.narrowed(
+        layouts=layouts,
+        attentions=(Attention.MHA, Attention.MLA),
+        row_bytes=rows,
+        page_sizes=page_sizes,
+        max_pools=max_pools,
+        allocators=allocators,
+        **changes,
+    )
+
+
+class SglangBackend(Backend):
+    """Common behaviour: probe via sglang_common, GPU only, run in a worker (a kernel fault is fatal)."""
+
+    needs_isolation = True
+    supported_layouts: ClassVar[tuple[HostLayout, ...]] = ()
+
+    def probe(self, platform: Platform) -> Availability:
+        return common.probe_sglang(platform)
+
+    def common_unsupported(self, case: Case, platform: Platform) -> str | None:
+        if platform.kind == "cpu":
+            return "sglang's kernels need a CUDA or ROCm device"
+        if case.layout not in self.supported_layouts:
+            return f"{self.name} does not move {case.layout.value} pools"
+        if any(p.attention is Attention.MHA_ASYM for p in case.pools):
+            return "asymmetric K/V widths: these entry points take one row size"
+        return None
+
+    def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
+        return []
+
+
+def _host_layer(pool: PoolBuffers, component: str, layer: int) -> Any:
+    """The host (component, layer) view as sglang's pools pass it: (S, H, D), strided for page_first."""
+    case = pool.case
+    whole = pool.host_typed() if pool.spec.attention is Attention.MLA else pool.host_component_typed(component)
+    return whole[layer] if case.layout is HostLayout.LAYER_FIRST else whole[:, layer]
+
+
+def _host_stride_bytes(case: Case, row_bytes: int) -> int:
+    return row_bytes if case.layout is HostLayout.LAYER_FIRST else row_bytes * case.layers
+
+
+class _JitBackend(SglangBackend):
+    tma_mode: ClassVar[str | None] = None
+    supported_layouts = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)
+
+    def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
+        menus = (("tma_page_size", (True, False)),) if self.tma_mode == "on" else ()
+        return gpu_space(space, layouts=self.supported_layouts, rows=JIT_ROW_MENU, backend=self.name,
+                         tuning_menus=menus)
+
+    def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
+        reason = self.common_unsupported(case, platform)
+        if reason:
+            return reason
+        if len(case.pools) > 1:
+            return "one pool per call (groups are the sglang-pool backend's)"
+        if case.host_allocator is HostAllocator.PAGEABLE:
+            return "pageable host memory: the JIT/TMA kernels dereference host memory (undefined, may fault)"
+        return None
+
+    def page_size_arg(self, case: Case) -> int | None:
+        if self.tma_mode == "on" and not case.tuning_value("tma_page_size", True):
+            return None
+        return case.page_size
+
+    def plan(self, case: Case, platform: Platform) -> Plan:
+        row = case.pools[0].row_bytes(case.pools[0].components[0])
+        if common.tma_selected(row, self.page_size_arg(case), platform, self.tma_mode):
+            return Plan(EntryPoint.JIT_TMA, common.TMA)
+        return Plan(EntryPoint.JIT_REGISTER, common.REGISTER)
+
+    def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
+        module = common.hicache()
+        jobs: list[Any] = []
+        if platform.has_tma and self.tma_mode != "off":
+            jobs.append(lambda: module._jit_hicache_tma_module(block_quota=common.platform_rules(platform)
+                                                               .tma_block_quota))
+        quota = common.platform_rules(platform).block_quota
+        for row in sorted(set(space.row_bytes)):
+            if common.register_row_ok(row, platform):
+                jobs.append(lambda row=row: module._jit_hicache_module(
+                    element_size=row, unroll=common.default_unroll(row), block_quota=quota))
+        return jobs
+
+    def run(self, buffers: Materialized) -> str:
+        module = common.hicache()
+        case = buffers.case
+        pool = buffers.pools[0]
+        spec = pool.spec
+        mla = spec.attention is Attention.MLA
+        row = spec.row_bytes(spec.components[0])
+        element_dim = row // spec.dtype.itemsize
+        write = case.direction is Direction.WRITE_BACK
+        idx_dst, idx_src = ((buffers.host_indices, buffers.device_indices) if write
+                            else (buffers.device_indices, buffers.host_indices))
+        ps = self.page_size_arg(case)
+        with common.tma_forced(self.tma_mode), common.recording() as events:
+            if case.scope is Scope.ONE_LAYER:
+                layer = case.layer
+                views = {c: (pool.device_layer_typed(c, layer), _host_layer(pool, c, layer)) for c in spec.components}
+                # (dst, src) per component
+                pairs = {c: ((h, d) if write else (d, h)) for c, (d, h) in views.items()}
+                if mla:
+                    dst, src = pairs["kv"]
+                    module.transfer_hicache_one_layer_mla(dst, idx_dst, src, idx_src, element_dim=element_dim,
+                                                          page_size=ps)
+                else:
+                    (k_dst, k_src), (v_dst, v_src) = pairs["k"], pairs["v"]
+                    module.transfer_hicache_one_layer(k_dst, v_dst, idx_dst, k_src, v_src, idx_src,
+                                                      element_dim=element_dim, page_size=ps)
+            else:
+                dev_ptrs = {c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)],
+                                                buffers.device) for c in spec.components}
+                host_ptrs = {c: common.ptr_table([_host_layer(pool, c, layer) for layer in range(case.layers)],
+                                                 buffers.device) for c in spec.components}
+                dev_stride, host_stride = row, _host_stride_bytes(case, row)
+                dst_ptrs, src_ptrs = (host_ptrs, dev_ptrs) if write else (dev_ptrs, host_ptrs)
+                dst_stride, src_stride = (host_stride, dev_stride) if write else (dev_stride, host_stride)
+                if mla:
+                    module.transfer_hicache_all_layer_mla(
+                        dst_ptrs["kv"], idx_dst, src_ptrs["kv"], idx_src, cache_src_stride_bytes=src_stride,
+                        cache_dst_stride_bytes=dst_stride, element_size=row, page_size=ps)
+                else:
+                    module.transfer_hicache_all_layer(
+                        dst_ptrs["k"], dst_ptrs["v"], idx_dst, src_ptrs["k"], src_ptrs["v"], idx_src,
+                        kv_cache_src_stride_bytes=src_stride, kv_cache_dst_stride_bytes=dst_stride,
+                        element_size=row, page_size=ps)
+        return common.path_of(events)
+
+
+class SglangJitBackend(_JitBackend):
+    name = "sglang-jit"
+    description = "sglang JIT one/all-layer transfer (MHA/MLA), sglang's own TMA gate (env + page-size rule)"
+    tma_mode = None
+
+
+class SglangJitRegisterBackend(_JitBackend):
+    name = "sglang-jit-register"
+    description = "sglang JIT one/all-layer transfer with the TMA gate forced off (register kernel)"
+    tma_mode = "off"
+
+
+class SglangJitTmaBackend(_JitBackend):
+    name = "sglang-jit-tma"
+    description = "sglang JIT one/all-layer transfer with the TMA gate forced on (CUDA sm90+)"
+    tma_mode = "on"
+
+    def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
+        if platform.kind != "cpu" and not platform.has_tma:
+            return "TMA needs CUDA sm90+"
+        return super().unsupported_reason(case, platform)

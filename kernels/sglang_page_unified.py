@@ -1,0 +1,105 @@
+"""sglang's page_unified JIT kernels (not wired into any host pool in 0.5.23).
+
+* Load-back, one layer: ``transfer_hicache_one_layer_page_unified_lf`` (MHA, host tensor
+  ``(P, G, L, 2, ps, H/G, D)``) and ``transfer_hicache_one_layer_mla_page_unified_lf`` (MLA ``(P, L, ps, D)``);
+  host TOKEN indices and device token indices, both on the GPU.
+* Write-back, all layers: ``transfer_hicache_all_layer_staged_lf_page_unified`` and the MLA variant; they take
+  PAGE ids (device pages on the GPU, host pages CPU int64, unique, bounds-checked) and a staging buffer of
+  whole pages. The case's token lists are turned into page ids as a caller would: the first index of each
+  page divided by the page size (so the case must hold whole pages on both sides).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hicache_fuzz.harness.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
+from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.kernels import sglang_common as common
+from hicache_fuzz.kernels.base import Plan
+from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
+from hicache_fuzz.kernels.sglang_staged import STAGING_PAGES_MENU, common_platform, staging_pages
+from hicache_fuzz.oracles.contract import EntryPoint, Platform
+
+PAGE_UNIFIED_ROW_MENU = (128, 256, 576, 512, 1152, 96, 48)
+
+
+class SglangPageUnifiedBackend(SglangBackend):
+    name = "sglang-page-unified"
+    description = "sglang JIT page_unified one-layer load-back and staged all-layer write-back (MHA/MLA)"
+    supported_layouts = (HostLayout.PAGE_UNIFIED,)
+
+    def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
+        return gpu_space(space, layouts=self.supported_layouts, rows=PAGE_UNIFIED_ROW_MENU,
+                         page_sizes=(1, 16, 4), tuning_menus=(("staging_pages", STAGING_PAGES_MENU),),
+                         backend=self.name)
+
+    def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
+        reason = self.common_unsupported(case, platform)
+        if reason:
+            return reason
+        write = case.direction is Direction.WRITE_BACK
+        if write and case.scope is not Scope.ALL_LAYERS:
+            return "the page_unified write-back moves all layers"
+        if not write and case.scope is not Scope.ONE_LAYER:
+            return "the page_unified load-back moves one layer"
+        if case.host_allocator is HostAllocator.PAGEABLE:
+            return "pageable host memory: the page_unified kernels need pinned/registered host memory"
+        ps = case.page_size
+        if write and (len(case.host_indices) % ps or len(case.device_indices) % ps):
+            return "the page_unified write-back takes page ids: a partial page cannot be expressed"
+        return None
+
+    def plan(self, case: Case, platform: Platform) -> Plan:
+        return Plan(EntryPoint.JIT_PAGE_UNIFIED, common.PAGE_UNIFIED)
+
+    def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
+        module = common.hicache()
+        quota = common.platform_rules(platform).block_quota
+        jobs: list[Any] = []
+        for row in sorted(set(space.row_bytes)):
+            for groups in (1, 2):
+                unit = row // groups
+                if row % groups == 0 and unit % 16 == 0:
+                    jobs.append(lambda unit=unit: module._jit_hicache_page_unified_module(
+                        element_size=unit, block_quota=quota))
+                    jobs.append(lambda unit=unit: module._jit_page_unified_write_back(unit, is_mla=False))
+            if row % 16 == 0:
+                jobs.append(lambda row=row: module._jit_page_unified_write_back(row, is_mla=True))
+        return jobs
+
+    def run(self, buffers: Materialized) -> str:
+        module = common.hicache()
+        case = buffers.case
+        ps = case.page_size
+        with common.recording() as events:
+            for pool in buffers.pools:
+                spec = pool.spec
+                mla = spec.attention is Attention.MLA
+                host = pool.host_typed()
+                if case.direction is Direction.LOAD_BACK:
+                    if mla:
+                        module.transfer_hicache_one_layer_mla_page_unified_lf(
+                            pool.device_layer_typed("kv", case.layer), host, buffers.host_indices,
+                            buffers.device_indices, case.layer)
+                    else:
+                        module.transfer_hicache_one_layer_page_unified_lf(
+                            pool.device_layer_typed("k", case.layer), pool.device_layer_typed("v", case.layer),
+                            host, buffers.host_indices, buffers.device_indices, case.layer)
+                    continue
+                src_pages = torch.div(buffers.device_indices[::ps], ps, rounding_mode="floor").contiguous()
+                dst_pages = torch.div(buffers.host_indices[::ps], ps, rounding_mode="floor").contiguous()
+                pages = staging_pages(case, int(case.tuning_value("staging_pages", 0)), common_platform(buffers))
+                staging = torch.empty((pages, *host.shape[1:]), dtype=host.dtype, device=buffers.device)
+                ptrs = {c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)],
+                                            buffers.device) for c in spec.components}
+                if mla:
+                    module.transfer_hicache_all_layer_mla_staged_lf_page_unified(
+                        ptrs["kv"], src_pages, dst_pages, staging, host)
+                else:
+                    module.transfer_hicache_all_layer_staged_lf_page_unified(
+                        ptrs["k"], ptrs["v"], src_pages, dst_pages, staging, host)
+        return common.path_of(events)

@@ -1,0 +1,329 @@
+"""sglang's real host pools, HostPoolGroup and the controller's index placement, on real device pools.
+
+For every pool of the case the backend builds a real device pool (``MHATokenToKVPool`` /
+``MLATokenToKVPool``, ``size = device_rows - page_size`` so it has exactly ``device_rows`` rows) and a real host
+pool (``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost``, layout layer_first or page_first, io backend
+``kernel``, pinned, ``host_token_capacity = host_slots``), copies the harness's storages into them, lets sglang
+move the data, and copies both pools back into the harness's storages for the byte comparison. Several pools
+form a ``HostPoolGroup`` (anchor first). ``PoolSpec.write_back_jit = False`` switches the real pool's
+``can_use_write_back_jit`` off after construction, modelling a side pool without the staged path (K-only,
+DSA indexer or DeepSeek-V4 pools on ROCm).
+
+Index placement is the controller's (tuning knob ``controller``):
+
+* ``base``: ``HiCacheController._move_write_operation`` itself (called unbound on a stand-in controller) for
+  write-back - host indices stay on the CPU only for kernel + page_first + the facade's
+  ``can_use_write_back_jit`` - and ``move_indices`` for load-back;
+* ``hybrid``: the HybridCacheController's per-pool routing (re-implemented from
+  hybrid_cache_controller.py:845-863, 1518-1602): with page_first + kernel and some child on the staged path,
+  each pool with ``can_use_write_back_jit`` gets CPU host indices and the others CUDA ones.
+
+So the case's index lists are what the radix tree hands the controller (host indices from the host
+allocator, CPU int64; device indices CUDA int64), and the contract is the REFERENCE one:
+every production-shaped input must be moved correctly; a rejection is a finding. Inputs production never
+produces (out-of-range, duplicate, partial or irregular pages, empty, int32, pageable pools) are unsupported.
+The base controller with a group whose children disagree reproduces the "index on the wrong device" class:
+the facade says False, every host index goes to CUDA, the anchor still takes its staged path and its
+TensorMatcher rejects the CUDA host indices.
+
+Load-back of all layers calls ``load_to_device_per_layer`` for each layer, as the controller does.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from hicache_fuzz.harness.case import (
+    Attention,
+    Case,
+    Direction,
+    HostAllocator,
+    HostLayout,
+    IndexDevice,
+    IndexDtype,
+    KVDtype,
+    PoolSpec,
+    Scope,
+    page_runs_contiguous,
+)
+from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.kernels import sglang_common as common
+from hicache_fuzz.kernels.base import Availability, Plan
+from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
+from hicache_fuzz.oracles.contract import EntryPoint, Platform
+
+POOL_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048)
+CONTROLLERS = ("hybrid", "base")
+
+
+def aot_available() -> tuple[bool, str]:
+    from hicache_fuzz.kernels.sglang_aot import aot_status
+
+    return aot_status()
+
+
+def pool_paths(case: Case, spec: PoolSpec, platform: Platform) -> str:
+    """The implementation sglang's pool picks for this pool (mha.py:579-711, 424-564; mla.py:696-1143)."""
+    row = spec.row_bytes(spec.components[0])
+    mla = spec.attention is Attention.MLA
+    tma = common.tma_selected(row, case.page_size, platform, None)
+    jit = tma or common.register_row_ok(row, platform)
+    jit_path = common.TMA if tma else common.REGISTER
+    if case.direction is Direction.WRITE_BACK:
+        if case.layout is HostLayout.LAYER_FIRST:
+            return jit_path if jit else "aot:transfer_kv_all_layer" + ("_mla" if mla else "")
+        if write_back_jit(case, spec):
+            return common.STAGED
+        return "aot:transfer_kv_all_layer" + ("_mla" if mla else "") + "_lf_pf"
+    if jit:
+        return jit_path
+    op = "transfer_kv_per_layer" + ("_mla" if mla else "")
+    return "aot:" + op + ("_pf_lf" if case.layout is HostLayout.PAGE_FIRST else "")
+
+
+def write_back_jit(case: Case, spec: PoolSpec) -> bool:
+    """The pool's can_use_write_back_jit: page_first, staged row rule (E % 16), and the spec's flag."""
+    return (case.layout is HostLayout.PAGE_FIRST and spec.write_back_jit
+            and all(spec.row_bytes(c) % 16 == 0 for c in spec.components))
+
+
+def placements(case: Case) -> list[tuple[IndexDevice, IndexDevice]]:
+    """(host index device, device index device) each pool receives after the controller."""
+    controller = case.tuning_value("controller", "hybrid")
+    moved = (IndexDevice.DEVICE, case.device_index.device)  # move_indices: host -> CUDA, device untouched
+    given = (case.host_index.device, case.device_index.device)
+    cpu_host = (IndexDevice.CPU, case.device_index.device)
+    if case.direction is Direction.LOAD_BACK:
+        return [moved for _ in case.pools]
+    page_first_kernel = case.layout is HostLayout.PAGE_FIRST
+    flags = [write_back_jit(case, p) for p in case.pools]
+    if controller == "base":
+        keep = page_first_kernel and all(flags)  # the group facade is all(children)
+        return [given if keep else moved for _ in case.pools]
+    if not page_first_kernel or not any(flags):
+        return [moved for _ in case.pools]
+    return [cpu_host if flag else moved for flag in flags]
+
+
+def expected_run(case: Case, platform: Platform) -> tuple[list[str], str | None]:
+    """Paths of the pools that run, in order, and why the run is expected to stop (None if it completes)."""
+    paths: list[str] = []
+    for spec, (host_dev, _) in zip(case.pools, placements(case), strict=True):
+        path = pool_paths(case, spec, platform)
+        paths.append(path)
+        if path == common.STAGED and host_dev is IndexDevice.DEVICE:
+            return paths, f"pool {spec.name}: staged write-back receives CUDA host indices"
+    return paths, None
+
+
+class SglangPoolBackend(SglangBackend):
+    name = "sglang-pool"
+    description = ("sglang MHA/MLA host pools (layer_first/page_first, kernel io) + HostPoolGroup + controller "
+                   "index placement, on real device pools")
+    supported_layouts = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)
+
+    def probe(self, platform: Platform) -> Availability:
+        base = common.probe_sglang(platform)
+        if not base.available:
+            return base
+        try:
+            _pool_modules()
+        except Exception as exc:
+            return Availability(False, f"sglang host-pool modules do not import: {type(exc).__name__}: {exc}")
+        ok, why = aot_available()
+        return Availability(True, base.reason + ("" if ok else f"; AOT fallbacks unavailable ({why})"))
+
+    def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
+        return gpu_space(space, layouts=self.supported_layouts, rows=POOL_ROW_MENU, page_sizes=(1, 16, 4, 32, 64),
+                         max_pools=3, index_dtypes=(IndexDtype.INT64,),
+                         index_devices=(IndexDevice.CPU, IndexDevice.DEVICE),
+                         tuning_menus=(("controller", CONTROLLERS),), invalid_rate=0.0, irregular_rate=0.0,
+                         backend=self.name)
+
+    def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
+        reason = self.common_unsupported(case, platform)
+        if reason:
+            return reason
+        if case.scope is Scope.ONE_LAYER and case.direction is Direction.WRITE_BACK:
+            return "host pools back up all layers at once"
+        if case.host_allocator is HostAllocator.PAGEABLE:
+            return "sglang pins host pools on CUDA/ROCm"
+        if case.host_index.dtype is not IndexDtype.INT64 or case.device_index.dtype is not IndexDtype.INT64:
+            return "sglang's allocators hand out int64 indices"
+        if case.device_index.device is not IndexDevice.DEVICE or case.host_index.device is not IndexDevice.CPU:
+            return "production inputs: host indices from the host allocator (CPU), device indices on the GPU"
+        if case.tuning_value("controller", "hybrid") not in CONTROLLERS:
+            return f"unknown controller {case.tuning_value('controller')!r}"
+        n, ps = case.n, case.page_size
+        h, d = case.host_indices, case.device_indices
+        if n == 0 or len(d) != n or n % ps:
+            return "the controller moves whole, non-empty pages with equal index lists"
+        if (any(not 0 <= x < case.host_slots for x in h) or any(not ps <= x < case.device_rows for x in d)
+                or len(set(h)) != n or len(set(d)) != n):
+            return "indices outside the allocators' ranges or repeated (kernels do not bounds-check)"
+        if not (page_runs_contiguous(h, ps) and page_runs_contiguous(d, ps)) or any(x % ps for x in h[::ps]):
+            return "the allocators hand out whole aligned pages"
+        if case.device_rows <= ps or case.device_rows % ps:
+            return "a device pool has size + page_size rows, a multiple of the page size"
+        paths, _ = expected_run(case, platform)
+        ok, why = aot_available()
+        aot = [p for p in paths if p.startswith("aot:")]
+        if aot and not ok:
+            return f"reaches the AOT op {aot[0][4:]}, unavailable here ({why})"
+        return None
+
+    def plan(self, case: Case, platform: Platform) -> Plan:
+        paths, _ = expected_run(case, platform)
+        return Plan(EntryPoint.REFERENCE, common.path_of(paths))
+
+    def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
+        from hicache_fuzz.kernels.sglang_jit import SglangJitBackend
+        from hicache_fuzz.kernels.sglang_staged import SglangStagedBackend
+
+        return SglangJitBackend().compile_jobs(space, platform) + SglangStagedBackend().compile_jobs(space,
+                                                                                                   platform)
+
+    def run(self, buffers: Materialized) -> str:
+        mods = _pool_modules()
+        case = buffers.case
+        built: list[tuple[Any, Any, Any]] = []  # (pool buffers, device pool, host pool)
+        try:
+            for pool in buffers.pools:
+                device_pool, host_pool = _build(mods, case, pool.spec, buffers.device)
+                _copy_in(pool, device_pool, host_pool)
+                built.append((pool, device_pool, host_pool))
+            host_facade: Any = built[0][2]
+            if len(built) > 1:
+                entries = [mods.PoolEntry(name=p.spec.name, host_pool=h, device_pool=d, layer_mapper=lambda x: x,
+                                          is_primary_index_anchor=(i == 0))
+                           for i, (p, d, h) in enumerate(built)]
+                host_facade = mods.HostPoolGroup(entries)
+            placed = _place(mods, case, host_facade, [h for _, _, h in built], buffers)
+            with common.recording() as events:
+                try:
+                    for (_pool, device_pool, host_pool), (host_idx, dev_idx) in zip(built, placed, strict=True):
+                        if case.direction is Direction.WRITE_BACK:
+                            host_pool.backup_from_device_all_layer(device_pool, host_idx, dev_idx, "kernel")
+                        else:
+                            for layer in case.moved_layers:
+                                host_pool.load_to_device_per_layer(device_pool, host_idx, dev_idx, layer, "kernel")
+                finally:
+                    torch.cuda.synchronize(buffers.device)
+                    for pool, device_pool, host_pool in built:
+                        _copy_out(pool, device_pool, host_pool)
+            return common.path_of(events)
+        finally:
+            for _, _, host_pool in built:
+                destroy = getattr(host_pool, "destroy", None)
+                if destroy is not None:
+                    destroy()
+
+
+# ---- sglang plumbing (lazy) ---------------------------------------------------------------------------------
+
+def _load_pool_modules() -> Any:
+    import sglang.srt.mem_cache.pool_host.mha as mha
+    import sglang.srt.mem_cache.pool_host.mla as mla
+    from sglang.srt.managers.cache_controller import HiCacheController
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+    from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry
+
+    common.spy_aot_ops(mha)
+    common.spy_aot_ops(mla)
+    return types.SimpleNamespace(mha=mha, mla=mla, HiCacheController=HiCacheController,
+                                 MHATokenToKVPool=MHATokenToKVPool, MLATokenToKVPool=MLATokenToKVPool,
+                                 HostPoolGroup=HostPoolGroup, PoolEntry=PoolEntry)
+
+
+_MODS: Any = None
+
+
+def _pool_modules() -> Any:
+    global _MODS
+    if _MODS is None:
+        common.hicache()
+        _MODS = _load_pool_modules()
+    return _MODS
+
+
+def _sglang_dtype(dtype: KVDtype) -> torch.dtype:
+    return {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
+            KVDtype.FP8: torch.float8_e4m3fn}[dtype]
+
+
+def _build(mods: Any, case: Case, spec: PoolSpec, device: torch.device) -> tuple[Any, Any]:
+    ps, layers = case.page_size, case.layers
+    size = case.device_rows - ps
+    dtype = _sglang_dtype(spec.dtype)
+    if spec.attention is Attention.MLA:
+        rope = 64 if spec.head_dim > 64 else 0
+        device_pool = mods.MLATokenToKVPool(size, ps, dtype, spec.head_dim - rope, rope, layers, str(device), False)
+        info = device_pool.get_device_pool_infos()[0].buffer_info
+        host_pool = mods.mla.MLATokenToKVPoolHost(
+            info, 2.0, 0, ps, case.layout.value, pin_memory=True, device="cpu", device_capacity_tokens=size,
+            start_layer=0, end_layer=layers - 1, target_layer_num=layers, pool_label=spec.name,
+            host_token_capacity=case.host_slots)
+    else:
+        device_pool = mods.MHATokenToKVPool(size, ps, dtype, spec.heads, spec.head_dim, layers, str(device), False,
+                                            enable_alt_stream=False)
+        info = device_pool.get_device_pool_infos()[0].buffer_info
+        host_pool = mods.mha.MHATokenToKVPoolHost(
+            info, 2.0, 0, ps, case.layout.value, pin_memory=True, device="cpu", device_capacity_tokens=size,
+            start_layer=0, end_layer=layers - 1, pool_label=spec.name, host_token_capacity=case.host_slots)
+    if not spec.write_back_jit:
+        host_pool.can_use_write_back_jit = False
+    return device_pool, host_pool
+
+
+def _device_layers(spec: PoolSpec, device_pool: Any, component: str) -> Any:
+    if spec.attention is Attention.MLA:
+        return device_pool.kv_buffer
+    return device_pool.k_buffer if component == "k" else device_pool.v_buffer
+
+
+def _copy_in(pool: Any, device_pool: Any, host_pool: Any) -> None:
+    spec, case = pool.spec, pool.case
+    for c in spec.components:
+        layers = _device_layers(spec, device_pool, c)
+        for layer in range(case.layers):
+            mine = pool.device_layer(c, layer)
+            theirs = layers[layer].view(torch.uint8).view(case.device_rows, -1)
+            theirs.copy_(mine)
+    host_pool.kv_buffer.view(torch.uint8).view(-1).copy_(pool.host.payload)
+
+
+def _copy_out(pool: Any, device_pool: Any, host_pool: Any) -> None:
+    spec, case = pool.spec, pool.case
+    for c in spec.components:
+        layers = _device_layers(spec, device_pool, c)
+        for layer in range(case.layers):
+            pool.device_layer(c, layer).copy_(layers[layer].view(torch.uint8).view(case.device_rows, -1))
+    pool.host.payload.copy_(host_pool.kv_buffer.view(torch.uint8).view(-1))
+
+
+def _place(mods: Any, case: Case, facade: Any, host_pools: list[Any], buffers: Materialized) -> list[Any]:
+    """Run the controller's index placement; one (host, device) index pair per pool."""
+    controller = types.SimpleNamespace(io_backend="kernel", mem_pool_host=facade, device=buffers.device)
+    cls = mods.HiCacheController
+    controller.move_indices = types.MethodType(cls.move_indices, controller)
+    controller._move_op_indices = types.MethodType(cls._move_op_indices, controller)
+    h, d = buffers.host_indices, buffers.device_indices
+    if case.direction is Direction.LOAD_BACK:
+        pair = controller.move_indices(h, d)
+        return [pair for _ in host_pools]
+    if case.tuning_value("controller", "hybrid") == "base":
+        op = types.SimpleNamespace(host_indices=h, device_indices=d, pool_transfers=None)
+        host_idx, dev_idx, _ = cls._move_write_operation(controller, op)
+        return [(host_idx, dev_idx) for _ in host_pools]
+    flags = [bool(getattr(p, "can_use_write_back_jit", False)) for p in host_pools]
+    if case.layout is not HostLayout.PAGE_FIRST or not any(flags):
+        pair = controller.move_indices(h, d)
+        return [pair for _ in host_pools]
+    out = []
+    for flag in flags:
+        out.append((h.cpu() if h.is_cuda else h, d) if flag else controller.move_indices(h, d))
+    return out

@@ -1,0 +1,91 @@
+"""sglang's JIT staged write-back, layer_first device -> page_first host, MHA and MLA.
+
+Entry points: ``transfer_hicache_all_layer_staged_lf_pf`` and ``transfer_hicache_all_layer_mla_staged_lf_pf``
+(``sglang.kernels.ops.kvcache.hicache``). Device layers are passed as uint64 pointer tables, host indices as
+CPU int64 (only the first index of each page counts), and a device staging buffer whose page capacity sets
+the chunking: sglang's pools size it ``min(host pages, 64)`` pages; the ``staging_pages`` knob (0 = the pool's
+choice) also tries 1 and 3 pages so chunk boundaries are crossed with few pages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hicache_fuzz.harness.case import Attention, Case, HostAllocator, HostLayout
+from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.kernels import sglang_common as common
+from hicache_fuzz.kernels.base import Plan
+from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
+from hicache_fuzz.oracles.contract import EntryPoint, Platform
+
+STAGED_ROW_MENU = (128, 256, 576, 1152, 512, 1024, 48, 96, 528, 2064)
+STAGING_PAGES_MENU = (0, 1, 3, 64)
+
+
+def staging_pages(case: Case, knob: int, platform: Platform) -> int:
+    """Staging capacity in pages: the pool's min(host pages, chunk) for 0, else the knob."""
+    chunk = common.platform_rules(platform).staging_page_chunk
+    return knob if knob > 0 else min(case.host_pages, chunk)
+
+
+class SglangStagedBackend(SglangBackend):
+    name = "sglang-staged"
+    description = "sglang JIT staged write-back layer_first -> page_first (MHA/MLA), chunked over staging pages"
+    supported_layouts = (HostLayout.PAGE_FIRST,)
+
+    def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
+        from hicache_fuzz.harness.case import Direction, Scope
+
+        return gpu_space(space, layouts=self.supported_layouts, rows=STAGED_ROW_MENU, page_sizes=(1, 16, 4, 2),
+                         max_pools=3, directions=(Direction.WRITE_BACK,), scopes=(Scope.ALL_LAYERS,),
+                         allocators=(HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER, HostAllocator.PAGEABLE),
+                         tuning_menus=(("staging_pages", STAGING_PAGES_MENU),), backend=self.name)
+
+    def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
+        return self.common_unsupported(case, platform)
+
+    def plan(self, case: Case, platform: Platform) -> Plan:
+        return Plan(EntryPoint.JIT_STAGED, common.STAGED)
+
+    def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
+        module = common.hicache()
+        quota = common.platform_rules(platform).block_quota
+        return [lambda row=row: module._jit_hicache_staged_module(
+            element_size=row, unroll=common.default_unroll(row), block_quota=quota)
+            for row in sorted(set(space.row_bytes)) if row % 16 == 0]
+
+    def run(self, buffers: Materialized) -> str:
+        module = common.hicache()
+        case = buffers.case
+        with common.recording() as events:
+            for pool in buffers.pools:
+                spec = pool.spec
+                pages = staging_pages(case, int(case.tuning_value("staging_pages", 0)), common_platform(buffers))
+                tokens = pages * case.page_size
+                ptrs = {c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)],
+                                            buffers.device) for c in spec.components}
+                if spec.attention is Attention.MLA:
+                    host = pool.host_typed()  # (S, L, 1, D)
+                    staging = torch.empty((tokens, *host.shape[1:]), dtype=host.dtype, device=buffers.device)
+                    module.transfer_hicache_all_layer_mla_staged_lf_pf(
+                        ptrs["kv"], buffers.device_indices, buffers.host_indices, staging, host,
+                        page_size=case.page_size, element_size=spec.row_bytes("kv"))
+                else:
+                    k, v = pool.host_component_typed("k"), pool.host_component_typed("v")  # (S, L, H, D)
+                    staging_k = torch.empty((tokens, *k.shape[1:]), dtype=k.dtype, device=buffers.device)
+                    staging_v = torch.empty((tokens, *v.shape[1:]), dtype=v.dtype, device=buffers.device)
+                    module.transfer_hicache_all_layer_staged_lf_pf(
+                        ptrs["k"], ptrs["v"], buffers.device_indices, buffers.host_indices, staging_k, staging_v,
+                        k, v, page_size=case.page_size, element_size=spec.row_bytes("k"))
+        return common.path_of(events)
+
+
+def common_platform(buffers: Materialized) -> Platform:
+    """The platform of the process running `buffers` (for the staging chunk rule)."""
+    if buffers.device.type == "cpu":
+        return Platform("cpu")
+    kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    return Platform(kind, torch.cuda.get_device_capability(buffers.device))
