@@ -156,4 +156,4 @@ def _rows(starts: torch.Tensor, width: int) -> torch.Tensor:
 def _chunks(starts: torch.Tensor, width: int) -> torch.Tensor:
     """[n, chunks] chunk starts -> [n, chunks*width] byte offsets, chunk by chunk."""
     n = starts.shape[0]
-    return (starts[:, :, None] + torch.arange(width, dtype=torch.int64)[None, None, :]).reshape(n, -1)
+    return (starts[:, :, None] + torch.arange(width, dtype=torch.int64)[None, None, :]).reshape(n, starts.shape[1] * width)

@@ -1,0 +1,174 @@
+"""A fuzz campaign: generate -> run -> classify -> save failures, within a case and time budget.
+
+Case ``i`` of a campaign depends only on (seed, i, the backend's case space), so a campaign can be split into
+shards (``shard=(k, n)`` runs the indices i with i % n == k) and its case set is the union of its shards'.
+Every failure is written to the corpus directory as soon as it is classified, before the next case runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.case import Case
+from hicache_fuzz.harness.corpus import save_failure, write_json_atomic
+from hicache_fuzz.harness.executor import Executor
+from hicache_fuzz.harness.generate import CaseSpace, case_for_index
+from hicache_fuzz.harness.outcome import Outcome, Result
+from hicache_fuzz.harness.signature import signature
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.oracles.contract import Platform
+
+
+@dataclass
+class CampaignConfig:
+    backends: list[str]
+    seed: int
+    max_cases: int | None = None  # per campaign (all backends together); None = until the time budget
+    max_seconds: float | None = None
+    corpus_dir: Path | None = None  # failures go here; None keeps them in the report only
+    shard: tuple[int, int] = (0, 1)  # (k, n): run indices i with i % n == k
+    start_index: int = 0
+    space: CaseSpace = field(default_factory=CaseSpace)
+    stop_on_first_failure: bool = False
+
+
+@dataclass
+class FailureClass:
+    signature: str
+    backend: str
+    outcome: str
+    count: int
+    first_case_id: str
+    first_index: int
+    summary: str
+    file: str
+
+
+@dataclass
+class CampaignReport:
+    seed: int
+    shard: tuple[int, int]
+    backends: list[str]
+    platform: str
+    cases: int = 0
+    seconds: float = 0.0
+    first_index: int = 0
+    next_index: int = 0  # resume here
+    outcomes: dict[str, dict[str, int]] = field(default_factory=dict)  # backend -> outcome -> count
+    paths: dict[str, dict[str, int]] = field(default_factory=dict)  # backend -> path taken -> count
+    failures: list[FailureClass] = field(default_factory=list)  # one per unique signature
+    case_ids: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. compile seconds from backends
+
+    @property
+    def failure_count(self) -> int:
+        return sum(f.count for f in self.failures)
+
+    @property
+    def cases_per_second(self) -> float:
+        return self.cases / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "shard": list(self.shard),
+            "backends": self.backends,
+            "platform": self.platform,
+            "cases": self.cases,
+            "seconds": round(self.seconds, 3),
+            "cases_per_second": round(self.cases_per_second, 1),
+            "first_index": self.first_index,
+            "next_index": self.next_index,
+            "outcomes": self.outcomes,
+            "paths": self.paths,
+            "failures_total": self.failure_count,
+            "unique_failures": [f.__dict__ for f in self.failures],
+            "case_ids": self.case_ids,
+            **self.extra,
+        }
+
+
+def campaign_case(seed: int, index: int, backend: Backend, base_space: CaseSpace, platform: Platform) -> Case:
+    space = backend.case_space(base_space.narrowed(backend=backend.name), platform)
+    return case_for_index(seed, index, space)
+
+
+def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Platform, executor: Executor,
+                 on_result: Callable[[Case, Result, CampaignReport], None] | None = None,
+                 record_case_ids: bool = False) -> CampaignReport:
+    k, n = config.shard
+    report = CampaignReport(config.seed, config.shard, [b.name for b in backends], platform.kind)
+    outcome_counts: dict[str, Counter[str]] = defaultdict(Counter)
+    path_counts: dict[str, Counter[str]] = defaultdict(Counter)
+    classes: dict[str, FailureClass] = {}
+    started = time.perf_counter()
+    index = config.start_index
+    while index % n != k:
+        index += 1
+    report.first_index = index
+    done = False
+    while not done:
+        for backend in backends:
+            if config.max_cases is not None and report.cases >= config.max_cases:
+                done = True
+                break
+            if config.max_seconds is not None and time.perf_counter() - started >= config.max_seconds:
+                done = True
+                break
+            case = campaign_case(config.seed, index, backend, config.space, platform)
+            try:
+                result = executor.run(case)
+            except Exception:
+                # A harness bug: keep the case that exposed it before the exception ends the campaign.
+                if config.corpus_dir is not None:
+                    write_json_atomic(config.corpus_dir / "harness-error" / f"{case.case_id}.json", case.to_dict())
+                raise
+            report.cases += 1
+            if record_case_ids:
+                report.case_ids.append(case.case_id)
+            outcome_counts[backend.name][result.outcome.value] += 1
+            if result.path:
+                path_counts[backend.name][result.path] += 1
+            if result.outcome.is_failure:
+                _record_failure(config, classes, case, result, index)
+                if config.stop_on_first_failure:
+                    done = True
+            if on_result is not None:
+                report.seconds = time.perf_counter() - started
+                report.failures = list(classes.values())
+                on_result(case, result, report)
+            if done:
+                break
+        index += n
+    report.next_index = index
+    report.seconds = time.perf_counter() - started
+    report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}
+    report.paths = {b: dict(c) for b, c in path_counts.items()}
+    report.failures = list(classes.values())
+    return report
+
+
+def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], case: Case, result: Result,
+                    index: int) -> None:
+    sig = signature(result)
+    if sig in classes:
+        classes[sig].count += 1
+        if config.corpus_dir is not None and classes[sig].count <= 3:
+            save_failure(config.corpus_dir, case, result)  # a few examples per class, not thousands
+        return
+    file = str(save_failure(config.corpus_dir, case, result)) if config.corpus_dir is not None else ""
+    classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
+                                result.summary.splitlines()[0][:300] if result.summary else result.error[:300], file)
+
+
+def is_clean(report: CampaignReport) -> bool:
+    return not report.failures
+
+
+__all__ = ["CampaignConfig", "CampaignReport", "FailureClass", "Outcome", "campaign_case", "is_clean",
+           "run_campaign"]

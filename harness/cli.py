@@ -1,0 +1,351 @@
+"""The ``hicache-fuzz`` command line.
+
+Exit codes (every subcommand): 0 clean, 1 failures found, 2 bad usage or bad input, 3 the requested
+platform or backend is unavailable. The seed of every campaign is printed first, so any run can be repeated.
+
+Subcommands live in small modules, each exposing ``add_arguments(parser)`` and ``run(args) -> int``; this
+file only wires them together and owns the three core ones (backends, fuzz, replay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.campaign import CampaignConfig, CampaignReport, run_campaign
+from hicache_fuzz.harness.case import Case, CaseError
+from hicache_fuzz.harness.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
+from hicache_fuzz.harness.executor import Executor, InProcessExecutor
+from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.outcome import Result
+from hicache_fuzz.harness.platform import Machine, PlatformUnavailable, detect, require
+from hicache_fuzz.harness.signature import signature
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
+
+EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+# (name, module, help): modules expose add_arguments(parser) and run(args) -> int.
+SUBCOMMAND_MODULES: list[tuple[str, str, str]] = [
+    ("isa", "hicache_fuzz.harness.isa", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
+]
+
+
+class UsageError(Exception):
+    """Bad arguments or input: exit code 2."""
+
+
+class Unavailable(Exception):
+    """Requested platform or backend is not present: exit code 3."""
+
+
+# ---- shared helpers --------------------------------------------------------------------------------------
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--platform", default="auto", choices=["auto", "cpu", "cuda", "rocm"],
+                        help="platform to run on; a named platform that is absent exits 3 (default: best present)")
+    parser.add_argument("--backend-plugin", action="append", default=[], metavar="MODULE:CALLABLE",
+                        help="load extra backends from a callable returning Backend(s); repeatable")
+
+
+def machine_for(args: argparse.Namespace) -> Machine:
+    if args.platform == "auto":
+        return detect()
+    try:
+        return require(args.platform)
+    except PlatformUnavailable as exc:
+        raise Unavailable(str(exc)) from None
+
+
+def registry_for(args: argparse.Namespace) -> Registry:
+    try:
+        return load_registry(args.backend_plugin)
+    except (ImportError, ValueError, TypeError) as exc:
+        raise UsageError(f"--backend-plugin: {exc}") from None
+
+
+def available_backend(registry: Registry, name: str, machine: Machine) -> Backend:
+    try:
+        backend = registry.get(name)
+    except UnknownBackend as exc:
+        raise UsageError(str(exc)) from None
+    availability = backend.probe(machine.platform)
+    if not availability.available:
+        raise Unavailable(f"backend {name} is unavailable on {machine.description}: {availability.reason}")
+    return backend
+
+
+def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
+    """The best backends present: every available real-kernel backend on a GPU, else the CPU reference."""
+    if machine.platform.kind != "cpu":
+        real = [b for name in registry.names() if not (b := registry.get(name)).models_bug
+                and name != "reference" and b.probe(machine.platform).available]
+        if real:
+            return real
+    return [registry.get("reference")]
+
+
+def make_executor(backends: list[Backend], registry: Registry, machine: Machine, args: argparse.Namespace,
+                  journal_dir: Path | None) -> Executor:
+    isolate = getattr(args, "isolate", "auto")
+    if isolate == "yes" or (isolate == "auto" and any(b.needs_isolation for b in backends)):
+        from hicache_fuzz.harness.worker import WorkerExecutor
+
+        return WorkerExecutor([b.name for b in backends], args.backend_plugin, machine.platform.kind,
+                              args.case_timeout, journal_dir)
+    return InProcessExecutor(registry, machine)
+
+
+class Progress:
+    """One self-overwriting status line on a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool, every: float = 0.25) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.every = every
+        self.last = 0.0
+
+    def __call__(self, case: Case, result: Result, report: CampaignReport) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last < self.every:
+            return
+        self.last = now
+        sys.stderr.write(f"\r{report.cases} cases  {report.cases_per_second:,.0f}/s  "
+                         f"{report.failure_count} failures ({len(report.failures)} unique)  ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def print_json_or_write(data: Any, path: str | None) -> None:
+    if path:
+        write_json_atomic(Path(path), data)
+
+
+# ---- backends ---------------------------------------------------------------------------------------------
+
+def add_backends_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
+
+
+def run_backends(args: argparse.Namespace) -> int:
+    machine = machine_for(args)
+    registry = registry_for(args)
+    rows = []
+    for name in registry.names():
+        backend = registry.get(name)
+        availability = backend.probe(machine.platform)
+        rows.append({"name": name, "available": availability.available, "reason": availability.reason,
+                     "models_bug": backend.models_bug, "description": backend.description})
+    print(f"platform: {machine.description}")
+    width = max(len(r["name"]) for r in rows)
+    for row in rows:
+        state = "available  " if row["available"] else "unavailable"
+        detail = row["reason"] if not row["models_bug"] else f"zoo mutant: {row['models_bug']}"
+        print(f"  {row['name']:<{width}}  {state}  {detail}")
+    print_json_or_write({"platform": machine.description, "backends": rows}, args.json)
+    return EXIT_CLEAN
+
+
+# ---- fuzz -------------------------------------------------------------------------------------------------
+
+def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--backend", action="append", default=[], metavar="NAME",
+                        help="backend to fuzz (repeatable); default: the best backends present")
+    parser.add_argument("--seed", type=int, help="campaign seed (default: random; always printed)")
+    parser.add_argument("--runs", type=int, help="stop after this many cases")
+    parser.add_argument("--max-total-time", type=float, help="stop after this many seconds")
+    parser.add_argument("--corpus", default="fuzz-out/corpus", help="failures are written here (default: %(default)s)")
+    parser.add_argument("--json", metavar="PATH", help="write the campaign report as JSON")
+    parser.add_argument("--shard", default="0/1", metavar="K/N", help="run shard K of N of the seed's case space")
+    parser.add_argument("--start-index", type=int, default=0, help="first case index (resume a campaign)")
+    parser.add_argument("--byte-budget", type=int, help="largest case in bytes (all storages)")
+    parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto",
+                        help="run cases in a worker process (auto: for backends that can crash the process)")
+    parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
+    parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        k_text, n_text = text.split("/")
+        k, n = int(k_text), int(n_text)
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: expected K/N, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= k < n):
+        raise UsageError(f"--shard {text!r}: need 0 <= K < N")
+    return k, n
+
+
+def run_fuzz(args: argparse.Namespace) -> int:
+    machine = machine_for(args)
+    registry = registry_for(args)
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    print(f"hicache-fuzz: seed {seed}", flush=True)
+    if args.runs is None and args.max_total_time is None:
+        raise UsageError("give a budget: --runs N and/or --max-total-time SECONDS")
+    backends = [available_backend(registry, n, machine) for n in args.backend] or auto_backends(registry, machine)
+    shard = parse_shard(args.shard)
+    space = CaseSpace() if args.byte_budget is None else CaseSpace(byte_budget=args.byte_budget)
+    corpus = Path(args.corpus)
+    print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
+          f"shard {shard[0]}/{shard[1]}; corpus {corpus}", flush=True)
+    config = CampaignConfig([b.name for b in backends], seed, args.runs, args.max_total_time, corpus, shard,
+                            args.start_index, space, args.stop_on_failure)
+    executor = make_executor(backends, registry, machine, args, corpus / ".journal")
+    progress = Progress(not args.no_progress)
+    try:
+        report = run_campaign(config, backends, machine.platform, executor, progress)
+    finally:
+        progress.close()
+        executor.close()
+    print_campaign(report)
+    print_json_or_write(report.to_dict(), args.json)
+    return EXIT_FAILURES if report.failures else EXIT_CLEAN
+
+
+def print_campaign(report: CampaignReport) -> None:
+    print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
+          f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
+    for backend, counts in sorted(report.outcomes.items()):
+        listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        print(f"  {backend}: {listed}")
+    if report.failures:
+        print(f"{report.failure_count} failures, {len(report.failures)} unique:")
+        for failure in report.failures:
+            print(f"  [{failure.signature}] x{failure.count} {failure.summary}")
+            if failure.file:
+                print(f"      reproducer: {failure.file}")
+    else:
+        print("no failures")
+
+
+# ---- replay -----------------------------------------------------------------------------------------------
+
+def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("paths", nargs="+", type=Path, help="case or reproducer files, or directories of them")
+    parser.add_argument("--backend", help="run every case on this backend instead of the one it names")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto")
+    parser.add_argument("--case-timeout", type=float, default=60.0)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    machine = machine_for(args)
+    registry = registry_for(args)
+    entries = []
+    try:
+        for path in iter_case_files(args.paths):
+            entries.append(load_entry(path))
+    except CorpusError as exc:
+        raise UsageError(str(exc)) from None
+    if not entries:
+        raise UsageError(f"no case files under {', '.join(map(str, args.paths))}")
+    if args.backend:
+        available_backend(registry, args.backend, machine)
+    rows: list[dict[str, Any]] = []
+    failures = 0
+    executors: dict[str, Executor] = {}
+    try:
+        for entry in entries:
+            case = entry.case if not args.backend else entry.case.replace(backend=args.backend)
+            row: dict[str, Any] = {"file": str(entry.path), "case_id": case.case_id, "backend": case.backend}
+            skip = _replay_skip_reason(registry, case.backend, machine)
+            if skip:
+                row.update(outcome="skipped", reason=skip)
+                print(f"SKIP {entry.path}: {skip}")
+                rows.append(row)
+                continue
+            backend = registry.get(case.backend)
+            if case.backend not in executors:
+                executors[case.backend] = make_executor([backend], registry, machine, args, None)
+            result = executors[case.backend].run(case)
+            row.update(result.to_dict(), signature=signature(result) if result.outcome.is_failure else "")
+            if entry.observed is not None:
+                row["observed_before"] = entry.observed.outcome.value
+            verdict = "FAIL" if result.outcome.is_failure else "PASS"
+            failures += result.outcome.is_failure
+            print(f"{verdict} {entry.path} [{case.backend}] {result.outcome.value}: {result.summary.splitlines()[0] if result.summary else ''}")
+            rows.append(row)
+    finally:
+        for executor in executors.values():
+            executor.close()
+    skipped = sum(1 for r in rows if r.get("outcome") == "skipped")
+    print(f"{len(rows) - skipped - failures} passed, {failures} failed, {skipped} skipped")
+    print_json_or_write({"results": rows}, args.json)
+    return EXIT_FAILURES if failures else EXIT_CLEAN
+
+
+def _replay_skip_reason(registry: Registry, name: str, machine: Machine) -> str:
+    try:
+        backend = registry.get(name)
+    except UnknownBackend:
+        return f"backend {name!r} is not installed here"
+    availability = backend.probe(machine.platform)
+    return "" if availability.available else f"backend {name} unavailable: {availability.reason}"
+
+
+# ---- wiring -----------------------------------------------------------------------------------------------
+
+CORE_COMMANDS = [
+    ("backends", add_backends_arguments, run_backends, "list backends, whether they can run here, and why not"),
+    ("fuzz", add_fuzz_arguments, run_fuzz, "run a fuzz campaign"),
+    ("replay", add_replay_arguments, run_replay, "replay case or reproducer files"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hicache-fuzz", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, add_arguments, run, help_text in CORE_COMMANDS:
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        add_arguments(command)
+        command.set_defaults(run=run)
+    for name, module_name, help_text in SUBCOMMAND_MODULES:
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            command.set_defaults(run=_broken(module_name, exc))
+            continue
+        module.add_arguments(command)
+        command.set_defaults(run=module.run)
+    return parser
+
+
+def _broken(module_name: str, exc: ImportError) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        raise Unavailable(f"{module_name} failed to import: {exc}")
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.run(args))
+    except (UsageError, CaseError, CorpusError) as exc:
+        print(f"hicache-fuzz: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Unavailable as exc:
+        print(f"hicache-fuzz: unavailable: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+

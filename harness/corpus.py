@@ -1,0 +1,111 @@
+"""Corpus files: plain JSON, written before anything else can go wrong, never unpickled or evaluated.
+
+Two kinds of file are read:
+
+* a bare case (the object :meth:`Case.to_dict` writes), e.g. the seed corpus;
+* a reproducer: ``{"format": "hicache-fuzz-reproducer", "version": 1, "case": {...}, "signature": ...,
+  "observed": {result}}``, written for every failure at ``<corpus>/<signature>/<case_id>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.case import Case, CaseError
+from hicache_fuzz.harness.outcome import Result
+from hicache_fuzz.harness.signature import signature
+
+REPRODUCER_FORMAT = "hicache-fuzz-reproducer"
+REPRODUCER_VERSION = 1
+
+
+class CorpusError(ValueError):
+    """A corpus file is unreadable or malformed; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class CorpusEntry:
+    path: Path
+    case: Case
+    observed: Result | None  # what the campaign saw when it saved the file (None for bare cases)
+    signature: str
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write, fsync and rename: a reader (or a crash) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def reproducer_dict(case: Case, result: Result) -> dict[str, Any]:
+    return {
+        "format": REPRODUCER_FORMAT,
+        "version": REPRODUCER_VERSION,
+        "signature": signature(result),
+        "case": case.to_dict(),
+        "observed": result.to_dict(),
+    }
+
+
+def save_failure(corpus_dir: Path, case: Case, result: Result) -> Path:
+    """Write the failing case and what was observed; returns the file's path."""
+    path = corpus_dir / signature(result) / f"{case.case_id}.json"
+    write_json_atomic(path, reproducer_dict(case, result))
+    return path
+
+
+def load_entry(path: Path) -> CorpusEntry:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CorpusError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CorpusError(f"{path}: expected a JSON object")
+    try:
+        if data.get("format") == REPRODUCER_FORMAT:
+            if data.get("version") != REPRODUCER_VERSION:
+                raise CorpusError(f"{path}: reproducer version {data.get('version')!r}, expected {REPRODUCER_VERSION}")
+            case_data = data.get("case")
+            if not isinstance(case_data, dict):
+                raise CorpusError(f"{path}: reproducer has no case object")
+            case = Case.from_dict(case_data)
+            observed = Result.from_dict(data["observed"]) if isinstance(data.get("observed"), dict) else None
+            return CorpusEntry(path, case, observed, str(data.get("signature", "")))
+        case = Case.from_dict(data)
+    except CaseError as exc:
+        raise CorpusError(f"{path}: {exc}") from None
+    except (KeyError, ValueError, TypeError) as exc:
+        raise CorpusError(f"{path}: malformed reproducer ({exc})") from None
+    return CorpusEntry(path, case, None, "")
+
+
+def iter_case_files(paths: Iterable[Path]) -> Iterator[Path]:
+    """Every *.json under the given files and directories, in a stable order."""
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
+        elif path.exists():
+            yield path
+        else:
+            raise CorpusError(f"{path}: no such file or directory")
