@@ -1,0 +1,33 @@
+"""Test-only backends for tests/test_worker.py: one that aborts the process, one that never returns."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from hicache_fuzz.kernels.reference import ReferenceBackend
+
+
+class AbortBackend(ReferenceBackend):
+    name = "test-abort"
+    needs_isolation = True
+
+    def run(self, buffers):  # type: ignore[no-untyped-def]
+        if buffers.case.seed % 2:
+            os.abort()
+        return super().run(buffers)
+
+
+class SleepBackend(ReferenceBackend):
+    name = "test-sleep"
+    needs_isolation = True
+
+    def run(self, buffers):  # type: ignore[no-untyped-def]
+        if buffers.case.seed % 2:
+            while True:
+                time.sleep(1)
+        return super().run(buffers)
+
+
+def backends():  # type: ignore[no-untyped-def]
+    return [AbortBackend(), SleepBackend()]

@@ -1,0 +1,105 @@
+"""WorkerExecutor: results come back, crashes and hangs become CRASH/HANG with the case saved, and the
+worker restarts so the campaign goes on. CPU only; the misbehaving backends live in tests/_worker_plugin.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
+from hicache_fuzz.harness.outcome import Outcome
+from hicache_fuzz.harness.worker import WorkerError, WorkerExecutor
+
+TESTS = str(Path(__file__).parent)
+PLUGIN = "_worker_plugin:backends"
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = TESTS + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+def case(backend: str, seed: int) -> Case:
+    return Case(direction=Direction.WRITE_BACK, scope=Scope.ALL_LAYERS, layout=HostLayout.LAYER_FIRST,
+                pools=(PoolSpec(head_dim=8),), layers=2, page_size=1, device_rows=8, host_slots=8,
+                host_indices=(0, 3), device_indices=(2, 5), backend=backend, seed=seed)
+
+
+def executor(tmp_path: Path, names: list[str], timeout: float = 30.0) -> WorkerExecutor:
+    return WorkerExecutor(names, [PLUGIN], "cpu", timeout, tmp_path / "journal", env=env(),
+                          startup_timeout_s=120)
+
+
+def test_results_come_back(tmp_path: Path) -> None:
+    with executor(tmp_path, ["reference"]) as ex:
+        for seed in range(3):
+            result = ex.run(case("reference", seed))
+            assert result.outcome is Outcome.PASS, result.summary
+        assert ex.started == 1
+    assert not list((tmp_path / "journal" / "inflight").iterdir())
+
+
+def test_abort_becomes_crash_and_worker_restarts(tmp_path: Path) -> None:
+    with executor(tmp_path, ["test-abort"]) as ex:
+        assert ex.run(case("test-abort", 0)).outcome is Outcome.PASS
+        crashed = case("test-abort", 1)
+        result = ex.run(crashed)
+        assert result.outcome is Outcome.CRASH
+        assert "SIGABRT" in result.error
+        saved = tmp_path / "journal" / "crashes" / f"{crashed.case_id}.json"
+        assert Case.from_json(saved.read_text()) == crashed
+        assert ex.run(case("test-abort", 2)).outcome is Outcome.PASS  # restarted, campaign goes on
+        assert ex.restarts == 1
+
+
+def test_sleep_becomes_hang(tmp_path: Path) -> None:
+    with executor(tmp_path, ["test-sleep"], timeout=3.0) as ex:
+        hung = case("test-sleep", 1)
+        result = ex.run(hung)
+        assert result.outcome is Outcome.HANG
+        assert (tmp_path / "journal" / "hangs" / f"{hung.case_id}.json").exists()
+        assert ex.run(case("test-sleep", 0)).outcome is Outcome.PASS
+
+
+def test_write_ahead_file_exists_while_running(tmp_path: Path) -> None:
+    # The case is on disk before the worker sees it: check the file a hanging case leaves in inflight/
+    # by looking while it runs (the hang result then moves it).
+    with executor(tmp_path, ["test-sleep"], timeout=2.0) as ex:
+        hung = case("test-sleep", 3)
+        ex.run(hung)
+        data = json.loads((tmp_path / "journal" / "hangs" / f"{hung.case_id}.json").read_text())
+        assert data["backend"] == "test-sleep"
+
+
+def test_unknown_backend_fails_startup(tmp_path: Path) -> None:
+    with pytest.raises(WorkerError, match="unknown backend"), executor(tmp_path, ["no-such-backend"]) as ex:
+        ex.run(case("reference", 0))
+
+
+def test_worker_stdout_noise_does_not_break_protocol(tmp_path: Path) -> None:
+    # Backends print (sglang, nvcc); the worker redirects fd 1 so the JSON channel stays clean.
+    plugin = tmp_path / "noisy_plugin.py"
+    plugin.write_text(
+        "import os\nfrom hicache_fuzz.kernels.reference import ReferenceBackend\n"
+        "class Noisy(ReferenceBackend):\n    name = 'test-noisy'\n"
+        "    def run(self, buffers):\n        print('noise'); os.write(1, b'raw noise\\n')\n"
+        "        return super().run(buffers)\n")
+    e = env()
+    e["PYTHONPATH"] = str(tmp_path) + os.pathsep + e["PYTHONPATH"]
+    with WorkerExecutor(["test-noisy"], ["noisy_plugin:Noisy"], "cpu", 30, tmp_path / "j", env=e) as ex:
+        result = ex.run(case("test-noisy", 0))
+        assert result.outcome is Outcome.UNEXPECTED_PATH or result.outcome is Outcome.PASS
+    assert "noise" in (tmp_path / "j" / "worker.log").read_text()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="signals and process groups: Linux only")
+def test_close_is_idempotent(tmp_path: Path) -> None:
+    ex = executor(tmp_path, ["reference"])
+    ex.run(case("reference", 0))
+    ex.close()
+    ex.close()
