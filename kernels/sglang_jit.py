@@ -18,7 +18,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from hicache_fuzz.harness.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
+from hicache_fuzz.harness.case import (
+    Attention,
+    Case,
+    Direction,
+    HostAllocator,
+    HostLayout,
+    IndexDevice,
+    Scope,
+)
 from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized, PoolBuffers
 from hicache_fuzz.kernels import sglang_common as common
@@ -29,6 +37,8 @@ from hicache_fuzz.oracles.contract import EntryPoint, Platform
 # few that no JIT kernel takes (rejections; compiled once, the failure is memoized).
 JIT_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048, 4096, 528, 96)
 JIT_PAGE_SIZES = (1, 16, 32, 4, 64)
+# Drawn uniformly per side: weighted toward GPU indices so most cases get past the index checks.
+JIT_INDEX_DEVICES = (IndexDevice.DEVICE,) * 6 + (IndexDevice.CPU, IndexDevice.PINNED)
 
 
 def gpu_space(space: CaseSpace, *, layouts: tuple[HostLayout, ...], rows: tuple[int, ...],
@@ -87,7 +97,7 @@ class _JitBackend(SglangBackend):
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
         menus = (("tma_page_size", (True, False)),) if self.tma_mode == "on" else ()
         return gpu_space(space, layouts=self.supported_layouts, rows=JIT_ROW_MENU, backend=self.name,
-                         tuning_menus=menus)
+                         index_devices=JIT_INDEX_DEVICES, tuning_menus=menus)
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         reason = self.common_unsupported(case, platform)

@@ -14,14 +14,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from hicache_fuzz.harness.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
 from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
-from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
-from hicache_fuzz.kernels.sglang_staged import STAGING_PAGES_MENU, common_platform, staging_pages
+from hicache_fuzz.kernels.sglang_jit import JIT_INDEX_DEVICES, SglangBackend, gpu_space
+from hicache_fuzz.kernels.sglang_staged import (
+    INDEX_DTYPES,
+    STAGING_PAGES_MENU,
+    common_platform,
+    staging_pages,
+)
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 PAGE_UNIFIED_ROW_MENU = (128, 256, 576, 512, 1152, 96, 48)
@@ -34,7 +38,8 @@ class SglangPageUnifiedBackend(SglangBackend):
 
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
         return gpu_space(space, layouts=self.supported_layouts, rows=PAGE_UNIFIED_ROW_MENU,
-                         page_sizes=(1, 16, 4), tuning_menus=(("staging_pages", STAGING_PAGES_MENU),),
+                         page_sizes=(1, 16, 4), index_devices=JIT_INDEX_DEVICES, index_dtypes=INDEX_DTYPES,
+                         tuning_menus=(("staging_pages", STAGING_PAGES_MENU),),
                          backend=self.name)
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
@@ -54,7 +59,8 @@ class SglangPageUnifiedBackend(SglangBackend):
         return None
 
     def plan(self, case: Case, platform: Platform) -> Plan:
-        return Plan(EntryPoint.JIT_PAGE_UNIFIED, common.PAGE_UNIFIED)
+        empty_write = case.direction is Direction.WRITE_BACK and not case.n  # no page, no launch
+        return Plan(EntryPoint.JIT_PAGE_UNIFIED, "none" if empty_write else common.PAGE_UNIFIED)
 
     def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
         module = common.hicache()

@@ -35,7 +35,6 @@ import types
 from typing import Any
 
 import torch
-
 from hicache_fuzz.harness.case import (
     Attention,
     Case,

@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from hicache_fuzz.harness.case import Attention, Case, HostAllocator, HostLayout
+from hicache_fuzz.harness.case import Attention, Case, HostAllocator, HostLayout, IndexDevice, IndexDtype
 from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized
 from hicache_fuzz.kernels import sglang_common as common
@@ -23,6 +22,10 @@ from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 STAGED_ROW_MENU = (128, 256, 576, 1152, 512, 1024, 48, 96, 528, 2064)
 STAGING_PAGES_MENU = (0, 1, 3, 64)
+# Menus are drawn uniformly per side; repeats weight them (host CPU int64 + device GPU is what the staged
+# entry accepts).
+STAGED_INDEX_DEVICES = (IndexDevice.CPU, IndexDevice.DEVICE, IndexDevice.PINNED, IndexDevice.DEVICE)
+INDEX_DTYPES = (IndexDtype.INT64, IndexDtype.INT64, IndexDtype.INT32)
 
 
 def staging_pages(case: Case, knob: int, platform: Platform) -> int:
@@ -41,6 +44,7 @@ class SglangStagedBackend(SglangBackend):
 
         return gpu_space(space, layouts=self.supported_layouts, rows=STAGED_ROW_MENU, page_sizes=(1, 16, 4, 2),
                          max_pools=3, directions=(Direction.WRITE_BACK,), scopes=(Scope.ALL_LAYERS,),
+                         index_devices=STAGED_INDEX_DEVICES, index_dtypes=INDEX_DTYPES,
                          allocators=(HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER, HostAllocator.PAGEABLE),
                          tuning_menus=(("staging_pages", STAGING_PAGES_MENU),), backend=self.name)
 
@@ -48,7 +52,8 @@ class SglangStagedBackend(SglangBackend):
         return self.common_unsupported(case, platform)
 
     def plan(self, case: Case, platform: Platform) -> Plan:
-        return Plan(EntryPoint.JIT_STAGED, common.STAGED)
+        # zero indices: the chunk loop launches nothing
+        return Plan(EntryPoint.JIT_STAGED, common.STAGED if case.n else "none")
 
     def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
         module = common.hicache()
