@@ -33,6 +33,7 @@ EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 # (name, module, help): modules expose add_arguments(parser) and run(args) -> int.
 SUBCOMMAND_MODULES: list[tuple[str, str, str]] = [
     ("isa", "hicache_fuzz.harness.isa", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
+    ("gate", "hicache_fuzz.harness.gate", "pre-merge gate: corpus replay + fixed-seed campaign + ISA checks"),
 ]
 
 

@@ -1,0 +1,692 @@
+"""The pre-merge gate: ``hicache-fuzz gate --platform rocm|cuda|cpu --budget-seconds N``.
+
+One command a CI job runs and trusts. It does, in order:
+
+1. **Corpus replay.** Every case and reproducer file under ``--corpus`` (default ``corpus/``; repeatable) is
+   replayed on the backend it names. An entry whose backend cannot run here is *skipped* with the reason;
+   an entry marked as an expected-failing regression (see :func:`expectation_of`) counts as *expected* when
+   it still fails the same way, and as a finding when it passes or fails differently.
+2. **Fixed-seed campaign.** ``--seed`` (default :data:`DEFAULT_SEED`) over every backend reachable on the
+   platform: the CPU reference on ``cpu``; every available real-kernel backend on ``cuda``/``rocm``, in a
+   worker process so a GPU fault becomes a CRASH result instead of killing the gate.
+3. **ISA checks** (:mod:`hicache_fuzz.harness.isa`): ``rocm`` and ``cpu`` run the ROCm static check (strict
+   and production flags, gfx90a + gfx942, with clang-19 and no GPU); ``cuda`` runs the SASS check. A check
+   that cannot run (no compiler, no sglang source) is *skipped* with the reason, and a skipped ISA check
+   keeps the gate from being green unless ``--allow-skip-isa`` is given.
+4. **Reports**: JUnit XML (``--junit``), a Markdown summary for a PR comment (``--markdown``), JSON
+   (``--json``); failing cases are left as reproducer files under ``--artifacts`` for CI to upload.
+
+Determinism: the verdict depends only on the inputs (platform, seed, budget, corpus, backends, sglang), never
+on the machine's speed. The budget is turned into a fixed number of cases per backend *before* anything
+runs (:func:`planned_cases_per_backend`: budget x a fixed planning rate per platform / number of backends);
+case ``i`` of the campaign depends only on (seed, i, backend), so the same inputs run the same cases. The
+budget is then only a hard wall-clock cap: a campaign that has not finished its planned cases when the cap
+is reached fails the gate loudly (``budget_exceeded``) instead of passing with fewer cases. The JSON's
+``verdict`` object holds only deterministic fields (no timings); two runs with the same inputs write the
+same ``verdict``.
+
+Exit codes: 0 pass; 1 findings (a failing or unexpectedly passing corpus entry, a campaign failure, a
+failing ISA check, or the campaign exceeding its budget); 2 bad usage or input (unknown backend, missing
+corpus folder, malformed corpus file); 3 unavailable (the requested platform is absent, or an ISA check was
+skipped without ``--allow-skip-isa``). Findings win over 3: a gate that found a bug exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shutil
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness import isa, isa_fetch
+from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
+from hicache_fuzz.harness.case import Case
+from hicache_fuzz.harness.cli import (
+    EXIT_CLEAN,
+    EXIT_FAILURES,
+    EXIT_UNAVAILABLE,
+    UsageError,
+    auto_backends,
+    available_backend,
+    machine_for,
+    make_executor,
+    registry_for,
+)
+from hicache_fuzz.harness.corpus import CorpusEntry, iter_case_files, load_entry, write_json_atomic
+from hicache_fuzz.harness.executor import Executor
+from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.outcome import Result
+from hicache_fuzz.harness.platform import Machine
+from hicache_fuzz.harness.signature import signature
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.registry import Registry, UnknownBackend
+
+GATE_FORMAT = "hicache-fuzz-gate"
+GATE_FORMAT_VERSION = 1
+# A fixed default so that a PR gate is derandomized (anchors.md 4: "do derandomize PR CI"); the nightly
+# campaign is where random seeds belong.
+DEFAULT_SEED = 20260610
+DEFAULT_CORPUS = Path("corpus")
+DEFAULT_ARTIFACTS = Path("gate-artifacts")
+# Cases per second per backend used to turn --budget-seconds into a case count. Deliberately about half of
+# what was measured (CPU reference: ~2.4 cases/s on 2 loaded cores with the default 8 MiB case budget), so
+# the planned cases finish well inside the cap on a slow runner. GPU backends pay JIT compiles and a worker
+# start inside the campaign, hence a modest rate there too.
+PLANNING_CASES_PER_SECOND: dict[str, float] = {"cpu": 1.0, "cuda": 2.0, "rocm": 2.0}
+# ROCm's own clang (LLVM >= 19 in ROCm 6.3+) has the AMDGPU backend; used when clang-19 is not on PATH.
+ROCM_BUNDLED_CLANG = Path("/opt/rocm/llvm/bin/clang")
+# Subfolders of --artifacts the gate owns and clears at start, so CI never uploads a previous run's files.
+ARTIFACT_SUBFOLDERS = ("campaign", "replay", "isa", "worker-journal")
+
+PASSED, FAILED, EXPECTED, UNEXPECTED_PASS, SKIPPED = "passed", "failed", "expected", "unexpected_pass", "skipped"
+BUDGET_EXCEEDED = "budget_exceeded"
+
+
+# ---- results --------------------------------------------------------------------------------------------
+
+@dataclass
+class ReplayRow:
+    file: str  # as given (relative to the corpus folder's parent when that is how it was named)
+    case_id: str
+    backend: str
+    status: str  # passed | failed | expected | unexpected_pass | skipped
+    outcome: str = ""  # the Outcome value observed ("" when skipped)
+    signature: str = ""
+    expected: str = ""  # what the entry says it should do, e.g. "fail: mismatch" ("" for a plain entry)
+    reason: str = ""  # why skipped, or what went wrong, in one line
+    artifact: str = ""  # reproducer written under --artifacts for a failure
+    seconds: float = 0.0
+
+
+@dataclass
+class CampaignRow:
+    backend: str
+    planned_cases: int
+    cases: int
+    status: str  # passed | failed | budget_exceeded
+    outcomes: dict[str, int] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)  # one per unique signature
+    case_ids_sha256: str = ""  # digest of the case ids run, in order: equal digests = equal cases
+    first_index: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class IsaRow:
+    name: str  # e.g. "rocm gfx942 strict"
+    platform: str
+    arch: str
+    strict: bool
+    status: str  # passed | failed | skipped
+    kernels: int = 0
+    failing: int = 0
+    reason: str = ""  # why skipped, or the first failures
+    report_json: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class GateReport:
+    platform: str
+    machine: str
+    seed: int
+    budget_seconds: float
+    cases_per_backend: int
+    command: str
+    allow_skip_isa: bool
+    corpus_dirs: list[str]
+    replay: list[ReplayRow] = field(default_factory=list)
+    campaign: list[CampaignRow] = field(default_factory=list)
+    isa: list[IsaRow] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall seconds (never in the verdict)
+
+    # A finding is anything a human must look at; a skipped ISA check is not a finding but is not green.
+    def findings(self) -> list[str]:
+        lines = [f"corpus {r.file}: {r.status} ({r.reason})" for r in self.replay
+                 if r.status in (FAILED, UNEXPECTED_PASS)]
+        for row in self.campaign:
+            if row.status == BUDGET_EXCEEDED:
+                lines.append(f"campaign {row.backend}: budget exceeded after {row.cases} of "
+                             f"{row.planned_cases} planned cases")
+            lines.extend(f"campaign {row.backend}: [{f['signature']}] x{f['count']} {f['summary']}"
+                         for f in row.failures)
+        lines.extend(f"isa {r.name}: {r.reason}" for r in self.isa if r.status == FAILED)
+        return lines
+
+    def isa_skipped_unallowed(self) -> list[IsaRow]:
+        return [] if self.allow_skip_isa else [r for r in self.isa if r.status == SKIPPED]
+
+    @property
+    def exit_code(self) -> int:
+        if self.findings():
+            return EXIT_FAILURES
+        if self.isa_skipped_unallowed():
+            return EXIT_UNAVAILABLE
+        return EXIT_CLEAN
+
+    @property
+    def status(self) -> str:
+        return {EXIT_CLEAN: "pass", EXIT_FAILURES: "fail", EXIT_UNAVAILABLE: "incomplete"}[self.exit_code]
+
+    def verdict(self) -> dict[str, Any]:
+        """Everything the pass/fail decision rests on, and nothing that depends on speed or paths run."""
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "platform": self.platform,
+            "seed": self.seed,
+            "budget_seconds": self.budget_seconds,
+            "cases_per_backend": self.cases_per_backend,
+            "replay": [{"file": r.file, "case_id": r.case_id, "backend": r.backend, "status": r.status,
+                        "outcome": r.outcome, "signature": r.signature} for r in self.replay],
+            "campaign": [{"backend": r.backend, "planned_cases": r.planned_cases, "cases": r.cases,
+                          "status": r.status, "outcomes": dict(sorted(r.outcomes.items())),
+                          "failure_signatures": sorted(f["signature"] for f in r.failures),
+                          "case_ids_sha256": r.case_ids_sha256} for r in self.campaign],
+            "isa": [{"name": r.name, "status": r.status, "kernels": r.kernels, "failing": r.failing}
+                    for r in self.isa],
+            "findings": self.findings(),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": GATE_FORMAT,
+            "version": GATE_FORMAT_VERSION,
+            "command": self.command,
+            "machine": self.machine,
+            "corpus_dirs": self.corpus_dirs,
+            "allow_skip_isa": self.allow_skip_isa,
+            "verdict": self.verdict(),
+            "replay": [asdict(r) for r in self.replay],
+            "campaign": [asdict(r) for r in self.campaign],
+            "isa": [asdict(r) for r in self.isa],
+            "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
+        }
+
+
+# ---- planning -------------------------------------------------------------------------------------------
+
+def planned_cases_per_backend(budget_seconds: float, platform_kind: str, backend_count: int) -> int:
+    """The fixed campaign size for a budget: a pure function of the inputs, never of measured speed."""
+    rate = PLANNING_CASES_PER_SECOND[platform_kind]
+    return max(1, math.floor(budget_seconds * rate / max(1, backend_count)))
+
+
+def campaign_backends(registry: Registry, machine: Machine, names: list[str]) -> list[Backend]:
+    if names:
+        return [available_backend(registry, name, machine) for name in names]
+    return auto_backends(registry, machine)
+
+
+# ---- 1. corpus replay -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Expectation:
+    """An entry's claim that it fails: the outcome kind and, when recorded, the exact signature."""
+
+    outcome: str  # "" = any failure
+    signature: str  # "" = any signature
+
+    def describe(self) -> str:
+        return "fail" + (f": {self.outcome}" if self.outcome else "") + (
+            f" [{self.signature}]" if self.signature else "")
+
+
+def expectation_of(path: Path) -> Expectation | None:
+    """Whether a corpus file marks an expected-failing regression, and how it must fail.
+
+    Accepted shapes (top level of the JSON object), so a bare case and a reproducer can both carry it:
+    ``"expect": "fail"``; ``"expect": {"fail": true, "outcome": "mismatch", "signature": "..."}``;
+    ``"expected_failure": true`` (outcome and signature then taken from ``observed``/``signature`` when the
+    file is a reproducer). Anything else is a plain entry that must pass.
+    """
+    data = json.loads(path.read_text())
+    expect = data.get("expect")
+    observed = data.get("observed") if isinstance(data.get("observed"), dict) else {}
+    if expect == "fail" or data.get("expected_failure") is True:
+        return Expectation(str(observed.get("outcome", "")), str(data.get("signature", "")))
+    if isinstance(expect, dict) and expect.get("fail"):
+        return Expectation(str(expect.get("outcome", "")), str(expect.get("signature", "")))
+    return None
+
+
+def replay_corpus(entries: list[CorpusEntry], registry: Registry, machine: Machine,
+                  executor_args: argparse.Namespace, artifacts: Path) -> list[ReplayRow]:
+    rows: list[ReplayRow] = []
+    executors: dict[str, Executor] = {}
+    try:
+        for entry in entries:
+            rows.append(_replay_one(entry, registry, machine, executor_args, artifacts, executors))
+    finally:
+        for executor in executors.values():
+            executor.close()
+    return rows
+
+
+def _replay_one(entry: CorpusEntry, registry: Registry, machine: Machine, executor_args: argparse.Namespace,
+                artifacts: Path, executors: dict[str, Executor]) -> ReplayRow:
+    case = entry.case
+    expectation = expectation_of(entry.path)
+    row = ReplayRow(str(entry.path), case.case_id, case.backend, SKIPPED,
+                    expected=expectation.describe() if expectation else "")
+    try:
+        backend = registry.get(case.backend)
+    except UnknownBackend:
+        row.reason = f"backend {case.backend!r} is not installed here"
+        return row
+    availability = backend.probe(machine.platform)
+    if not availability.available:
+        row.reason = f"backend {case.backend} unavailable: {availability.reason}"
+        return row
+    if case.backend not in executors:
+        journal = artifacts / "worker-journal" / "replay" / case.backend
+        executors[case.backend] = make_executor([backend], registry, machine, executor_args, journal)
+    started = time.perf_counter()
+    result = executors[case.backend].run(case)
+    row.seconds = round(time.perf_counter() - started, 3)
+    row.outcome = result.outcome.value
+    failed = result.outcome.is_failure
+    row.signature = signature(result) if failed else ""
+    first_line = result.summary.splitlines()[0] if result.summary else result.error.splitlines()[0] if \
+        result.error else ""
+    if expectation is None:
+        row.status = FAILED if failed else PASSED
+        row.reason = first_line if failed else ""
+    elif not failed:
+        # Strict, like pytest's xfail_strict: a regression that stops failing means either the bug was fixed
+        # (drop the mark) or the harness lost the ability to see it; both need a human.
+        row.status = UNEXPECTED_PASS
+        row.reason = f"marked {expectation.describe()} but {result.outcome.value}"
+    elif _matches(expectation, result, row.signature):
+        row.status = EXPECTED
+        row.reason = f"fails as expected: {first_line}"
+    else:
+        row.status = FAILED
+        row.reason = f"marked {expectation.describe()} but failed differently: {row.signature} {first_line}"
+    if row.status in (FAILED, UNEXPECTED_PASS):
+        row.artifact = str(_save_replay_artifact(artifacts, entry, case, result, row.signature))
+    return row
+
+
+def _matches(expectation: Expectation, result: Result, observed_signature: str) -> bool:
+    if expectation.outcome and expectation.outcome != result.outcome.value:
+        return False
+    return not expectation.signature or expectation.signature == observed_signature
+
+
+def _save_replay_artifact(artifacts: Path, entry: CorpusEntry, case: Case, result: Result, sig: str) -> Path:
+    from hicache_fuzz.harness.corpus import reproducer_dict
+
+    folder = artifacts / "replay" / (sig or f"{case.backend}-unexpected-pass")
+    path = folder / f"{case.case_id}.json"
+    data = reproducer_dict(case, result)
+    data["gate"] = {"corpus_file": str(entry.path)}
+    write_json_atomic(path, data)
+    return path
+
+
+# ---- 2. fixed-seed campaign -----------------------------------------------------------------------------
+
+def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Machine, seed: int,
+                      cases_per_backend: int, budget_seconds: float, space: CaseSpace,
+                      executor_args: argparse.Namespace, artifacts: Path) -> list[CampaignRow]:
+    """One campaign per backend, each exactly `cases_per_backend` cases; the budget is a hard cap on all."""
+    rows: list[CampaignRow] = []
+    executor = make_executor(backends, registry, machine, executor_args, artifacts / "worker-journal" / "campaign")
+    started = time.perf_counter()
+    try:
+        for backend in backends:
+            remaining = budget_seconds - (time.perf_counter() - started)
+            if remaining <= 0:
+                rows.append(CampaignRow(backend.name, cases_per_backend, 0, BUDGET_EXCEEDED))
+                continue
+            config = CampaignConfig([backend.name], seed, max_cases=cases_per_backend, max_seconds=remaining,
+                                    corpus_dir=artifacts / "campaign", space=space)
+            report = run_campaign(config, [backend], machine.platform, executor, record_case_ids=True)
+            failures = [dict(f.__dict__) for f in report.failures]
+            if report.cases < cases_per_backend:
+                status = BUDGET_EXCEEDED
+            else:
+                status = FAILED if failures else PASSED
+            digest = hashlib.sha256("\n".join(report.case_ids).encode()).hexdigest()
+            rows.append(CampaignRow(backend.name, cases_per_backend, report.cases, status,
+                                    dict(sorted(report.outcomes.get(backend.name, {}).items())), failures,
+                                    digest, report.first_index, round(report.seconds, 3)))
+    finally:
+        executor.close()
+    return rows
+
+
+# ---- 3. ISA checks --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class IsaTarget:
+    platform: str
+    arch: str
+    strict: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.platform} {self.arch}{' strict' if self.strict else ''}"
+
+
+def isa_targets(platform_kind: str) -> list[IsaTarget]:
+    """cuda: the SASS check; rocm and cpu: the ROCm static check, strict (catches a scalarized load_nc
+    that the optimizer re-merges) and with production flags."""
+    if platform_kind == "cuda":
+        return [IsaTarget(isa.PLATFORM_CUDA, arch, False) for arch in isa.DEFAULT_ARCHES[isa.PLATFORM_CUDA]]
+    return [IsaTarget(isa.PLATFORM_ROCM, arch, strict) for strict in (True, False)
+            for arch in isa.DEFAULT_ARCHES[isa.PLATFORM_ROCM]]
+
+
+def resolve_isa_source(explicit: str | None, cache_dir: Path, allow_fetch: bool) -> isa.SglangSource:
+    """sglang's kernels: --sglang-source, else the installed sglang, else the cached or fetched 0.5.23 wheel."""
+    if explicit:
+        return isa.resolve_sglang_source(explicit, cache_dir)
+    try:
+        return isa.resolve_sglang_source(None, cache_dir)
+    except isa.SourceUnavailable as not_installed:
+        archive = isa_fetch.find_cached_sglang_archive(cache_dir, isa_fetch.DEFAULT_SGLANG_VERSION)
+        if archive is None and not allow_fetch:
+            raise not_installed
+        if archive is None:
+            try:
+                archive = isa_fetch.fetch_sglang_archive(cache_dir)
+            except isa_fetch.FetchError as error:
+                raise isa.SourceUnavailable(f"{not_installed}; fetching it failed: {error}") from error
+        return isa.resolve_sglang_source(archive, cache_dir)
+
+
+def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path) -> list[IsaRow]:
+    targets = isa_targets(platform_kind)
+    rows = [IsaRow(t.name, t.platform, t.arch, t.strict, SKIPPED) for t in targets]
+    if args.no_isa:
+        for row in rows:
+            row.reason = "disabled by --no-isa"
+        return rows
+    cache_dir = Path(args.isa_cache_dir) if args.isa_cache_dir else isa_fetch.default_cache_dir()
+    allow_fetch = not args.no_fetch
+    try:
+        source = resolve_isa_source(args.sglang_source, cache_dir, allow_fetch)
+        if targets[0].platform == isa.PLATFORM_ROCM:
+            rocm_tools = isa.find_rocm_toolchain(cache_dir, allow_fetch, _rocm_clang(args, platform_kind))
+            cuda_tools = None
+        else:
+            rocm_tools = None
+            cuda_tools = isa.find_cuda_toolchain(cache_dir, allow_fetch)
+    except (isa.ToolchainUnavailable, isa.SourceUnavailable) as error:
+        for row in rows:
+            row.reason = f"ISA toolchain or sglang source unavailable: {error}"
+        return rows
+    except isa.BadInput as error:
+        raise UsageError(str(error)) from None
+    out_dir = artifacts / "isa"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for target, row in zip(targets, rows, strict=True):
+        if target.platform == isa.PLATFORM_ROCM:
+            report = isa.check_rocm(source, target.arch, target.strict, toolchain=rocm_tools, cache_dir=cache_dir)
+        else:
+            report = isa.check_cuda(source, target.arch, toolchain=cuda_tools, cache_dir=cache_dir)
+        row.kernels = sum(1 for kernel in report.kernels if kernel.symbol)
+        row.failing = sum(1 for kernel in report.kernels if not kernel.passed)
+        row.status = PASSED if report.passed else FAILED
+        row.reason = "" if report.passed else "; ".join(report.failures()[:3])
+        row.seconds = report.seconds
+        json_path = out_dir / f"{target.name.replace(' ', '-')}.json"
+        json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        row.report_json = str(json_path)
+    return rows
+
+
+def _rocm_clang(args: argparse.Namespace, platform_kind: str) -> str | None:
+    if args.isa_clang:
+        return str(args.isa_clang)
+    if platform_kind == "rocm" and not shutil.which("clang-19") and ROCM_BUNDLED_CLANG.is_file():
+        return str(ROCM_BUNDLED_CLANG)
+    return None  # isa's default: clang-19
+
+
+# ---- 4. reports -----------------------------------------------------------------------------------------
+
+def render_markdown(report: GateReport) -> str:
+    """A summary for a PR comment: verdict, one table row per check, then findings and skips."""
+    verdict_word = {"pass": "PASS", "fail": "FAIL", "incomplete": "INCOMPLETE"}[report.status]
+    lines = [f"## HiCache fuzz gate ({report.platform}): **{verdict_word}**", ""]
+    lines += [f"`{report.command}`", "",
+              f"seed {report.seed}, budget {report.budget_seconds:g} s -> {report.cases_per_backend} cases per "
+              f"backend, exit code {report.exit_code}; {report.machine}", ""]
+    lines += ["| check | result | passed | failed | expected | skipped | details |",
+              "|---|---|---|---|---|---|---|"]
+    counts = Counter(r.status for r in report.replay)
+    replay_failed = counts[FAILED] + counts[UNEXPECTED_PASS]
+    replay_result = "FAIL" if replay_failed else ("PASS" if report.replay else "EMPTY")
+    lines.append(f"| corpus replay | {replay_result} | {counts[PASSED]} | {replay_failed} | {counts[EXPECTED]} "
+                 f"| {counts[SKIPPED]} | {len(report.replay)} entries from {', '.join(report.corpus_dirs)} |")
+    for row in report.campaign:
+        result = {PASSED: "PASS", FAILED: "FAIL", BUDGET_EXCEEDED: "FAIL (budget exceeded)"}[row.status]
+        failing_cases = sum(f["count"] for f in row.failures)
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items())) or "no cases"
+        lines.append(f"| campaign `{row.backend}` | {result} | {row.cases - failing_cases} | {failing_cases} | 0 "
+                     f"| {row.planned_cases - row.cases} | {row.cases}/{row.planned_cases} cases: {outcomes}; "
+                     f"{len(row.failures)} unique failures |")
+    for row in report.isa:
+        result = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "SKIPPED"}[row.status]
+        detail = f"{row.kernels} kernel instantiations, {row.failing} failing" if row.status != SKIPPED else \
+            _one_line(row.reason, 160)
+        lines.append(f"| ISA {row.name} | {result} | {int(row.status == PASSED)} | {int(row.status == FAILED)} "
+                     f"| 0 | {int(row.status == SKIPPED)} | {detail} |")
+    findings = report.findings()
+    if findings:
+        lines += ["", "### Findings", ""]
+        lines += [f"- {_one_line(line, 300)}" for line in findings]
+        reproducers = [r.artifact for r in report.replay if r.artifact]
+        reproducers += [f["file"] for row in report.campaign for f in row.failures if f.get("file")]
+        if reproducers:
+            lines += ["", "Reproducers (uploaded as artifacts; rerun with `hicache-fuzz replay FILE`):", ""]
+            lines += [f"- `{path}`" for path in reproducers]
+    skipped = [r for r in report.replay if r.status == SKIPPED]
+    unallowed = report.isa_skipped_unallowed()
+    if skipped or any(r.status == SKIPPED for r in report.isa):
+        lines += ["", "### Skipped", ""]
+        lines += [f"- corpus `{r.file}`: {_one_line(r.reason, 200)}" for r in skipped]
+        lines += [f"- ISA {r.name}: {_one_line(r.reason, 200)}" for r in report.isa if r.status == SKIPPED]
+        if unallowed:
+            lines += ["", f"{len(unallowed)} ISA check(s) skipped without `--allow-skip-isa`: the gate is not green."]
+    expected = [r for r in report.replay if r.status == EXPECTED]
+    if expected:
+        lines += ["", "<details><summary>Expected failures reproduced ({})</summary>".format(len(expected)), ""]
+        lines += [f"- `{r.file}` [{r.backend}]: {r.signature}" for r in expected]
+        lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str, limit: int) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = first.replace("|", "\\|")
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+@dataclass
+class JunitCase:
+    classname: str
+    name: str
+    seconds: float
+    status: str  # passed | failed | skipped
+    message: str = ""
+    text: str = ""
+
+
+def junit_cases(report: GateReport) -> list[JunitCase]:
+    cases: list[JunitCase] = []
+    for row in report.replay:
+        status = {PASSED: PASSED, EXPECTED: PASSED, SKIPPED: SKIPPED}.get(row.status, FAILED)
+        text = f"artifact: {row.artifact}" if row.artifact else (row.reason if row.status == EXPECTED else "")
+        cases.append(JunitCase("gate.corpus", row.file, row.seconds, status, row.reason, text))
+    for campaign_row in report.campaign:
+        message = ""
+        if campaign_row.status == BUDGET_EXCEEDED:
+            message = (f"budget exceeded: {campaign_row.cases} of {campaign_row.planned_cases} planned cases ran "
+                       f"within --budget-seconds {report.budget_seconds:g}")
+        elif campaign_row.failures:
+            message = f"{len(campaign_row.failures)} unique failures"
+        text = "\n".join(f"[{f['signature']}] x{f['count']} {f['summary']}\n    reproducer: {f['file']}"
+                         for f in campaign_row.failures)
+        status = PASSED if campaign_row.status == PASSED else FAILED
+        cases.append(JunitCase("gate.campaign", f"{campaign_row.backend} seed {report.seed}", campaign_row.seconds,
+                               status, message, text))
+    for isa_row in report.isa:
+        cases.append(JunitCase("gate.isa", isa_row.name, isa_row.seconds, isa_row.status, isa_row.reason,
+                               f"{isa_row.kernels} kernel instantiations, {isa_row.failing} failing"))
+    return cases
+
+
+def write_junit(path: Path, suite_name: str, cases: list[JunitCase]) -> None:
+    """Minimal JUnit XML (the subset GitHub/GitLab/Jenkins read): one suite, failure/skipped children."""
+    suite = ET.Element("testsuite", {
+        "name": suite_name,
+        "tests": str(len(cases)),
+        "failures": str(sum(c.status == FAILED for c in cases)),
+        "errors": "0",
+        "skipped": str(sum(c.status == SKIPPED for c in cases)),
+        "time": f"{sum(c.seconds for c in cases):.3f}",
+    })
+    for case in cases:
+        element = ET.SubElement(suite, "testcase", {"classname": case.classname, "name": case.name,
+                                                     "time": f"{case.seconds:.3f}"})
+        if case.status == FAILED:
+            ET.SubElement(element, "failure", {"message": case.message[:500]}).text = case.text or case.message
+        elif case.status == SKIPPED:
+            ET.SubElement(element, "skipped", {"message": case.message[:500]})
+        elif case.text:
+            ET.SubElement(element, "system-out").text = case.text
+    root = ET.Element("testsuites", {"name": suite_name})
+    root.append(suite)
+    ET.indent(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+# ---- CLI ------------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--platform", required=True, choices=["cpu", "cuda", "rocm"],
+                        help="the platform gated; absent -> exit 3 with the reason")
+    parser.add_argument("--budget-seconds", type=float, required=True,
+                        help="campaign budget: sets the fixed case count per backend and is a hard wall-clock cap")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="campaign seed (default: %(default)s)")
+    parser.add_argument("--cases-per-backend", type=int, default=None,
+                        help="override the case count derived from the budget (the budget stays the cap)")
+    parser.add_argument("--corpus", action="append", type=Path, default=None, metavar="DIR",
+                        help="corpus folder to replay, repeatable (default: corpus/)")
+    parser.add_argument("--backend", action="append", default=[], metavar="NAME",
+                        help="campaign these backends instead of the platform's default set; repeatable")
+    parser.add_argument("--backend-plugin", action="append", default=[], metavar="MODULE:CALLABLE",
+                        help="load extra backends from a callable returning Backend(s); repeatable")
+    parser.add_argument("--byte-budget", type=int, default=None, help="largest campaign case in bytes")
+    parser.add_argument("--case-timeout", type=float, default=120.0,
+                        help="seconds before a case in a worker counts as a hang (default: %(default)s)")
+    parser.add_argument("--no-isa", action="store_true", help="do not run the ISA checks (they count as skipped)")
+    parser.add_argument("--allow-skip-isa", action="store_true",
+                        help="a skipped ISA check does not keep the gate from passing")
+    parser.add_argument("--sglang-source", default=None, metavar="PATH",
+                        help="sglang wheel/sdist/folder for the ISA checks (default: installed, else cached wheel)")
+    parser.add_argument("--isa-clang", default=None, metavar="PATH",
+                        help="clang for the ROCm ISA check (default: clang-19, on rocm also /opt/rocm/llvm/bin/clang)")
+    parser.add_argument("--isa-cache-dir", default=None, metavar="DIR", help="cache of fetched ISA headers/tools")
+    parser.add_argument("--no-fetch", action="store_true", help="never download headers, tools or sglang")
+    parser.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, metavar="DIR",
+                        help="reproducers of failing cases, ISA reports, worker logs (default: %(default)s)")
+    parser.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML")
+    parser.add_argument("--markdown", type=Path, metavar="PATH", help="write a Markdown summary (PR comment)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The gate's inputs as a command line (outputs left out): what to run to get the same verdict."""
+    parts = ["hicache-fuzz gate", f"--platform {args.platform}", f"--budget-seconds {args.budget_seconds:g}",
+             f"--seed {args.seed}"]
+    if args.cases_per_backend is not None:
+        parts.append(f"--cases-per-backend {args.cases_per_backend}")
+    parts += [f"--corpus {path}" for path in args.corpus or []]
+    parts += [f"--backend {name}" for name in args.backend]
+    parts += [f"--backend-plugin {spec}" for spec in args.backend_plugin]
+    if args.byte_budget is not None:
+        parts.append(f"--byte-budget {args.byte_budget}")
+    for flag in ("no_isa", "allow_skip_isa"):
+        if getattr(args, flag):
+            parts.append("--" + flag.replace("_", "-"))
+    return " ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.budget_seconds <= 0:
+        raise UsageError("--budget-seconds must be positive")
+    if args.cases_per_backend is not None and args.cases_per_backend < 1:
+        raise UsageError("--cases-per-backend must be >= 1")
+    print(f"hicache-fuzz gate: seed {args.seed}", flush=True)
+    machine = machine_for(args)  # Unavailable (exit 3) for an absent platform, before any work
+    registry = registry_for(args)
+    corpus_dirs = args.corpus or [DEFAULT_CORPUS]
+    for folder in corpus_dirs:
+        if not folder.exists():
+            raise UsageError(f"corpus folder {folder} does not exist (run from the repository root or pass --corpus)")
+    entries = [load_entry(path) for path in iter_case_files(corpus_dirs)]
+    backends = campaign_backends(registry, machine, args.backend)
+    cases_per_backend = args.cases_per_backend or planned_cases_per_backend(
+        args.budget_seconds, machine.platform.kind, len(backends))
+    space = CaseSpace() if args.byte_budget is None else CaseSpace(byte_budget=args.byte_budget)
+    # Real kernels always run in a worker on a GPU, whatever they declare: a fault must not end the gate.
+    executor_args = argparse.Namespace(isolate="yes" if machine.platform.kind != "cpu" else "auto",
+                                       case_timeout=args.case_timeout, backend_plugin=args.backend_plugin)
+    artifacts: Path = args.artifacts
+    for sub in ARTIFACT_SUBFOLDERS:
+        shutil.rmtree(artifacts / sub, ignore_errors=True)
+    artifacts.mkdir(parents=True, exist_ok=True)
+
+    report = GateReport(machine.platform.kind, machine.description, args.seed, args.budget_seconds,
+                        cases_per_backend, command_line(args), args.allow_skip_isa, [str(d) for d in corpus_dirs])
+    print(f"platform: {machine.description}; corpus: {len(entries)} entries; campaign: "
+          f"{', '.join(b.name for b in backends)} x {cases_per_backend} cases", flush=True)
+
+    phase_started = time.perf_counter()
+    report.replay = replay_corpus(entries, registry, machine, executor_args, artifacts)
+    report.seconds["replay"] = time.perf_counter() - phase_started
+    replay_counts = Counter(r.status for r in report.replay)
+    print(f"[1/3] corpus replay: {dict(sorted(replay_counts.items()))} in {report.seconds['replay']:.1f} s",
+          flush=True)
+
+    phase_started = time.perf_counter()
+    report.campaign = run_gate_campaign(backends, registry, machine, args.seed, cases_per_backend,
+                                        args.budget_seconds, space, executor_args, artifacts)
+    report.seconds["campaign"] = time.perf_counter() - phase_started
+    for row in report.campaign:
+        print(f"[2/3] campaign {row.backend}: {row.status}, {row.cases}/{row.planned_cases} cases, "
+              f"{len(row.failures)} unique failures, {row.seconds:.1f} s", flush=True)
+
+    phase_started = time.perf_counter()
+    report.isa = run_isa_checks(machine.platform.kind, args, artifacts)
+    report.seconds["isa"] = time.perf_counter() - phase_started
+    for isa_row in report.isa:
+        print(f"[3/3] ISA {isa_row.name}: {isa_row.status} {_one_line(isa_row.reason, 200)}", flush=True)
+    report.seconds["total"] = sum(report.seconds.values())
+
+    if args.json:
+        write_json_atomic(args.json, report.to_dict())
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(render_markdown(report))
+    if args.junit:
+        write_junit(args.junit, f"hicache-fuzz gate ({report.platform})", junit_cases(report))
+    for line in report.findings():
+        print(f"FINDING {_one_line(line, 300)}")
+    for row in report.isa_skipped_unallowed():
+        print(f"NOT GREEN: ISA {row.name} skipped ({_one_line(row.reason, 200)}); pass --allow-skip-isa to accept")
+    print(f"gate: {report.status.upper()} (exit {report.exit_code}) in {report.seconds['total']:.1f} s", flush=True)
+    return report.exit_code
