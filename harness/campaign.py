@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.corpus import save_failure, write_json_atomic
+from hicache_fuzz.harness.corpus import write_json_atomic
 from hicache_fuzz.harness.executor import Executor
 from hicache_fuzz.harness.generate import CaseSpace, case_for_index
 from hicache_fuzz.harness.outcome import Outcome, Result
+from hicache_fuzz.harness.reproducer import save_reproducer
 from hicache_fuzz.harness.signature import signature
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
@@ -35,6 +36,9 @@ class CampaignConfig:
     start_index: int = 0
     space: CaseSpace = field(default_factory=CaseSpace)
     stop_on_first_failure: bool = False
+    # Called on the first case of each new signature before it is saved (fuzz --minimize): returns the
+    # smaller case, its result (same signature) and extra JSON fields for the reproducer file.
+    minimizer: Callable[[Case, Result], tuple[Case, Result, dict[str, Any]]] | None = None
 
 
 @dataclass
@@ -155,13 +159,16 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
 
 def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], case: Case, result: Result,
                     index: int) -> None:
-    sig = signature(result)
+    sig = signature(result, case)
     if sig in classes:
         classes[sig].count += 1
         if config.corpus_dir is not None and classes[sig].count <= 3:
-            save_failure(config.corpus_dir, case, result)  # a few examples per class, not thousands
+            save_reproducer(config.corpus_dir, case, result)  # a few examples per class, not thousands
         return
-    file = str(save_failure(config.corpus_dir, case, result)) if config.corpus_dir is not None else ""
+    extra: dict[str, Any] = {}
+    if config.minimizer is not None:
+        case, result, extra = config.minimizer(case, result)
+    file = str(save_reproducer(config.corpus_dir, case, result, extra)) if config.corpus_dir is not None else ""
     classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
                                 result.summary.splitlines()[0][:300] if result.summary else result.error[:300], file)
 

@@ -24,6 +24,7 @@ from hicache_fuzz.harness.executor import Executor, InProcessExecutor
 from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.outcome import Result
 from hicache_fuzz.harness.platform import Machine, PlatformUnavailable, detect, require
+from hicache_fuzz.harness.reproducer import judge_replay
 from hicache_fuzz.harness.signature import signature
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
@@ -33,6 +34,8 @@ EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 # (name, module, help): modules expose add_arguments(parser) and run(args) -> int.
 SUBCOMMAND_MODULES: list[tuple[str, str, str]] = [
     ("isa", "hicache_fuzz.harness.isa", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
+    ("minimize", "hicache_fuzz.harness.minimize", "shrink reproducers while keeping their failure signature"),
+    ("atheris", "hicache_fuzz.harness.atheris_entry", "coverage-guided fuzzing with atheris (libFuzzer flags)"),
     ("gate", "hicache_fuzz.harness.gate", "pre-merge gate: corpus replay + fixed-seed campaign + ISA checks"),
 ]
 
@@ -174,6 +177,8 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
+    parser.add_argument("--minimize", action="store_true",
+                        help="minimize the first case of each new failure signature before saving it")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -203,6 +208,10 @@ def run_fuzz(args: argparse.Namespace) -> int:
     config = CampaignConfig([b.name for b in backends], seed, args.runs, args.max_total_time, corpus, shard,
                             args.start_index, space, args.stop_on_failure)
     executor = make_executor(backends, registry, machine, args, corpus / ".journal")
+    if args.minimize:
+        from hicache_fuzz.harness.minimize import campaign_minimizer
+
+        config.minimizer = campaign_minimizer(executor)
     progress = Progress(not args.no_progress)
     try:
         report = run_campaign(config, backends, machine.platform, executor, progress)
@@ -271,11 +280,14 @@ def run_replay(args: argparse.Namespace) -> int:
             if case.backend not in executors:
                 executors[case.backend] = make_executor([backend], registry, machine, args, None)
             result = executors[case.backend].run(case)
-            row.update(result.to_dict(), signature=signature(result) if result.outcome.is_failure else "")
+            row.update(result.to_dict(), signature=signature(result, case) if result.outcome.is_failure else "")
             if entry.observed is not None:
                 row["observed_before"] = entry.observed.outcome.value
-            verdict = "FAIL" if result.outcome.is_failure else "PASS"
-            failures += result.outcome.is_failure
+            # An entry marked "expect": "fail" (a known bug) passes the replay by failing with its signature.
+            judged = judge_replay(entry.expect if not args.backend else "pass", entry.signature, result, case)
+            verdict = judged.label
+            row["verdict"] = judged.label
+            failures += not judged.ok
             print(f"{verdict} {entry.path} [{case.backend}] {result.outcome.value}: {result.summary.splitlines()[0] if result.summary else ''}")
             rows.append(row)
     finally:

@@ -35,6 +35,9 @@ class CorpusEntry:
     case: Case
     observed: Result | None  # what the campaign saw when it saved the file (None for bare cases)
     signature: str
+    # "pass" (default) or "fail": a known, unfixed bug whose replay must fail with `signature`
+    # (see docs/reproducers.md, "Expected failures").
+    expect: str = "pass"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -58,7 +61,7 @@ def reproducer_dict(case: Case, result: Result) -> dict[str, Any]:
     return {
         "format": REPRODUCER_FORMAT,
         "version": REPRODUCER_VERSION,
-        "signature": signature(result),
+        "signature": signature(result, case),
         "case": case.to_dict(),
         "observed": result.to_dict(),
     }
@@ -66,7 +69,7 @@ def reproducer_dict(case: Case, result: Result) -> dict[str, Any]:
 
 def save_failure(corpus_dir: Path, case: Case, result: Result) -> Path:
     """Write the failing case and what was observed; returns the file's path."""
-    path = corpus_dir / signature(result) / f"{case.case_id}.json"
+    path = corpus_dir / signature(result, case) / f"{case.case_id}.json"
     write_json_atomic(path, reproducer_dict(case, result))
     return path
 
@@ -91,7 +94,10 @@ def load_entry(path: Path) -> CorpusEntry:
                 raise CorpusError(f"{path}: reproducer has no case object")
             case = Case.from_dict(case_data)
             observed = Result.from_dict(data["observed"]) if isinstance(data.get("observed"), dict) else None
-            return CorpusEntry(path, case, observed, str(data.get("signature", "")))
+            expect = str(data.get("expect", "pass"))
+            if expect not in ("pass", "fail"):
+                raise CorpusError(f"{path}: expect must be \"pass\" or \"fail\", got {expect!r}")
+            return CorpusEntry(path, case, observed, str(data.get("signature", "")), expect)
         case = Case.from_dict(data)
     except CaseError as exc:
         raise CorpusError(f"{path}: {exc}") from None

@@ -1,0 +1,191 @@
+"""Reproducers: a failing case as a JSON file plus a standalone ``repro_<id>.py`` script, and how a replay of
+a corpus entry is judged against what the entry expects.
+
+Files, side by side in ``<corpus>/<signature>/``:
+
+* ``<case_id>.json``: the reproducer (format in :mod:`hicache_fuzz.harness.corpus`), plus optional fields
+  ``"expect"`` (``"pass"`` by default; ``"fail"`` marks a known, unfixed bug), ``"signature_key"`` (the
+  readable key the signature hashes) and ``"minimized"`` (original vs minimized size);
+* ``repro_<case_id>.py``: the case embedded as a JSON literal; it needs torch, hicache_fuzz's core (case,
+  materialize, oracle, compare: :func:`hicache_fuzz.harness.runner.run_case`) and the backend's own class,
+  imported directly (not through the registry, so no other backend family is imported). It prints PASS or
+  FAIL with the diff summary and exits 0 (pass) or 1 (fail); 3 if the backend cannot run here.
+
+Corpus files are plain JSON: never pickled, never evaluated. The script embeds the JSON as a raw string
+literal and parses it with ``json.loads``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.case import Case
+from hicache_fuzz.harness.corpus import reproducer_dict, write_json_atomic
+from hicache_fuzz.harness.outcome import Result
+from hicache_fuzz.harness.signature import signature, signature_key
+
+# ---- judging a replay against the entry's expectation -----------------------------------------------------
+
+@dataclass(frozen=True)
+class ReplayVerdict:
+    ok: bool  # the replay matches what the entry expects
+    label: str  # PASS, FAIL, XFAIL (known bug reproduced), XPASS (known bug no longer fails), FAIL-OTHER
+    detail: str
+
+
+def judge_replay(expect: str, recorded_signature: str, result: Result, case: Case) -> ReplayVerdict:
+    """Compare a replay's result with the entry's expectation.
+
+    ``expect == "fail"`` (a known, unfixed bug) is satisfied only by a failure with the recorded signature
+    (when one is recorded): a different failure is a new finding, and a pass means the bug is fixed or no
+    longer reproduces; either way the entry needs a human look, so neither is ok.
+    """
+    failed = result.outcome.is_failure
+    observed = signature(result, case) if failed else ""
+    if expect != "fail":
+        if failed:
+            return ReplayVerdict(False, "FAIL", f"{result.outcome.value} [{observed}]")
+        return ReplayVerdict(True, "PASS", result.outcome.value)
+    if not failed:
+        return ReplayVerdict(False, "XPASS", f"expected to fail but {result.outcome.value}: fixed? then set "
+                                             f'"expect": "pass"')
+    if recorded_signature and observed != recorded_signature:
+        return ReplayVerdict(False, "FAIL-OTHER", f"expected failure {recorded_signature}, got {observed} "
+                                                  f"({result.outcome.value})")
+    return ReplayVerdict(True, "XFAIL", f"known bug reproduced [{observed}]")
+
+
+# ---- writing reproducers ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _default_backend_classes() -> dict[str, str]:
+    """name -> "module:Class" for every backend the default registry knows (built-ins, zoo, sglang, entry
+    points); loaded once per process."""
+    from hicache_fuzz.kernels.registry import BrokenBackend, load_registry
+
+    registry = load_registry()
+    return {name: f"{type(b).__module__}:{type(b).__qualname__}" for name, b in registry.backends.items()
+            if not isinstance(b, BrokenBackend)}
+
+
+def backend_class_spec(backend_name: str) -> str | None:
+    """The importable "module:Class" of a backend, or None if only a plugin provides it."""
+    return _default_backend_classes().get(backend_name)
+
+
+def reproducer_paths(corpus_dir: Path, case: Case, result: Result) -> tuple[Path, Path]:
+    folder = corpus_dir / signature(result, case)
+    return folder / f"{case.case_id}.json", folder / f"repro_{case.case_id}.py"
+
+
+def save_reproducer(corpus_dir: Path, case: Case, result: Result, extra: dict[str, Any] | None = None,
+                    backend_class: str | None = None) -> Path:
+    """Write ``<corpus>/<signature>/<case_id>.json`` and ``repro_<case_id>.py`` next to it; returns the JSON's
+    path. `extra` adds top-level fields (e.g. "expect", "minimized"); `backend_class` is the backend's
+    "module:Class" when it is not in the default registry (a --backend-plugin backend)."""
+    json_path, script_path = reproducer_paths(corpus_dir, case, result)
+    data = reproducer_dict(case, result)
+    data["signature_key"] = signature_key(result, case)
+    data.update(extra or {})
+    write_json_atomic(json_path, data)
+    spec = backend_class or backend_class_spec(case.backend)
+    write_script(script_path, case, data["signature"], str(data.get("expect", "pass")), spec,
+                 result.summary.splitlines()[0] if result.summary else result.error[:200])
+    return json_path
+
+
+def write_script(path: Path, case: Case, recorded_signature: str, expect: str, backend_class: str | None,
+                 summary: str) -> None:
+    case_json = case.to_json(indent=2)
+    # A raw triple-quoted literal is readable and safe for JSON text: valid JSON never contains three
+    # unescaped double quotes in a row. Checked anyway; repr() is the (unreadable) fallback.
+    literal = f'r"""\n{case_json}\n"""' if '"""' not in case_json else repr(case_json)
+    text = SCRIPT_TEMPLATE.format(
+        case_id=case.case_id,
+        signature=recorded_signature,
+        summary=summary.replace('"""', "'''").replace("\\", "/"),
+        case_literal=literal,
+        backend_class=repr(backend_class),
+        expect=repr(expect),
+        recorded_signature=repr(recorded_signature),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+SCRIPT_TEMPLATE = '''#!/usr/bin/env python3
+"""hicache-fuzz reproducer {case_id} ({signature}).
+
+Observed: {summary}
+
+Run: python repro_{case_id}.py [--backend-plugin MODULE:CALLABLE]
+Prints PASS or FAIL with the diff summary; exit 0 = pass, 1 = fail, 3 = the backend cannot run here.
+Needs torch, hicache_fuzz's core (case, materialize, oracle, compare) and the backend's own module.
+"""
+
+import json
+import sys
+
+CASE_JSON = {case_literal}
+
+# The backend's class, imported directly; None: only a --backend-plugin provides it.
+BACKEND_CLASS = {backend_class}
+# "fail" marks a known, unfixed bug: this script then still exits 1, as the failure reproduces.
+EXPECT = {expect}
+RECORDED_SIGNATURE = {recorded_signature}
+
+
+def load_backend(name, plugins):
+    import importlib
+
+    if BACKEND_CLASS is not None and not plugins:
+        module_name, _, class_name = BACKEND_CLASS.partition(":")
+        return getattr(importlib.import_module(module_name), class_name)()
+    from hicache_fuzz.kernels.registry import load_registry
+
+    return load_registry(plugins).get(name)
+
+
+def main(argv):
+    import torch
+
+    from hicache_fuzz.harness.case import Case
+    from hicache_fuzz.harness.materialize import HostMemory
+    from hicache_fuzz.harness.platform import detect
+    from hicache_fuzz.harness.runner import run_case
+    from hicache_fuzz.harness.signature import signature
+
+    plugins = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--backend-plugin"]
+    case = Case.from_dict(json.loads(CASE_JSON))
+    machine = detect()
+    backend = load_backend(case.backend, plugins)
+    availability = backend.probe(machine.platform)
+    if not availability.available:
+        print(f"SKIP {{case.case_id}}: backend {{case.backend}} cannot run on {{machine.description}}: "
+              f"{{availability.reason}}")
+        return 3
+    if machine.device.type == "cpu":
+        torch.set_num_threads(1)  # small tensors: threads only add overhead
+    result = run_case(case, backend, machine.platform, machine.device,
+                      HostMemory(simulate=machine.device.type == "cpu"))
+    failed = result.outcome.is_failure
+    print(f"{{'FAIL' if failed else 'PASS'}} {{case.case_id}} [{{case.backend}}] {{result.outcome.value}}")
+    if result.summary or result.error:
+        print(result.summary or result.error)
+    if failed:
+        observed = signature(result, case)
+        same = "same as recorded" if observed == RECORDED_SIGNATURE else f"recorded {{RECORDED_SIGNATURE}}"
+        print(f"signature {{observed}} ({{same}})")
+        if EXPECT == "fail":
+            print("(a known, unfixed bug: the corpus marks this reproducer expect=fail)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+'''
+
