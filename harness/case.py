@@ -279,7 +279,8 @@ def validate(case: Case) -> None:
             _require(pool.v_head_dim is not None, f"{where}.v_head_dim", "required for mha_asym")
             _positive(pool.v_head_dim, f"{where}.v_head_dim")
         else:
-            _require(pool.v_head_dim is None, f"{where}.v_head_dim", f"only mha_asym has one, not {pool.attention.value}")
+            _require(pool.v_head_dim is None, f"{where}.v_head_dim",
+                     f"only mha_asym has one, not {pool.attention.value}")
         if case.layout is HostLayout.PAGE_UNIFIED:
             _require(pool.heads % pool.head_groups == 0, f"{where}.head_groups",
                      f"{pool.head_groups} does not divide heads={pool.heads}")
@@ -316,7 +317,7 @@ def _enum(kind: type[Enum], value: Any, where: str) -> Any:
     try:
         return kind(value)
     except ValueError:
-        choices = ", ".join(str(m.value) for m in kind)  # type: ignore[attr-defined]
+        choices = ", ".join(str(m.value) for m in kind)
         raise CaseError(f"{where}: {value!r} is not one of {choices}") from None
 
 

@@ -288,7 +288,8 @@ def run_replay(args: argparse.Namespace) -> int:
             verdict = judged.label
             row["verdict"] = judged.label
             failures += not judged.ok
-            print(f"{verdict} {entry.path} [{case.backend}] {result.outcome.value}: {result.summary.splitlines()[0] if result.summary else ''}")
+            first_line = result.summary.splitlines()[0] if result.summary else ""
+            print(f"{verdict} {entry.path} [{case.backend}] {result.outcome.value}: {first_line}")
             rows.append(row)
     finally:
         for executor in executors.values():

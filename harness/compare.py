@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-
 from hicache_fuzz.harness.case import Case
 from hicache_fuzz.harness.materialize import GUARD_BYTES
 from hicache_fuzz.oracles import layouts
@@ -81,7 +80,10 @@ def _locate(case: Case, key: str, want: torch.Tensor, got: torch.Tensor,
     positions = differs.nonzero().flatten()
     first = int(positions[0])
     payload_bytes = want.numel() - 2 * GUARD_BYTES
-    region = "guard_before" if first < GUARD_BYTES else "payload" if first < GUARD_BYTES + payload_bytes else "guard_after"
+    if first < GUARD_BYTES:
+        region = "guard_before"
+    else:
+        region = "payload" if first < GUARD_BYTES + payload_bytes else "guard_after"
     payload_diff = differs[GUARD_BYTES : GUARD_BYTES + payload_bytes]
     guards_changed = bool(differs[:GUARD_BYTES].any() or differs[GUARD_BYTES + payload_bytes :].any())
     if addressed is None:
@@ -112,7 +114,7 @@ def _rows_and_location(case: Case, key: str, payload_diff: torch.Tensor,
             differing = payload_diff[offsets].any(dim=1)
             if bool(differing.any()):
                 rows[f"{component}/{layer}"] = int(differing.sum())
-            if not location and 0 <= first_payload_offset:
+            if not location and first_payload_offset >= 0:
                 hit = (offsets == first_payload_offset).nonzero()
                 if hit.numel():
                     row, byte = int(hit[0, 0]), int(hit[0, 1])

@@ -90,6 +90,7 @@ class CaseSpace:
     max_pools: int = 3
     invalid_rate: float = 0.1  # share of cases with one deliberate contract violation
     irregular_rate: float = 0.25  # share with irregular in-page runs (non-contiguous, misaligned)
+    empty_rate: float = 0.02  # share of zero-length transfers (B13); uniform page counts reach 0 too rarely
     byte_budget: int = CASE_BYTE_BUDGET
     backend: str = "reference"
     tuning_menus: tuple[tuple[str, tuple[int | str | bool, ...]], ...] = ()
@@ -150,6 +151,8 @@ def draw_case(chooser: Chooser, space: CaseSpace) -> Case:
     page_size = chooser.choice(space.page_sizes)
     layers = chooser.choice(space.layer_counts)
     pages = chooser.choice(space.page_counts) if chooser.chance(0.7) else chooser.integer(0, space.max_pages)
+    if space.empty_rate and chooser.chance(space.empty_rate):
+        pages = 0
     pages = min(pages, space.max_pages)
     # Fit the byte budget by shrinking the dimensions that matter least for the bug classes first.
     per_token = _bytes_per_token_layer(pools)

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-
 from hicache_fuzz.harness.case import Attention, Case, HostAllocator, IndexDevice, IndexDtype, KVDtype, PoolSpec
 from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.transfer import storage_key

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from hicache_fuzz.oracles.contract import Platform
 
 PLATFORM_KINDS = ("cpu", "cuda", "rocm")

@@ -46,7 +46,7 @@ class BrokenBackend(Backend):
     description = "failed to import"
 
     def __init__(self, name: str, reason: str) -> None:
-        self.name = name  # type: ignore[misc]
+        self.name = name
         self.reason = reason
 
     def probe(self, platform: Platform) -> Availability:

@@ -19,7 +19,6 @@ All offsets are int64 byte offsets into the payload (guard bytes excluded).
 from __future__ import annotations
 
 import torch
-
 from hicache_fuzz.harness.case import Attention, Case, HostLayout, PoolSpec
 
 
@@ -156,4 +155,5 @@ def _rows(starts: torch.Tensor, width: int) -> torch.Tensor:
 def _chunks(starts: torch.Tensor, width: int) -> torch.Tensor:
     """[n, chunks] chunk starts -> [n, chunks*width] byte offsets, chunk by chunk."""
     n = starts.shape[0]
-    return (starts[:, :, None] + torch.arange(width, dtype=torch.int64)[None, None, :]).reshape(n, starts.shape[1] * width)
+    offsets = starts[:, :, None] + torch.arange(width, dtype=torch.int64)[None, None, :]
+    return offsets.reshape(n, starts.shape[1] * width)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from hicache_fuzz.harness.case import (
     Attention,
     Case,
@@ -100,5 +99,5 @@ def test_tuning_sorted_and_queryable() -> None:
     case = small_case(tuning=make_tuning({"unroll": 2, "block_quota": 4}))
     assert case.tuning_value("unroll") == 2
     assert case.tuning_value("missing", 7) == 7
-    with pytest.raises(CaseError, match="case.tuning"):
+    with pytest.raises(CaseError, match=r"case\.tuning"):
         small_case(tuning=(("b", 1), ("a", 2)))

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from hicache_fuzz.harness.cli import main
 
 PLUGIN = "tests._cli_plugin:backends"

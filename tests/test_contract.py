@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from hicache_fuzz.harness.case import (
     Attention,
     Case,

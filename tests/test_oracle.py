@@ -9,7 +9,6 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from hicache_fuzz.harness.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
@@ -143,7 +142,8 @@ def test_oracle_agrees_with_independent_loop_model_on_random_cases() -> None:
         if page_runs and (case.n % case.page_size or case.direction is not Direction.WRITE_BACK):
             continue
         semantics = Semantics.PAGE_RUNS if page_runs else prediction.semantics
-        if page_runs and len({h + t for h in case.host_indices[:: case.page_size] for t in range(case.page_size)}) != case.n:
+        run_rows = {h + t for h in case.host_indices[:: case.page_size] for t in range(case.page_size)}
+        if page_runs and len(run_rows) != case.n:
             continue  # overlapping runs: unspecified winner
         before = random_payloads(case, rng)
         expected = expected_storages(case, before, semantics)
