@@ -1,0 +1,1 @@
+"""The harness: case model, generation, materialize/compare/classify, campaigns, workers, reproducers, CLI."""
