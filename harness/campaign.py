@@ -148,7 +148,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 on_result(case, result, report)
             if done:
                 break
-        index += n
+        if not done:  # a budget that ends before (or inside) this index must not skip it on resume
+            index += n
     report.next_index = index
     report.seconds = time.perf_counter() - started
     report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}

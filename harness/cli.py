@@ -33,6 +33,7 @@ EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 # (name, module, help): modules expose add_arguments(parser) and run(args) -> int.
 SUBCOMMAND_MODULES: list[tuple[str, str, str]] = [
+    ("merge", "hicache_fuzz.harness.merge", "merge reports and corpora of workers or shards; write JUnit XML"),
     ("isa", "hicache_fuzz.harness.isa", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
     ("minimize", "hicache_fuzz.harness.minimize", "shrink reproducers while keeping their failure signature"),
     ("atheris", "hicache_fuzz.harness.atheris_entry", "coverage-guided fuzzing with atheris (libFuzzer flags)"),
@@ -177,6 +178,9 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
+    from hicache_fuzz.harness.parallel import add_worker_arguments  # --workers (one process per GPU or more)
+
+    add_worker_arguments(parser)
     parser.add_argument("--minimize", action="store_true",
                         help="minimize the first case of each new failure signature before saving it")
 
@@ -193,6 +197,10 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def run_fuzz(args: argparse.Namespace) -> int:
+    if getattr(args, "workers", "1") != "1":
+        from hicache_fuzz.harness.parallel import run_parallel_fuzz
+
+        return run_parallel_fuzz(args)
     machine = machine_for(args)
     registry = registry_for(args)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")

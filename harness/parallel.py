@@ -1,0 +1,459 @@
+"""``hicache-fuzz fuzz --workers N``: one campaign spread over worker processes, one or more per GPU.
+
+Worker ``k`` of ``N`` runs shard ``k/N`` of the seed's case space (the indices ``i`` with ``i % N == k``; case
+``i`` depends only on the seed, ``i`` and the backend's space), so the workers never repeat each other's cases
+and together run exactly the cases of the unsharded campaign. With ``--runs R``, each worker gets the share of
+``R`` that the unsharded run would have spent on its indices (:func:`shard_case_budget`); with
+``--max-total-time T`` each runs for ``T`` seconds.
+
+Flow of the parent (it never initializes CUDA itself: it only counts devices, through NVML):
+
+1. ``prepare``: one child pinned to the first device resolves the backends (so every worker runs the same
+   list even when it was chosen automatically) and compiles the JIT modules the backends' spaces can draw
+   into sglang's on-disk cache (``SGLANG_JIT_CACHE_DIR``, inherited by every worker), in parallel threads.
+   sglang's cache is content-addressed and publishes builds by atomic rename under a per-variant file lock,
+   so even without this step workers would not corrupt it or compile one variant twice; warming it first
+   keeps compiles out of the workers' measured time and does them 16 at a time instead of one per case.
+2. ``shard``: ``N`` children, worker ``k`` pinned to device ``k % G`` by ``CUDA_VISIBLE_DEVICES`` (CUDA) or
+   ``HIP_VISIBLE_DEVICES`` (ROCm) set in its environment before it starts, so before torch initializes.
+   Each runs its shard through the usual executor (crash-isolating worker process for GPU backends), writes
+   failures straight into the shared corpus (one file per case id, written atomically, so workers do not
+   collide) and its report to ``<corpus>/.parallel/``.
+3. The reports are merged (:mod:`hicache_fuzz.harness.merge`) into the one written by ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.corpus import write_json_atomic
+
+# Workers per GPU for `--workers auto`: measured on 2x H200, see reports/parallel/README.md.
+AUTO_WORKERS_PER_GPU = 2
+WORKERS_PER_GPU_ENV = "HICACHE_FUZZ_WORKERS_PER_GPU"
+VISIBLE_DEVICES_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
+EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+LOG_TAIL_LINES = 15
+
+
+class ParallelUsageError(ValueError):
+    """Bad --workers value or impossible worker layout; exit code 2."""
+
+
+# ---- arguments ---------------------------------------------------------------------------------------------
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fuzz subcommand's options for spreading a campaign (added by cli.add_fuzz_arguments)."""
+    parser.add_argument("--workers", default="1", metavar="N|auto",
+                        help="worker processes, spread round-robin over the GPUs (CUDA_VISIBLE_DEVICES / "
+                             "HIP_VISIBLE_DEVICES per worker); auto: GPUs x "
+                             f"${WORKERS_PER_GPU_ENV} (default {AUTO_WORKERS_PER_GPU}), or the CPU count "
+                             "on the CPU (default: 1, in this process)")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="with --workers: skip compiling the JIT modules before the workers start")
+    parser.add_argument("--record-case-ids", action="store_true",
+                        help="with --workers: list every case id in the report (to compare case sets)")
+
+
+# ---- devices, without initializing CUDA --------------------------------------------------------------------
+
+def accelerator_kind() -> str:
+    """cuda, rocm or cpu: torch's build and a device count that torch takes from NVML (or amdsmi) without
+    creating a CUDA context, which a parent that forks workers must not hold."""
+    import torch
+
+    if torch.cuda.device_count() == 0:
+        return "cpu"
+    return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+
+
+def visible_devices(kind: str, environ: dict[str, str] | None = None) -> list[str]:
+    """The device tokens this process may hand out: the parent's own *_VISIBLE_DEVICES list when set (a CI
+    runner may already have given it a subset), else 0..count-1."""
+    environ = dict(os.environ) if environ is None else environ
+    if kind == "cpu":
+        return []
+    for name in (VISIBLE_DEVICES_ENV[kind], "CUDA_VISIBLE_DEVICES"):
+        listed = environ.get(name)
+        if listed is not None and listed.strip():
+            return [token.strip() for token in listed.split(",") if token.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def pinning_env(kind: str, device: str | None) -> dict[str, str]:
+    """Environment entries that make a fresh process see only `device` (nothing to pin on the CPU)."""
+    if kind == "cpu" or device is None:
+        return {}
+    pinned = {VISIBLE_DEVICES_ENV[kind]: device}
+    if kind == "rocm":
+        # ROCm's torch also honours CUDA_VISIBLE_DEVICES, applied on top of HIP's list: drop an inherited one.
+        pinned["CUDA_VISIBLE_DEVICES"] = "0"
+    return pinned
+
+
+def workers_per_gpu(environ: dict[str, str] | None = None) -> int:
+    environ = dict(os.environ) if environ is None else environ
+    text = environ.get(WORKERS_PER_GPU_ENV, "")
+    try:
+        value = int(text) if text else AUTO_WORKERS_PER_GPU
+    except ValueError:
+        raise ParallelUsageError(f"${WORKERS_PER_GPU_ENV}={text!r}: expected a whole number") from None
+    if value < 1:
+        raise ParallelUsageError(f"${WORKERS_PER_GPU_ENV}={text!r}: need at least 1")
+    return value
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def resolve_worker_count(text: str, kind: str, devices: list[str]) -> int:
+    if text == "auto":
+        return len(devices) * workers_per_gpu() if devices else cpu_count()
+    try:
+        count = int(text)
+    except ValueError:
+        raise ParallelUsageError(f"--workers {text!r}: expected a number or auto") from None
+    if count < 1:
+        raise ParallelUsageError(f"--workers {text!r}: need at least 1")
+    return count
+
+
+def device_for_worker(worker: int, devices: list[str]) -> str | None:
+    return devices[worker % len(devices)] if devices else None
+
+
+# ---- splitting a case budget -------------------------------------------------------------------------------
+
+def _count_congruent(low: int, high: int, k: int, n: int) -> int:
+    """How many i in [low, high) have i % n == k."""
+    def below(x: int) -> int:  # how many in [0, x)
+        return max(0, (x - k + n - 1) // n)
+
+    return below(high) - below(low)
+
+
+def shard_case_budget(total_cases: int, backend_count: int, shard: tuple[int, int], start_index: int = 0) -> int:
+    """The cases shard (k, n) runs of an unsharded campaign of `total_cases` cases from `start_index`.
+
+    The campaign runs every backend at index i before index i+1, so it covers `total_cases // B` whole indices
+    from `start_index` and the first `total_cases % B` backends of the next one. A shard runs its indices in
+    the same order, so with this budget the shards together run exactly the unsharded campaign's cases.
+    """
+    k, n = shard
+    whole, partial = divmod(total_cases, backend_count)
+    end = start_index + whole
+    budget = backend_count * _count_congruent(start_index, end, k, n)
+    if partial and end % n == k:
+        budget += partial
+    return budget
+
+
+# ---- jobs: what a worker process is told -------------------------------------------------------------------
+
+@dataclass
+class ShardJob:
+    platform: str  # cpu, cuda or rocm: explicit, so a worker that cannot see its GPU fails instead of using the CPU
+    backends: list[str]  # empty only for prepare (= choose automatically)
+    plugins: list[str]
+    seed: int
+    runs_total: int | None  # the whole campaign's --runs; each shard takes its share
+    max_seconds: float | None
+    corpus: str
+    journal: str
+    report: str  # where the worker writes its JSON report
+    shard: tuple[int, int] = (0, 1)
+    start_index: int = 0
+    byte_budget: int | None = None
+    isolate: str = "auto"
+    case_timeout: float = 60.0
+    stop_on_failure: bool = False
+    record_case_ids: bool = False
+    minimize: bool = False
+    warm_up: bool = True
+    device: str | None = None  # the device token the worker was pinned to, for its report
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["shard"] = list(self.shard)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShardJob:
+        data = dict(data)
+        data["shard"] = tuple(data["shard"])
+        return cls(**data)
+
+
+def _cli_namespace(job: ShardJob) -> argparse.Namespace:
+    """The attributes cli's helpers read from parsed arguments."""
+    return argparse.Namespace(platform=job.platform, backend_plugin=job.plugins, isolate=job.isolate,
+                              case_timeout=job.case_timeout)
+
+
+def _case_space(job: ShardJob) -> Any:
+    from hicache_fuzz.harness.generate import CaseSpace
+
+    return CaseSpace() if job.byte_budget is None else CaseSpace(byte_budget=job.byte_budget)
+
+
+# ---- worker side: prepare and shard ------------------------------------------------------------------------
+
+def prepare(job: ShardJob) -> dict[str, Any]:
+    """Resolve the backends and warm sglang's JIT cache; runs in a child pinned to the first device."""
+    from hicache_fuzz.harness import cli
+
+    args = _cli_namespace(job)
+    machine = cli.machine_for(args)
+    registry = cli.registry_for(args)
+    if job.backends:
+        backends = [cli.available_backend(registry, name, machine) for name in job.backends]
+    else:
+        backends = cli.auto_backends(registry, machine)
+    warm_up_seconds = 0.0
+    compiled: dict[str, float] = {}
+    if job.warm_up and machine.platform.kind != "cpu" and any(hasattr(b, "compile_jobs") for b in backends):
+        from hicache_fuzz.kernels import sglang_backends, sglang_common
+
+        warm_up_seconds = sglang_backends.warm_up_backends(backends, machine.platform, _case_space(job))
+        compiled = dict(sglang_common.compiled_keys)
+    return {"backends": [b.name for b in backends], "platform": machine.description,
+            "warm_up_seconds": round(warm_up_seconds, 3), "compiled_modules": compiled,
+            "jit_cache": os.environ.get("SGLANG_JIT_CACHE_DIR", "~/.cache/sglang/jit (sglang's default)")}
+
+
+def run_shard(job: ShardJob) -> dict[str, Any]:
+    """Run one shard of the campaign in this process and return its report (as JSON data)."""
+    from hicache_fuzz.harness import cli
+    from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
+    from hicache_fuzz.harness.worker import WorkerExecutor
+
+    args = _cli_namespace(job)
+    machine = cli.machine_for(args)
+    registry = cli.registry_for(args)
+    backends = [cli.available_backend(registry, name, machine) for name in job.backends]
+    max_cases = (None if job.runs_total is None
+                 else shard_case_budget(job.runs_total, len(backends), job.shard, job.start_index))
+    config = CampaignConfig([b.name for b in backends], job.seed, max_cases, job.max_seconds, Path(job.corpus),
+                            job.shard, job.start_index, _case_space(job), job.stop_on_failure)
+    executor = cli.make_executor(backends, registry, machine, args, Path(job.journal))
+    if job.minimize:
+        from hicache_fuzz.harness.minimize import campaign_minimizer
+
+        config.minimizer = campaign_minimizer(executor)
+    started = time.perf_counter()
+    if isinstance(executor, WorkerExecutor):
+        # Start the isolating worker (imports: ~12 s with sglang) before the campaign's clock starts, so the
+        # report's cases/s is the rate of running cases, comparable between worker counts.
+        executor._ensure_started()
+    startup_seconds = time.perf_counter() - started
+    try:
+        report = run_campaign(config, backends, machine.platform, executor, record_case_ids=job.record_case_ids)
+    finally:
+        executor.close()
+    data = report.to_dict()
+    data.update(device=job.device, device_description=machine.description, pid=os.getpid(),
+                startup_seconds=round(startup_seconds, 3))
+    if isinstance(executor, WorkerExecutor):
+        data.update(compile_seconds=round(executor.compile_seconds, 3), worker_restarts=executor.restarts)
+    return data
+
+
+def _worker_main(argv: list[str] | None = None) -> int:
+    """``python -m hicache_fuzz.harness.parallel {prepare,shard} JOB.json``: writes the job's report file."""
+    from hicache_fuzz.harness import cli
+
+    parser = argparse.ArgumentParser(prog="hicache_fuzz.harness.parallel")
+    parser.add_argument("step", choices=["prepare", "shard"])
+    parser.add_argument("job", type=Path)
+    parsed = parser.parse_args(argv)
+    job = ShardJob.from_dict(json.loads(parsed.job.read_text()))
+    try:
+        data = prepare(job) if parsed.step == "prepare" else run_shard(job)
+    except cli.UsageError as exc:
+        print(f"hicache-fuzz worker: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except cli.Unavailable as exc:
+        print(f"hicache-fuzz worker: unavailable: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    write_json_atomic(Path(job.report), data)
+    return EXIT_FAILURES if data.get("unique_failures") else EXIT_CLEAN
+
+
+# ---- parent side -------------------------------------------------------------------------------------------
+
+@dataclass
+class _Child:
+    worker: int
+    job: ShardJob
+    log: Path
+    process: subprocess.Popen[bytes]
+
+
+def _spawn(step: str, job: ShardJob, job_file: Path, log: Path, kind: str,
+           thread_count: int) -> subprocess.Popen[bytes]:
+    write_json_atomic(job_file, job.to_dict())
+    env = dict(os.environ)
+    env.update(pinning_env(kind, job.device))
+    env.setdefault("OMP_NUM_THREADS", str(thread_count))  # N workers x all cores each would oversubscribe
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as handle:
+        # Its own session: the worker and what it starts (isolating worker, nvcc) can be stopped as a group.
+        return subprocess.Popen([sys.executable, "-m", "hicache_fuzz.harness.parallel", step, str(job_file)],
+                                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _stop(children: list[_Child]) -> None:
+    for child in children:
+        if child.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.process.pid, signal.SIGTERM)
+    for child in children:
+        try:
+            child.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.process.pid, signal.SIGKILL)
+            child.process.wait()
+
+
+@dataclass
+class ParallelRun:
+    merged: dict[str, Any]
+    prepare: dict[str, Any]
+    exit_code: int
+    workers: int
+    devices: list[str]
+    wall_seconds: float
+    problems: list[str]
+
+
+def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], run_dir: Path,
+                 echo: bool = True) -> ParallelRun:
+    """Prepare once, run `workers` shards side by side, merge their reports."""
+    from hicache_fuzz.harness.merge import merge_reports
+
+    say = print if echo else (lambda *_, **__: None)
+    started = time.perf_counter()
+    threads = max(1, cpu_count() // workers)
+    prepare_job = dataclasses.replace(base, report=str(run_dir / "prepare.json"),
+                                      device=device_for_worker(0, devices))
+    log = run_dir / "prepare.log"
+    process = _spawn("prepare", prepare_job, run_dir / "prepare-job.json", log, kind, cpu_count())
+    code = process.wait()
+    if code != EXIT_CLEAN:
+        return ParallelRun({}, {}, code if code in (EXIT_USAGE, EXIT_UNAVAILABLE) else EXIT_USAGE, workers,
+                           devices, time.perf_counter() - started,
+                           [f"prepare step failed (exit {code}), log {log}:\n{_log_tail(log)}"])
+    prepared = json.loads((run_dir / "prepare.json").read_text())
+    say(f"backends: {', '.join(prepared['backends'])}; JIT warm-up {prepared['warm_up_seconds']:.1f} s "
+        f"({len(prepared['compiled_modules'])} modules) into {prepared['jit_cache']}", flush=True)
+
+    children: list[_Child] = []
+    try:
+        for worker in range(workers):
+            job = dataclasses.replace(base, backends=prepared["backends"], shard=(worker, workers),
+                                      device=device_for_worker(worker, devices),
+                                      journal=str(run_dir / f"journal-{worker}"),
+                                      report=str(run_dir / f"report-{worker}.json"))
+            if job.runs_total is not None and not shard_case_budget(job.runs_total, len(job.backends), job.shard,
+                                                                    job.start_index):
+                continue  # fewer cases than workers: this shard has none
+            log = run_dir / f"worker-{worker}.log"
+            process = _spawn("shard", job, run_dir / f"job-{worker}.json", log, kind, threads)
+            children.append(_Child(worker, job, log, process))
+        where = ", ".join(f"{c.worker}->{'gpu ' + c.job.device if c.job.device else 'cpu'}" for c in children)
+        say(f"{len(children)} workers started ({where}); logs and reports in {run_dir}", flush=True)
+        for child in children:
+            child.process.wait()
+    except BaseException:
+        _stop(children)
+        raise
+
+    reports, sources, problems = [], [], []
+    exit_code = EXIT_CLEAN
+    for child in children:
+        code = child.process.returncode
+        report_path = Path(child.job.report)
+        if code in (EXIT_CLEAN, EXIT_FAILURES) and report_path.exists():
+            reports.append(json.loads(report_path.read_text()))
+            sources.append(str(report_path))
+            continue
+        problems.append(f"worker {child.worker} (shard {child.worker}/{workers}) exited {code} without a report; "
+                        f"log {child.log}:\n{_log_tail(child.log)}")
+        exit_code = max(exit_code, code if code in (EXIT_USAGE, EXIT_UNAVAILABLE) else EXIT_USAGE)
+    merged = merge_reports(reports, sources) if reports else {}
+    if merged:
+        merged.update(workers=workers, devices=devices, warm_up=prepared,
+                      wall_seconds=round(time.perf_counter() - started, 3))
+        if exit_code == EXIT_CLEAN and merged["unique_failures"]:
+            exit_code = EXIT_FAILURES
+    return ParallelRun(merged, prepared, exit_code, workers, devices, time.perf_counter() - started, problems)
+
+
+def run_parallel_fuzz(args: argparse.Namespace) -> int:
+    """The fuzz subcommand with --workers other than 1 (cli.run_fuzz hands over here)."""
+    from hicache_fuzz.harness import cli
+    from hicache_fuzz.harness.merge import describe
+
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    print(f"hicache-fuzz: seed {seed}", flush=True)
+    if args.runs is None and args.max_total_time is None:
+        raise cli.UsageError("give a budget: --runs N and/or --max-total-time SECONDS")
+    if cli.parse_shard(args.shard) != (0, 1):
+        raise cli.UsageError("--shard and --workers do not combine: the workers are the shards (split the seed "
+                             "across jobs with --shard, and use all of a job's GPUs with --workers)")
+    kind = accelerator_kind() if args.platform == "auto" else args.platform
+    devices = visible_devices(kind)
+    if kind != "cpu" and not devices:
+        raise cli.Unavailable(f"platform {kind} requested but no {kind} device is visible")
+    try:
+        workers = resolve_worker_count(args.workers, kind, devices)
+    except ParallelUsageError as exc:
+        raise cli.UsageError(str(exc)) from None
+    corpus = Path(args.corpus)
+    run_dir = corpus / ".parallel" / time.strftime("%Y%m%d-%H%M%S")
+    base = ShardJob(platform=kind, backends=list(args.backend), plugins=list(args.backend_plugin), seed=seed,
+                    runs_total=args.runs, max_seconds=args.max_total_time, corpus=str(corpus), journal="",
+                    report="", start_index=args.start_index, byte_budget=args.byte_budget, isolate=args.isolate,
+                    case_timeout=args.case_timeout, stop_on_failure=args.stop_on_failure,
+                    record_case_ids=args.record_case_ids, minimize=args.minimize, warm_up=not args.no_warm_up)
+    per_device = f"{workers / len(devices):g} per GPU on {', '.join(devices)}" if devices else "on the CPU"
+    print(f"platform: {kind}; {workers} workers ({per_device}); corpus {corpus}", flush=True)
+    outcome = run_parallel(base, workers, kind, devices, run_dir)
+    for problem in outcome.problems:
+        print(f"hicache-fuzz: {problem}", file=sys.stderr)
+    if outcome.merged:
+        print(describe(outcome.merged))
+        cli.print_json_or_write(outcome.merged, args.json)
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())
