@@ -4,8 +4,9 @@ One command a CI job runs and trusts. It does, in order:
 
 1. **Corpus replay.** Every case and reproducer file under ``--corpus`` (default ``corpus/``; repeatable) is
    replayed on the backend it names. An entry whose backend cannot run here is *skipped* with the reason;
-   an entry marked as an expected-failing regression (see :func:`expectation_of`) counts as *expected* when
-   it still fails the same way, and as a finding when it passes or fails differently.
+   an entry marked as an expected-failing regression (``"expect": "fail"``, docs/reproducers.md) counts as
+   *expected* when it still fails with its recorded signature, and as a finding when it passes or fails
+   differently (judged by :func:`hicache_fuzz.harness.reproducer.judge_replay`).
 2. **Fixed-seed campaign.** ``--seed`` (default :data:`DEFAULT_SEED`) over every backend reachable on the
    platform: the CPU reference on ``cpu``; every available real-kernel backend on ``cuda``/``rocm``, in a
    worker process so a GPU fault becomes a CRASH result instead of killing the gate.
@@ -39,7 +40,6 @@ import json
 import math
 import shutil
 import time
-import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,7 +47,6 @@ from typing import Any
 
 from hicache_fuzz.harness import isa, isa_fetch
 from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
-from hicache_fuzz.harness.case import Case
 from hicache_fuzz.harness.cli import (
     EXIT_CLEAN,
     EXIT_FAILURES,
@@ -62,8 +61,10 @@ from hicache_fuzz.harness.cli import (
 from hicache_fuzz.harness.corpus import CorpusEntry, iter_case_files, load_entry, write_json_atomic
 from hicache_fuzz.harness.executor import Executor
 from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.junit import JUnitCase, write_junit
 from hicache_fuzz.harness.outcome import Result
 from hicache_fuzz.harness.platform import Machine
+from hicache_fuzz.harness.reproducer import judge_replay, save_reproducer
 from hicache_fuzz.harness.signature import signature
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend
@@ -75,6 +76,7 @@ GATE_FORMAT_VERSION = 1
 DEFAULT_SEED = 20260610
 DEFAULT_CORPUS = Path("corpus")
 DEFAULT_ARTIFACTS = Path("gate-artifacts")
+DEFAULT_BUDGET_SECONDS = 300.0
 # Cases per second per backend used to turn --budget-seconds into a case count. Deliberately about half of
 # what was measured (CPU reference: ~2.4 cases/s on 2 loaded cores with the default 8 MiB case budget), so
 # the planned cases finish well inside the cap on a slow runner. GPU backends pay JIT compiles and a worker
@@ -85,8 +87,12 @@ ROCM_BUNDLED_CLANG = Path("/opt/rocm/llvm/bin/clang")
 # Subfolders of --artifacts the gate owns and clears at start, so CI never uploads a previous run's files.
 ARTIFACT_SUBFOLDERS = ("campaign", "replay", "isa", "worker-journal")
 
-PASSED, FAILED, EXPECTED, UNEXPECTED_PASS, SKIPPED = "passed", "failed", "expected", "unexpected_pass", "skipped"
-BUDGET_EXCEEDED = "budget_exceeded"
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+EXPECTED, UNEXPECTED_PASS = "expected", "unexpected_pass"  # replay of an entry marked "expect": "fail"
+BUDGET_EXCEEDED = "budget_exceeded"  # a campaign that did not finish its planned cases within the cap
+# judge_replay's labels -> the gate's replay statuses.
+REPLAY_STATUS = {"PASS": PASSED, "FAIL": FAILED, "XFAIL": EXPECTED, "XPASS": UNEXPECTED_PASS,
+                 "FAIL-OTHER": FAILED}
 
 
 # ---- results --------------------------------------------------------------------------------------------
@@ -99,7 +105,7 @@ class ReplayRow:
     status: str  # passed | failed | expected | unexpected_pass | skipped
     outcome: str = ""  # the Outcome value observed ("" when skipped)
     signature: str = ""
-    expected: str = ""  # what the entry says it should do, e.g. "fail: mismatch" ("" for a plain entry)
+    expected: str = ""  # "fail [signature]" for an expected-failing regression ("" for a plain entry)
     reason: str = ""  # why skipped, or what went wrong, in one line
     artifact: str = ""  # reproducer written under --artifacts for a failure
     seconds: float = 0.0
@@ -227,36 +233,6 @@ def campaign_backends(registry: Registry, machine: Machine, names: list[str]) ->
 
 # ---- 1. corpus replay -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Expectation:
-    """An entry's claim that it fails: the outcome kind and, when recorded, the exact signature."""
-
-    outcome: str  # "" = any failure
-    signature: str  # "" = any signature
-
-    def describe(self) -> str:
-        return "fail" + (f": {self.outcome}" if self.outcome else "") + (
-            f" [{self.signature}]" if self.signature else "")
-
-
-def expectation_of(path: Path) -> Expectation | None:
-    """Whether a corpus file marks an expected-failing regression, and how it must fail.
-
-    Accepted shapes (top level of the JSON object), so a bare case and a reproducer can both carry it:
-    ``"expect": "fail"``; ``"expect": {"fail": true, "outcome": "mismatch", "signature": "..."}``;
-    ``"expected_failure": true`` (outcome and signature then taken from ``observed``/``signature`` when the
-    file is a reproducer). Anything else is a plain entry that must pass.
-    """
-    data = json.loads(path.read_text())
-    expect = data.get("expect")
-    observed = data.get("observed") if isinstance(data.get("observed"), dict) else {}
-    if expect == "fail" or data.get("expected_failure") is True:
-        return Expectation(str(observed.get("outcome", "")), str(data.get("signature", "")))
-    if isinstance(expect, dict) and expect.get("fail"):
-        return Expectation(str(expect.get("outcome", "")), str(expect.get("signature", "")))
-    return None
-
-
 def replay_corpus(entries: list[CorpusEntry], registry: Registry, machine: Machine,
                   executor_args: argparse.Namespace, artifacts: Path) -> list[ReplayRow]:
     rows: list[ReplayRow] = []
@@ -273,9 +249,8 @@ def replay_corpus(entries: list[CorpusEntry], registry: Registry, machine: Machi
 def _replay_one(entry: CorpusEntry, registry: Registry, machine: Machine, executor_args: argparse.Namespace,
                 artifacts: Path, executors: dict[str, Executor]) -> ReplayRow:
     case = entry.case
-    expectation = expectation_of(entry.path)
-    row = ReplayRow(str(entry.path), case.case_id, case.backend, SKIPPED,
-                    expected=expectation.describe() if expectation else "")
+    expected = f"fail [{entry.signature}]" if entry.expect == "fail" else ""
+    row = ReplayRow(str(entry.path), case.case_id, case.backend, SKIPPED, expected=expected)
     try:
         backend = registry.get(case.backend)
     except UnknownBackend:
@@ -292,44 +267,21 @@ def _replay_one(entry: CorpusEntry, registry: Registry, machine: Machine, execut
     result = executors[case.backend].run(case)
     row.seconds = round(time.perf_counter() - started, 3)
     row.outcome = result.outcome.value
-    failed = result.outcome.is_failure
-    row.signature = signature(result) if failed else ""
-    first_line = result.summary.splitlines()[0] if result.summary else result.error.splitlines()[0] if \
-        result.error else ""
-    if expectation is None:
-        row.status = FAILED if failed else PASSED
-        row.reason = first_line if failed else ""
-    elif not failed:
-        # Strict, like pytest's xfail_strict: a regression that stops failing means either the bug was fixed
-        # (drop the mark) or the harness lost the ability to see it; both need a human.
-        row.status = UNEXPECTED_PASS
-        row.reason = f"marked {expectation.describe()} but {result.outcome.value}"
-    elif _matches(expectation, result, row.signature):
-        row.status = EXPECTED
-        row.reason = f"fails as expected: {first_line}"
-    else:
-        row.status = FAILED
-        row.reason = f"marked {expectation.describe()} but failed differently: {row.signature} {first_line}"
+    row.signature = signature(result, case) if result.outcome.is_failure else ""
+    # The corpus format's own judgement (docs/reproducers.md): "fail" entries must fail with their recorded
+    # signature; a pass (XPASS) or a different failure needs a human, exactly like a plain entry failing.
+    judged = judge_replay(entry.expect, entry.signature, result, case)
+    row.status = REPLAY_STATUS[judged.label]
+    row.reason = judged.detail if judged.label != "FAIL" else _first_line(result) or judged.detail
     if row.status in (FAILED, UNEXPECTED_PASS):
-        row.artifact = str(_save_replay_artifact(artifacts, entry, case, result, row.signature))
+        row.artifact = str(save_reproducer(artifacts / "replay", case, result,
+                                           {"expect": entry.expect, "gate_corpus_file": str(entry.path)}))
     return row
 
 
-def _matches(expectation: Expectation, result: Result, observed_signature: str) -> bool:
-    if expectation.outcome and expectation.outcome != result.outcome.value:
-        return False
-    return not expectation.signature or expectation.signature == observed_signature
-
-
-def _save_replay_artifact(artifacts: Path, entry: CorpusEntry, case: Case, result: Result, sig: str) -> Path:
-    from hicache_fuzz.harness.corpus import reproducer_dict
-
-    folder = artifacts / "replay" / (sig or f"{case.backend}-unexpected-pass")
-    path = folder / f"{case.case_id}.json"
-    data = reproducer_dict(case, result)
-    data["gate"] = {"corpus_file": str(entry.path)}
-    write_json_atomic(path, data)
-    return path
+def _first_line(result: Result) -> str:
+    text = result.summary or result.error
+    return text.splitlines()[0] if text else ""
 
 
 # ---- 2. fixed-seed campaign -----------------------------------------------------------------------------
@@ -339,7 +291,8 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
                       executor_args: argparse.Namespace, artifacts: Path) -> list[CampaignRow]:
     """One campaign per backend, each exactly `cases_per_backend` cases; the budget is a hard cap on all."""
     rows: list[CampaignRow] = []
-    executor = make_executor(backends, registry, machine, executor_args, artifacts / "worker-journal" / "campaign")
+    journal = artifacts / "worker-journal" / "campaign"
+    executor = make_executor(backends, registry, machine, executor_args, journal)
     started = time.perf_counter()
     try:
         for backend in backends:
@@ -351,10 +304,11 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
                                     corpus_dir=artifacts / "campaign", space=space)
             report = run_campaign(config, [backend], machine.platform, executor, record_case_ids=True)
             failures = [dict(f.__dict__) for f in report.failures]
+            status = PASSED
             if report.cases < cases_per_backend:
                 status = BUDGET_EXCEEDED
-            else:
-                status = FAILED if failures else PASSED
+            elif failures:
+                status = FAILED
             digest = hashlib.sha256("\n".join(report.case_ids).encode()).hexdigest()
             rows.append(CampaignRow(backend.name, cases_per_backend, report.cases, status,
                                     dict(sorted(report.outcomes.get(backend.name, {}).items())), failures,
@@ -387,7 +341,7 @@ def isa_targets(platform_kind: str) -> list[IsaTarget]:
 
 
 def resolve_isa_source(explicit: str | None, cache_dir: Path, allow_fetch: bool) -> isa.SglangSource:
-    """sglang's kernels: --sglang-source, else the installed sglang, else the cached or fetched 0.5.23 wheel."""
+    """sglang's kernels: --sglang-source, else the installed sglang, else the cached or fetched wheel."""
     if explicit:
         return isa.resolve_sglang_source(explicit, cache_dir)
     try:
@@ -431,7 +385,8 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     for target, row in zip(targets, rows, strict=True):
         if target.platform == isa.PLATFORM_ROCM:
-            report = isa.check_rocm(source, target.arch, target.strict, toolchain=rocm_tools, cache_dir=cache_dir)
+            report = isa.check_rocm(source, target.arch, target.strict, toolchain=rocm_tools,
+                                    cache_dir=cache_dir)
         else:
             report = isa.check_cuda(source, target.arch, toolchain=cuda_tools, cache_dir=cache_dir)
         row.kernels = sum(1 for kernel in report.kernels if kernel.symbol)
@@ -460,28 +415,30 @@ def render_markdown(report: GateReport) -> str:
     verdict_word = {"pass": "PASS", "fail": "FAIL", "incomplete": "INCOMPLETE"}[report.status]
     lines = [f"## HiCache fuzz gate ({report.platform}): **{verdict_word}**", ""]
     lines += [f"`{report.command}`", "",
-              f"seed {report.seed}, budget {report.budget_seconds:g} s -> {report.cases_per_backend} cases per "
-              f"backend, exit code {report.exit_code}; {report.machine}", ""]
+              f"seed {report.seed}, budget {report.budget_seconds:g} s -> {report.cases_per_backend} cases "
+              f"per backend, exit code {report.exit_code}; {report.machine}", ""]
     lines += ["| check | result | passed | failed | expected | skipped | details |",
               "|---|---|---|---|---|---|---|"]
     counts = Counter(r.status for r in report.replay)
     replay_failed = counts[FAILED] + counts[UNEXPECTED_PASS]
     replay_result = "FAIL" if replay_failed else ("PASS" if report.replay else "EMPTY")
-    lines.append(f"| corpus replay | {replay_result} | {counts[PASSED]} | {replay_failed} | {counts[EXPECTED]} "
-                 f"| {counts[SKIPPED]} | {len(report.replay)} entries from {', '.join(report.corpus_dirs)} |")
+    lines.append(f"| corpus replay | {replay_result} | {counts[PASSED]} | {replay_failed} "
+                 f"| {counts[EXPECTED]} | {counts[SKIPPED]} "
+                 f"| {len(report.replay)} entries from {', '.join(report.corpus_dirs)} |")
     for row in report.campaign:
         result = {PASSED: "PASS", FAILED: "FAIL", BUDGET_EXCEEDED: "FAIL (budget exceeded)"}[row.status]
         failing_cases = sum(f["count"] for f in row.failures)
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items())) or "no cases"
-        lines.append(f"| campaign `{row.backend}` | {result} | {row.cases - failing_cases} | {failing_cases} | 0 "
-                     f"| {row.planned_cases - row.cases} | {row.cases}/{row.planned_cases} cases: {outcomes}; "
+        lines.append(f"| campaign `{row.backend}` | {result} | {row.cases - failing_cases} | {failing_cases} "
+                     f"| 0 | {row.planned_cases - row.cases} "
+                     f"| {row.cases}/{row.planned_cases} cases: {outcomes}; "
                      f"{len(row.failures)} unique failures |")
-    for row in report.isa:
-        result = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "SKIPPED"}[row.status]
-        detail = f"{row.kernels} kernel instantiations, {row.failing} failing" if row.status != SKIPPED else \
-            _one_line(row.reason, 160)
-        lines.append(f"| ISA {row.name} | {result} | {int(row.status == PASSED)} | {int(row.status == FAILED)} "
-                     f"| 0 | {int(row.status == SKIPPED)} | {detail} |")
+    for isa_row in report.isa:
+        result = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "SKIPPED"}[isa_row.status]
+        detail = (_one_line(isa_row.reason, 160) if isa_row.status == SKIPPED
+                  else f"{isa_row.kernels} kernel instantiations, {isa_row.failing} failing")
+        lines.append(f"| ISA {isa_row.name} | {result} | {int(isa_row.status == PASSED)} "
+                     f"| {int(isa_row.status == FAILED)} | 0 | {int(isa_row.status == SKIPPED)} | {detail} |")
     findings = report.findings()
     if findings:
         lines += ["", "### Findings", ""]
@@ -498,10 +455,11 @@ def render_markdown(report: GateReport) -> str:
         lines += [f"- corpus `{r.file}`: {_one_line(r.reason, 200)}" for r in skipped]
         lines += [f"- ISA {r.name}: {_one_line(r.reason, 200)}" for r in report.isa if r.status == SKIPPED]
         if unallowed:
-            lines += ["", f"{len(unallowed)} ISA check(s) skipped without `--allow-skip-isa`: the gate is not green."]
+            lines += ["", f"{len(unallowed)} ISA check(s) skipped without `--allow-skip-isa`: "
+                          "the gate is not green."]
     expected = [r for r in report.replay if r.status == EXPECTED]
     if expected:
-        lines += ["", "<details><summary>Expected failures reproduced ({})</summary>".format(len(expected)), ""]
+        lines += ["", f"<details><summary>Expected failures reproduced ({len(expected)})</summary>", ""]
         lines += [f"- `{r.file}` [{r.backend}]: {r.signature}" for r in expected]
         lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
@@ -513,64 +471,42 @@ def _one_line(text: str, limit: int) -> str:
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
-@dataclass
-class JunitCase:
-    classname: str
-    name: str
-    seconds: float
-    status: str  # passed | failed | skipped
-    message: str = ""
-    text: str = ""
-
-
-def junit_cases(report: GateReport) -> list[JunitCase]:
-    cases: list[JunitCase] = []
+def junit_cases(report: GateReport) -> list[JUnitCase]:
+    """One JUnit case per corpus entry, per campaign backend and per ISA target."""
+    cases: list[JUnitCase] = []
     for row in report.replay:
-        status = {PASSED: PASSED, EXPECTED: PASSED, SKIPPED: SKIPPED}.get(row.status, FAILED)
-        text = f"artifact: {row.artifact}" if row.artifact else (row.reason if row.status == EXPECTED else "")
-        cases.append(JunitCase("gate.corpus", row.file, row.seconds, status, row.reason, text))
+        failed = row.status in (FAILED, UNEXPECTED_PASS)
+        cases.append(JUnitCase(
+            name=row.file, classname="gate.corpus", seconds=row.seconds,
+            failure_message=f"{row.status}: {row.reason}" if failed else None,
+            failure_text=f"reproducer: {row.artifact}\nrerun: hicache-fuzz replay {row.artifact}" if failed
+            else "",
+            skipped_message=row.reason if row.status == SKIPPED else None,
+            system_out=row.reason if row.status == EXPECTED else "",
+            properties={"backend": row.backend, "status": row.status, "outcome": row.outcome}))
     for campaign_row in report.campaign:
-        message = ""
+        message: str | None = None
         if campaign_row.status == BUDGET_EXCEEDED:
-            message = (f"budget exceeded: {campaign_row.cases} of {campaign_row.planned_cases} planned cases ran "
-                       f"within --budget-seconds {report.budget_seconds:g}")
+            message = (f"budget exceeded: {campaign_row.cases} of {campaign_row.planned_cases} planned cases "
+                       f"ran within --budget-seconds {report.budget_seconds:g}")
         elif campaign_row.failures:
-            message = f"{len(campaign_row.failures)} unique failures"
+            message = f"{len(campaign_row.failures)} unique failures in {campaign_row.cases} cases"
         text = "\n".join(f"[{f['signature']}] x{f['count']} {f['summary']}\n    reproducer: {f['file']}"
                          for f in campaign_row.failures)
-        status = PASSED if campaign_row.status == PASSED else FAILED
-        cases.append(JunitCase("gate.campaign", f"{campaign_row.backend} seed {report.seed}", campaign_row.seconds,
-                               status, message, text))
+        cases.append(JUnitCase(
+            name=f"{campaign_row.backend} seed {report.seed}", classname="gate.campaign",
+            seconds=campaign_row.seconds, failure_message=message, failure_text=text,
+            properties={"cases": str(campaign_row.cases), "planned_cases": str(campaign_row.planned_cases),
+                        "case_ids_sha256": campaign_row.case_ids_sha256}))
     for isa_row in report.isa:
-        cases.append(JunitCase("gate.isa", isa_row.name, isa_row.seconds, isa_row.status, isa_row.reason,
-                               f"{isa_row.kernels} kernel instantiations, {isa_row.failing} failing"))
+        cases.append(JUnitCase(
+            name=isa_row.name, classname="gate.isa", seconds=isa_row.seconds,
+            failure_message=isa_row.reason if isa_row.status == FAILED else None,
+            failure_text=f"report: {isa_row.report_json}" if isa_row.status == FAILED else "",
+            skipped_message=isa_row.reason if isa_row.status == SKIPPED else None,
+            system_out=f"{isa_row.kernels} kernel instantiations, {isa_row.failing} failing"
+            if isa_row.status != SKIPPED else ""))
     return cases
-
-
-def write_junit(path: Path, suite_name: str, cases: list[JunitCase]) -> None:
-    """Minimal JUnit XML (the subset GitHub/GitLab/Jenkins read): one suite, failure/skipped children."""
-    suite = ET.Element("testsuite", {
-        "name": suite_name,
-        "tests": str(len(cases)),
-        "failures": str(sum(c.status == FAILED for c in cases)),
-        "errors": "0",
-        "skipped": str(sum(c.status == SKIPPED for c in cases)),
-        "time": f"{sum(c.seconds for c in cases):.3f}",
-    })
-    for case in cases:
-        element = ET.SubElement(suite, "testcase", {"classname": case.classname, "name": case.name,
-                                                     "time": f"{case.seconds:.3f}"})
-        if case.status == FAILED:
-            ET.SubElement(element, "failure", {"message": case.message[:500]}).text = case.text or case.message
-        elif case.status == SKIPPED:
-            ET.SubElement(element, "skipped", {"message": case.message[:500]})
-        elif case.text:
-            ET.SubElement(element, "system-out").text = case.text
-    root = ET.Element("testsuites", {"name": suite_name})
-    root.append(suite)
-    ET.indent(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
 
 
 # ---- CLI ------------------------------------------------------------------------------------------------
@@ -578,8 +514,9 @@ def write_junit(path: Path, suite_name: str, cases: list[JunitCase]) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", required=True, choices=["cpu", "cuda", "rocm"],
                         help="the platform gated; absent -> exit 3 with the reason")
-    parser.add_argument("--budget-seconds", type=float, required=True,
-                        help="campaign budget: sets the fixed case count per backend and is a hard wall-clock cap")
+    parser.add_argument("--budget-seconds", type=float, default=DEFAULT_BUDGET_SECONDS,
+                        help="campaign budget: sets the fixed case count per backend and is a hard "
+                             "wall-clock cap (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="campaign seed (default: %(default)s)")
     parser.add_argument("--cases-per-backend", type=int, default=None,
                         help="override the case count derived from the budget (the budget stays the cap)")
@@ -592,14 +529,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--byte-budget", type=int, default=None, help="largest campaign case in bytes")
     parser.add_argument("--case-timeout", type=float, default=120.0,
                         help="seconds before a case in a worker counts as a hang (default: %(default)s)")
-    parser.add_argument("--no-isa", action="store_true", help="do not run the ISA checks (they count as skipped)")
+    parser.add_argument("--no-isa", action="store_true",
+                        help="do not run the ISA checks (they count as skipped)")
     parser.add_argument("--allow-skip-isa", action="store_true",
                         help="a skipped ISA check does not keep the gate from passing")
     parser.add_argument("--sglang-source", default=None, metavar="PATH",
-                        help="sglang wheel/sdist/folder for the ISA checks (default: installed, else cached wheel)")
+                        help="sglang wheel/sdist/folder for the ISA checks "
+                             "(default: the installed sglang, else the cached or fetched wheel)")
     parser.add_argument("--isa-clang", default=None, metavar="PATH",
-                        help="clang for the ROCm ISA check (default: clang-19, on rocm also /opt/rocm/llvm/bin/clang)")
-    parser.add_argument("--isa-cache-dir", default=None, metavar="DIR", help="cache of fetched ISA headers/tools")
+                        help="clang for the ROCm ISA check "
+                             "(default: clang-19; on rocm also /opt/rocm/llvm/bin/clang)")
+    parser.add_argument("--isa-cache-dir", default=None, metavar="DIR",
+                        help="cache of fetched ISA headers and tools")
     parser.add_argument("--no-fetch", action="store_true", help="never download headers, tools or sglang")
     parser.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, metavar="DIR",
                         help="reproducers of failing cases, ISA reports, worker logs (default: %(default)s)")
@@ -636,7 +577,8 @@ def run(args: argparse.Namespace) -> int:
     corpus_dirs = args.corpus or [DEFAULT_CORPUS]
     for folder in corpus_dirs:
         if not folder.exists():
-            raise UsageError(f"corpus folder {folder} does not exist (run from the repository root or pass --corpus)")
+            raise UsageError(f"corpus folder {folder} does not exist "
+                             "(run from the repository root or pass --corpus)")
     entries = [load_entry(path) for path in iter_case_files(corpus_dirs)]
     backends = campaign_backends(registry, machine, args.backend)
     cases_per_backend = args.cases_per_backend or planned_cases_per_backend(
@@ -651,7 +593,8 @@ def run(args: argparse.Namespace) -> int:
     artifacts.mkdir(parents=True, exist_ok=True)
 
     report = GateReport(machine.platform.kind, machine.description, args.seed, args.budget_seconds,
-                        cases_per_backend, command_line(args), args.allow_skip_isa, [str(d) for d in corpus_dirs])
+                        cases_per_backend, command_line(args), args.allow_skip_isa,
+                        [str(folder) for folder in corpus_dirs])
     print(f"platform: {machine.description}; corpus: {len(entries)} entries; campaign: "
           f"{', '.join(b.name for b in backends)} x {cases_per_backend} cases", flush=True)
 
@@ -686,7 +629,9 @@ def run(args: argparse.Namespace) -> int:
         write_junit(args.junit, f"hicache-fuzz gate ({report.platform})", junit_cases(report))
     for line in report.findings():
         print(f"FINDING {_one_line(line, 300)}")
-    for row in report.isa_skipped_unallowed():
-        print(f"NOT GREEN: ISA {row.name} skipped ({_one_line(row.reason, 200)}); pass --allow-skip-isa to accept")
-    print(f"gate: {report.status.upper()} (exit {report.exit_code}) in {report.seconds['total']:.1f} s", flush=True)
+    for skipped_row in report.isa_skipped_unallowed():
+        print(f"NOT GREEN: ISA {skipped_row.name} skipped ({_one_line(skipped_row.reason, 200)}); "
+              "pass --allow-skip-isa to accept")
+    print(f"gate: {report.status.upper()} (exit {report.exit_code}) in {report.seconds['total']:.1f} s",
+          flush=True)
     return report.exit_code
