@@ -18,6 +18,7 @@ literal and parses it with ``json.loads``.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,9 @@ def save_reproducer(corpus_dir: Path, case: Case, result: Result, extra: dict[st
 
 def write_script(path: Path, case: Case, recorded_signature: str, expect: str, backend_class: str | None,
                  summary: str) -> None:
-    case_json = case.to_json(indent=2)
+    # One top-level field per line, values compact: index lists stay on one line each.
+    fields = sorted(case.to_dict().items())
+    case_json = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in fields) + "\n}"
     # A raw triple-quoted literal is readable and safe for JSON text: valid JSON never contains three
     # unescaped double quotes in a row. Checked anyway; repr() is the (unreadable) fallback.
     literal = f'r"""\n{case_json}\n"""' if '"""' not in case_json else repr(case_json)
