@@ -35,6 +35,7 @@ EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 SUBCOMMAND_MODULES: list[tuple[str, str, str]] = [
     ("merge", "hicache_fuzz.harness.merge", "merge reports and corpora of workers or shards; write JUnit XML"),
     ("isa", "hicache_fuzz.harness.isa", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
+    ("selftest", "hicache_fuzz.harness.selftest", "the campaign must kill every bug-zoo mutant; reference clean"),
     ("minimize", "hicache_fuzz.harness.minimize", "shrink reproducers while keeping their failure signature"),
     ("atheris", "hicache_fuzz.harness.atheris_entry", "coverage-guided fuzzing with atheris (libFuzzer flags)"),
     ("gate", "hicache_fuzz.harness.gate", "pre-merge gate: corpus replay + fixed-seed campaign + ISA checks"),

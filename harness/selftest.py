@@ -1,0 +1,218 @@
+"""``hicache-fuzz selftest``: does the campaign catch every bug in the zoo, and leave the reference clean?
+
+For each zoo mutant (every registered backend with ``models_bug`` set, plugins included) a campaign with
+the default generator runs until its first failure or the per-mutant budget; the mutant is "killed" when a
+failure is found. The killing case is then replayed on the reference, which must not fail on it, so a kill
+is the mutant's bug and not a harness problem. Finally the reference itself runs ``--reference-cases``
+cases and must be clean. Exit 0 only if every mutant is killed and the reference is clean, else 1.
+
+Time-to-kill (cases and seconds to the first failure) is reported per mutant, with the median and the
+worst, because it measures how well the generator's bias reaches each bug class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.campaign import CampaignConfig, campaign_case, run_campaign
+from hicache_fuzz.harness.cli import (
+    EXIT_CLEAN,
+    EXIT_FAILURES,
+    UsageError,
+    add_common,
+    machine_for,
+    make_executor,
+    print_json_or_write,
+    registry_for,
+)
+from hicache_fuzz.harness.executor import Executor
+from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.platform import Machine
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.registry import Registry
+
+DEFAULT_SEED = 20260
+# CPU throughput is ~3-70 cases/s depending on case size and machine load. The rarest zoo classes fire in
+# about 1.5% of default cases (~65 cases expected), so 3000 cases / 300 s leaves a wide margin.
+DEFAULT_MAX_CASES_PER_MUTANT = 3000
+DEFAULT_MAX_SECONDS_PER_MUTANT = 300.0
+DEFAULT_REFERENCE_CASES = 150
+
+
+@dataclass
+class MutantRow:
+    mutant: str
+    bug_class: str  # the part of models_bug before the first colon, e.g. "B4"
+    models_bug: str
+    killed: bool
+    cases: int  # cases run, up to and including the killing one
+    seconds: float
+    outcome: str = ""  # of the killing case
+    signature: str = ""
+    summary: str = ""
+    kill_index: int = -1  # campaign index of the killing case
+    kill_case_id: str = ""
+    reference_on_kill_case: str = ""  # the reference's outcome on the killing case (must not be a failure)
+    note: str = ""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="campaign seed (default: %(default)s)")
+    parser.add_argument("--max-cases-per-mutant", type=int, default=DEFAULT_MAX_CASES_PER_MUTANT,
+                        help="give up on a mutant after this many cases (default: %(default)s)")
+    parser.add_argument("--max-seconds-per-mutant", type=float, default=DEFAULT_MAX_SECONDS_PER_MUTANT,
+                        help="give up on a mutant after this many seconds (default: %(default)s)")
+    parser.add_argument("--reference-cases", type=int, default=DEFAULT_REFERENCE_CASES,
+                        help="the reference must be clean over this many cases (default: %(default)s)")
+    parser.add_argument("--mutant", action="append", default=[], metavar="NAME",
+                        help="run only this zoo mutant (repeatable; default: every registered mutant)")
+    parser.add_argument("--byte-budget", type=int, help="largest case in bytes (default: the generator's)")
+    parser.add_argument("--corpus", type=Path, help="save the killing cases here as reproducers")
+    parser.add_argument("--json", metavar="PATH", help="write the table and summary as JSON")
+    parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto",
+                        help="run cases in a worker process (auto: for backends that can crash the process)")
+    parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
+
+
+def _bug_class(models_bug: str) -> str:
+    head, sep, _ = models_bug.partition(":")
+    return head.strip() if sep and len(head) <= 16 else models_bug[:16]
+
+
+def _mutants(registry: Registry, names: list[str]) -> list[Backend]:
+    zoo = sorted(registry.zoo(), key=lambda b: b.name)
+    if not names:
+        return zoo
+    by_name = {b.name: b for b in zoo}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise UsageError(f"not zoo mutants: {', '.join(unknown)}; known: {', '.join(sorted(by_name))}")
+    return [by_name[n] for n in names]
+
+
+def _run_mutant(mutant: Backend, args: argparse.Namespace, machine: Machine, space: CaseSpace,
+                executor: Executor, reference_executor: Executor) -> MutantRow:
+    row = MutantRow(mutant.name, _bug_class(mutant.models_bug), mutant.models_bug, False, 0, 0.0)
+    availability = mutant.probe(machine.platform)
+    if not availability.available:
+        row.note = f"unavailable: {availability.reason}"
+        return row
+    config = CampaignConfig([mutant.name], args.seed, args.max_cases_per_mutant, args.max_seconds_per_mutant,
+                            args.corpus, space=space, stop_on_first_failure=True)
+    report = run_campaign(config, [mutant], machine.platform, executor)
+    row.cases, row.seconds = report.cases, report.seconds
+    if not report.failures:
+        row.note = f"survived {report.cases} cases in {report.seconds:.1f} s"
+        return row
+    failure = report.failures[0]
+    row.killed = True
+    row.outcome, row.signature, row.summary = failure.outcome, failure.signature, failure.summary
+    row.kill_index, row.kill_case_id = failure.first_index, failure.first_case_id
+    # Replay the killing case on the reference: if the reference fails on it too, the kill says nothing
+    # about the mutant's bug.
+    case = campaign_case(args.seed, failure.first_index, mutant, space, machine.platform)
+    reference_result = reference_executor.run(case.replace(backend="reference"))
+    row.reference_on_kill_case = reference_result.outcome.value
+    if reference_result.outcome.is_failure:
+        row.killed = False
+        row.note = f"the reference fails on the killing case too ({reference_result.summary[:200]})"
+    return row
+
+
+def _print_row(row: MutantRow, width: int) -> None:
+    killed = "yes" if row.killed else "NO"
+    detail = f"{row.outcome} {row.signature}" if row.killed else row.note
+    print(f"  {row.mutant:<{width}}  {killed:<6} {row.cases:>6} {row.seconds:>8.1f}  {row.bug_class:<8} {detail}",
+          flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    for option in ("max_cases_per_mutant", "max_seconds_per_mutant"):
+        if getattr(args, option) <= 0:
+            raise UsageError(f"--{option.replace('_', '-')} must be positive")
+    if args.reference_cases < 0:
+        raise UsageError("--reference-cases must be >= 0")
+    machine = machine_for(args)
+    registry = registry_for(args)
+    mutants = _mutants(registry, args.mutant)
+    if not mutants:
+        raise UsageError("no zoo mutants are registered (backends with models_bug set)")
+    space = CaseSpace() if args.byte_budget is None else CaseSpace(byte_budget=args.byte_budget)
+    reference = registry.get("reference")
+
+    print(f"hicache-fuzz selftest: seed {args.seed}", flush=True)
+    print(f"platform: {machine.description}; {len(mutants)} mutants; budget per mutant "
+          f"{args.max_cases_per_mutant} cases / {args.max_seconds_per_mutant:g} s; reference "
+          f"{args.reference_cases} cases", flush=True)
+    width = max(len(m.name) for m in mutants)
+    print(f"  {'mutant':<{width}}  {'killed':<6} {'cases':>6} {'seconds':>8}  {'class':<8} outcome / signature")
+    reference_executor = make_executor([reference], registry, machine, args, None)
+    rows: list[MutantRow] = []
+    try:
+        for mutant in mutants:
+            executor = make_executor([mutant], registry, machine, args, None)
+            try:
+                row = _run_mutant(mutant, args, machine, space, executor, reference_executor)
+            finally:
+                executor.close()
+            rows.append(row)
+            _print_row(row, width)
+
+        reference_report = run_campaign(
+            CampaignConfig(["reference"], args.seed, args.reference_cases, None, args.corpus, space=space),
+            [reference], machine.platform, reference_executor) if args.reference_cases else None
+    finally:
+        reference_executor.close()
+
+    killed = [r for r in rows if r.killed]
+    survivors = [r for r in rows if not r.killed]
+    reference_clean = reference_report is None or not reference_report.failures
+    summary: dict[str, Any] = {"mutants": len(rows), "killed": len(killed), "survivors": [r.mutant for r in survivors]}
+    if killed:
+        seconds = [r.seconds for r in killed]
+        cases = [r.cases for r in killed]
+        worst = max(killed, key=lambda r: r.seconds)
+        summary.update(median_seconds_to_kill=round(statistics.median(seconds), 3),
+                       worst_seconds_to_kill=round(worst.seconds, 3), worst_mutant=worst.mutant,
+                       median_cases_to_kill=statistics.median(cases), worst_cases_to_kill=max(cases),
+                       total_seconds=round(sum(r.seconds for r in rows), 3))
+    print(f"killed {len(killed)}/{len(rows)}", end="")
+    if killed:
+        print(f"; time to kill: median {summary['median_seconds_to_kill']:.1f} s "
+              f"({summary['median_cases_to_kill']:g} cases), worst {summary['worst_seconds_to_kill']:.1f} s "
+              f"({summary['worst_mutant']}); worst case count {summary['worst_cases_to_kill']}", end="")
+    print()
+    if survivors:
+        print(f"SURVIVED: {', '.join(r.mutant for r in survivors)}")
+    reference_data: dict[str, Any] = {"cases": 0, "clean": True}
+    if reference_report is not None:
+        reference_data = {"cases": reference_report.cases, "seconds": round(reference_report.seconds, 3),
+                          "clean": reference_clean, "outcomes": reference_report.outcomes.get("reference", {}),
+                          "failures": [f.__dict__ for f in reference_report.failures]}
+        state = "clean" if reference_clean else f"NOT CLEAN ({reference_report.failure_count} failures)"
+        print(f"reference: {reference_report.cases} cases in {reference_report.seconds:.1f} s, {state}")
+        for failure in reference_report.failures:
+            print(f"  [{failure.signature}] {failure.summary}")
+    ok = not survivors and reference_clean
+    exit_code = EXIT_CLEAN if ok else EXIT_FAILURES
+    print("selftest passed" if ok else "selftest FAILED", flush=True)
+    print_json_or_write({
+        "seed": args.seed,
+        "platform": machine.description,
+        "command": "hicache-fuzz " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["selftest"] else "",
+        "budget": {"max_cases_per_mutant": args.max_cases_per_mutant,
+                   "max_seconds_per_mutant": args.max_seconds_per_mutant,
+                   "reference_cases": args.reference_cases, "byte_budget": space.byte_budget},
+        "mutants": [asdict(r) for r in rows],
+        "summary": summary,
+        "reference": reference_data,
+        "passed": ok,
+        "exit_code": exit_code,
+    }, args.json)
+    return exit_code
