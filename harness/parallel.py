@@ -372,8 +372,9 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
                            devices, time.perf_counter() - started,
                            [f"prepare step failed (exit {code}), log {log}:\n{_log_tail(log)}"])
     prepared = json.loads((run_dir / "prepare.json").read_text())
-    say(f"backends: {', '.join(prepared['backends'])}; JIT warm-up {prepared['warm_up_seconds']:.1f} s "
-        f"({len(prepared['compiled_modules'])} modules) into {prepared['jit_cache']}", flush=True)
+    warmed = (f"; JIT warm-up {prepared['warm_up_seconds']:.1f} s ({len(prepared['compiled_modules'])} modules)"
+              f" into {prepared['jit_cache']}" if prepared["compiled_modules"] else "")
+    say(f"backends: {', '.join(prepared['backends'])}{warmed}", flush=True)
 
     children: list[_Child] = []
     try:
