@@ -7,9 +7,16 @@ kernels/zoo.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
 from hicache_fuzz.harness.case import Case
+from hicache_fuzz.harness.materialize import HostMemory
+from hicache_fuzz.harness.outcome import Result
+from hicache_fuzz.harness.runner import run_case
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.reference import ReferenceBackend
+from hicache_fuzz.oracles.contract import Platform
 
 
 class DropLastPage(ReferenceBackend):
@@ -43,3 +50,11 @@ class DeviceRowOffByOne(ReferenceBackend):
 
 def backends() -> list[Backend]:
     return [DropLastPage(), DeviceRowOffByOne()]
+
+
+def cpu_run(backend: Backend) -> Callable[[Case], Result]:
+    """run(case) -> Result on the CPU platform, in process (what the minimizer and Hypothesis call)."""
+    def run(case: Case) -> Result:
+        return run_case(case, backend, Platform("cpu"), torch.device("cpu"), HostMemory(simulate=True))
+
+    return run

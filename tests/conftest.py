@@ -1,0 +1,33 @@
+"""Test-wide settings: Hypothesis profiles and torch threads.
+
+Profiles (anchors.md section 4): ``ci`` is derandomized (every run draws the same examples, xdist-safe) and
+prints reproduction blobs; ``nightly`` hunts with 10**4 random examples; ``dev`` is the local default.
+Choose with HYPOTHESIS_PROFILE; the default is ``ci`` when CI=true, else ``dev``. No profile has a deadline:
+first calls compile or warm caches and would be flagged as flaky timing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True, max_examples=25)
+settings.register_profile("dev", deadline=None, print_blob=True, max_examples=25)
+settings.register_profile("nightly", deadline=None, print_blob=True, max_examples=10**4)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI", "").lower() == "true" else "dev")
+settings.load_profile(PROFILE)
+
+# Test cases are small; on a busy 2-core runner torch's intra-op threads make them ~10x slower, not faster.
+torch.set_num_threads(int(os.environ.get("HICACHE_FUZZ_TORCH_THREADS", "1")))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    current = settings.get_profile(PROFILE)
+    seed = config.getoption("hypothesis_seed", default=None)
+    seed_text = (f"--hypothesis-seed={seed}" if seed is not None
+                 else "fixed (derandomize)" if current.derandomize else "random per test, printed on failure")
+    return (f"hypothesis profile: {PROFILE} (max_examples={current.max_examples}, "
+            f"derandomize={current.derandomize}); seed: {seed_text}; torch threads: {torch.get_num_threads()}")
