@@ -51,6 +51,7 @@ from hicache_fuzz.harness.cli import (
     EXIT_CLEAN,
     EXIT_FAILURES,
     EXIT_UNAVAILABLE,
+    Unavailable,
     UsageError,
     auto_backends,
     available_backend,
@@ -83,7 +84,8 @@ DEFAULT_BUDGET_SECONDS = 300.0
 # start inside the campaign, hence a modest rate there too.
 PLANNING_CASES_PER_SECOND: dict[str, float] = {"cpu": 1.0, "cuda": 2.0, "rocm": 2.0}
 # ROCm's own clang (LLVM >= 19 in ROCm 6.3+) has the AMDGPU backend; used when clang-19 is not on PATH.
-ROCM_BUNDLED_CLANG = Path("/opt/rocm/llvm/bin/clang")
+ROCM_ROOT = Path("/opt/rocm")
+ROCM_BUNDLED_CLANG = ROCM_ROOT / "llvm" / "bin" / "clang"
 # Subfolders of --artifacts the gate owns and clears at start, so CI never uploads a previous run's files.
 ARTIFACT_SUBFOLDERS = ("campaign", "replay", "isa", "worker-journal")
 
@@ -226,9 +228,17 @@ def planned_cases_per_backend(budget_seconds: float, platform_kind: str, backend
 
 
 def campaign_backends(registry: Registry, machine: Machine, names: list[str]) -> list[Backend]:
+    """--backend names, else the platform's set: the CPU reference on cpu, every real kernel on a GPU."""
     if names:
         return [available_backend(registry, name, machine) for name in names]
-    return auto_backends(registry, machine)
+    backends = auto_backends(registry, machine)
+    if machine.platform.kind != "cpu" and [b.name for b in backends] == ["reference"]:
+        # auto_backends falls back to the reference; a GPU gate that tested no GPU kernel must not be green.
+        reasons = "; ".join(f"{name}: {registry.get(name).probe(machine.platform).reason}"
+                            for name in registry.names()
+                            if name != "reference" and not registry.get(name).models_bug)
+        raise Unavailable(f"no real-kernel backend can run on {machine.description} ({reasons or 'none installed'})")
+    return backends
 
 
 # ---- 1. corpus replay -----------------------------------------------------------------------------------
@@ -370,7 +380,9 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
     try:
         source = resolve_isa_source(args.sglang_source, cache_dir, allow_fetch)
         if targets[0].platform == isa.PLATFORM_ROCM:
-            rocm_tools = isa.find_rocm_toolchain(cache_dir, allow_fetch, _rocm_clang(args, platform_kind))
+            hip_include, device_libs = _rocm_install(platform_kind)
+            rocm_tools = isa.find_rocm_toolchain(cache_dir, allow_fetch, _rocm_clang(args, platform_kind),
+                                                 hip_include, (), device_libs)
             cuda_tools = None
         else:
             rocm_tools = None
@@ -398,6 +410,19 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
         json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
         row.report_json = str(json_path)
     return rows
+
+
+def _rocm_install(platform_kind: str) -> tuple[list[str], str | None]:
+    """On a ROCm machine, its own HIP headers and device libraries (no Debian download); elsewhere none.
+
+    Not verified on a ROCm install here (no AMD machine): the committed ISA reports use Debian's HIP 5.7
+    headers, which is what the cpu gate uses.
+    """
+    if platform_kind != "rocm" or not (ROCM_ROOT / "include" / "hip" / "hip_runtime.h").is_file():
+        return [], None
+    candidates = [ROCM_ROOT / "amdgcn" / "bitcode", *sorted(ROCM_ROOT.glob("lib/llvm/lib/clang/*/lib/amdgcn/bitcode"))]
+    device_libs = next((str(folder) for folder in candidates if (folder / "ockl.bc").is_file()), None)
+    return ([str(ROCM_ROOT / "include")], device_libs) if device_libs else ([], None)
 
 
 def _rocm_clang(args: argparse.Namespace, platform_kind: str) -> str | None:
