@@ -4,10 +4,10 @@ keeps out-of-range indices out of range; and `fuzz --minimize` saves minimized r
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.cli import main
 from hicache_fuzz.harness.generate import CaseSpace, case_for_index
@@ -15,6 +15,7 @@ from hicache_fuzz.harness.minimize import NotFailing, case_size, minimize
 from hicache_fuzz.harness.outcome import Outcome, Result
 from hicache_fuzz.harness.signature import signature
 from hicache_fuzz.kernels.reference import ReferenceBackend
+
 from tests._mutants import DropLastPage, cpu_run
 
 PLUGIN = "tests._mutants:backends"
@@ -46,10 +47,10 @@ def test_drop_last_page_shrinks_to_two_tiny_pages() -> None:
     assert report["ratio"]["indices"] < 0.05 and report["original"]["indices"] == 160
 
 
-def fake_run(error_for: dict[bool, str], predicate: object) -> object:
+def fake_run(error_for: dict[bool, str], predicate: Callable[[Case], bool]) -> Callable[[Case], Result]:
     """A run function without torch: WRONGLY_REJECTED with one of two errors depending on a predicate."""
     def run(case: Case) -> Result:
-        message = error_for[bool(predicate(case))]  # type: ignore[operator]
+        message = error_for[predicate(case)]
         return Result(case.case_id, case.backend, Outcome.WRONGLY_REJECTED, error=message)
 
     return run
@@ -59,7 +60,7 @@ def test_signature_is_kept_not_just_failure() -> None:
     # One layer fails too, but with another error: the minimizer must not cross over to that other bug.
     run = fake_run({True: "RuntimeError: layer loop bound", False: "RuntimeError: something else"},
                    lambda c: c.layers >= 2)
-    done = minimize(big_case(), run)  # type: ignore[arg-type]
+    done = minimize(big_case(), run)
     assert done.case.layers == 2
     assert done.size.indices == 2  # one token per side: the fake bug does not care about pages
 
@@ -72,7 +73,7 @@ def test_out_of_range_index_keeps_its_distance_from_the_bound() -> None:
     case = case.replace(host_indices=tuple(host))
     run = fake_run({True: "RuntimeError: one past the end", False: "RuntimeError: other"},
                    lambda c: c.host_slots in c.host_indices)
-    done = minimize(case, run)  # type: ignore[arg-type]
+    done = minimize(case, run)
     assert done.case.host_slots in done.case.host_indices
     assert done.case.host_slots < case.host_slots and done.size.indices <= 2
 
