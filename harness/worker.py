@@ -82,8 +82,12 @@ class WorkerExecutor:
             self._kill()
             return self._lost(case, inflight, Outcome.HANG, f"no result within {self.timeout_s:g} s; worker killed",
                               started)
-        inflight.unlink(missing_ok=True)
         self.compile_seconds += float(reply.get("compile_s", 0.0))
+        if "fatal" in reply:  # a device error escaped the runner: the worker's context is unusable, it exits
+            self._kill()
+            return self._lost(case, inflight, Outcome.CRASH, f"device error escaped the case: {reply['fatal']}",
+                              started)
+        inflight.unlink(missing_ok=True)
         if "error" in reply:  # the harness itself failed on this case (not the backend): keep it visible
             raise RuntimeError(f"worker failed on case {case.case_id}: {reply['error']}")
         return Result.from_dict(reply["result"])
@@ -128,7 +132,7 @@ class WorkerExecutor:
             args += ["--backend", name]
         for plugin in self.plugins:
             args += ["--backend-plugin", plugin]
-        if self.warm_up:
+        if self.warm_up and not self.started:  # later restarts find the JIT cache on disk
             args.append("--warm-up")
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         log.write(f"\n==== worker start {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
@@ -308,8 +312,18 @@ def _serve(argv: Sequence[str] | None = None) -> int:
             result = run_case(case, backend, machine.platform, machine.device)
             reply({"result": result.to_dict(), "compile_s": _compile_seconds() - compile_before})
         except Exception as exc:
-            reply({"error": f"{type(exc).__name__}: {exc}"})
+            message = f"{type(exc).__name__}: {exc}"
+            if _is_device_error(exc):
+                reply({"fatal": message})
+                return 3  # the CUDA/HIP context may be poisoned: start afresh
+            reply({"error": message})
     return 0
+
+
+def _is_device_error(exc: BaseException) -> bool:
+    """A CUDA/HIP runtime error (torch.AcceleratorError, or a RuntimeError naming one)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "HIP error" in text
 
 
 def _compile_seconds() -> float:

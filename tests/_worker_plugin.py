@@ -30,4 +30,16 @@ class SleepBackend(ReferenceBackend):
 
 
 def backends():  # type: ignore[no-untyped-def]
-    return [AbortBackend(), SleepBackend()]
+    return [AbortBackend(), SleepBackend(), DeviceErrorBackend()]
+
+
+class DeviceErrorBackend(ReferenceBackend):
+    """A CUDA error escaping the runner (as torch raises it at the runner's synchronize)."""
+
+    name = "test-device-error"
+    needs_isolation = True
+
+    def plan(self, case, platform):  # type: ignore[no-untyped-def]
+        if case.seed % 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return super().plan(case, platform)

@@ -102,3 +102,14 @@ def test_close_is_idempotent(tmp_path: Path) -> None:
     ex.run(case("reference", 0))
     ex.close()
     ex.close()
+
+
+def test_device_error_escaping_the_runner_becomes_crash(tmp_path: Path) -> None:
+    with executor(tmp_path, ["test-device-error"]) as ex:
+        bad = case("test-device-error", 1)
+        result = ex.run(bad)
+        assert result.outcome is Outcome.CRASH
+        assert "CUDA error" in result.error
+        assert (tmp_path / "journal" / "crashes" / f"{bad.case_id}.json").exists()
+        assert ex.run(case("test-device-error", 0)).outcome is Outcome.PASS
+        assert ex.restarts == 1
