@@ -1468,6 +1468,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except (ToolchainUnavailable, SourceUnavailable) as error:
         print(f"isa: UNAVAILABLE, nothing was checked: {error}", file=sys.stderr)
+        if args.platform == "all" and isinstance(error, ToolchainUnavailable):
+            print("isa: (--platform rocm or --platform cuda checks one path alone)", file=sys.stderr)
         return EXIT_UNAVAILABLE
 
     reports: list[IsaReport] = []

@@ -24,9 +24,7 @@ SGLANG_VERSION = "0.5.23"
 # ---------------------------------------------------------------------------------------------------------
 # Captured listings (trimmed to the memory instructions and the function boundaries)
 
-PER_LAYER_MHA_SYMBOL = (
-    "_ZN6sglang26hicache_transfer_per_layerIlLl256ELj4ELj32ELj1024ELb0EEEvNS_19HicacheKernelParamsE"
-)
+PER_LAYER_MHA_SYMBOL = "_ZN6sglang26hicache_transfer_per_layerIlLl256ELj4ELj32ELj1024ELb0EEEvNS_19HicacheKernelParamsE"
 
 GFX942_VECTOR = f"""\
 {PER_LAYER_MHA_SYMBOL}: ; @{PER_LAYER_MHA_SYMBOL}
@@ -87,9 +85,7 @@ GFX90A_VECTOR = f"""\
 .Lfunc_end1:
 """
 
-CUDA_MLA_SYMBOL = (
-    "_ZN6sglang26hicache_transfer_per_layerIlLl256ELj4ELj2ELj1024ELb1EEEvNS_19HicacheKernelParamsE"
-)
+CUDA_MLA_SYMBOL = "_ZN6sglang26hicache_transfer_per_layerIlLl256ELj4ELj2ELj1024ELb1EEEvNS_19HicacheKernelParamsE"
 
 SASS_VECTOR = f"""\
 	.section	.text.{CUDA_MLA_SYMBOL},"ax",@progbits
@@ -123,9 +119,7 @@ def test_parse_kernel_symbol_gives_the_template_arguments() -> None:
     kernel = isa.parse_kernel_symbol(PER_LAYER_MHA_SYMBOL)
     assert kernel is not None
     assert kernel.readable() == "hicache_transfer_per_layer<int64_t, 256, 4, 32, 1024, false>"
-    relayout = isa.parse_kernel_symbol(
-        "_ZN6sglang23hicache_relayout_kernelIiLl256ELb1EEEvNS_21HicacheRelayoutParamsE"
-    )
+    relayout = isa.parse_kernel_symbol("_ZN6sglang23hicache_relayout_kernelIiLl256ELb1EEEvNS_21HicacheRelayoutParamsE")
     assert relayout is not None and relayout.readable() == "hicache_relayout_kernel<int32_t, 256, true>"
 
 
@@ -149,9 +143,7 @@ def test_parse_kernel_symbol_rejects_other_shapes(symbol: str) -> None:
         ("rocm", 656, 2, 0),  # GLM bf16 row: no package fits anywhere
     ],
 )
-def test_pick_group_bytes_mirrors_the_kernel(
-    platform: str, element_bytes: int, unroll: int, group: int
-) -> None:
+def test_pick_group_bytes_mirrors_the_kernel(platform: str, element_bytes: int, unroll: int, group: int) -> None:
     assert isa.pick_group_bytes(platform, element_bytes, 32 // unroll) == group
 
 
@@ -213,11 +205,7 @@ def test_parse_amdgpu_gfx90a_needs_both_glc_and_slc() -> None:
     functions = isa.parse_amdgpu_assembly(GFX90A_VECTOR, "gfx90a")
     assert isa.count_accesses(functions[PER_LAYER_MHA_SYMBOL])["global_store.128.nt"] == 4
     only_glc = GFX90A_VECTOR.replace(" glc slc", " glc")
-    stores = [
-        a
-        for a in isa.parse_amdgpu_assembly(only_glc, "gfx90a")[PER_LAYER_MHA_SYMBOL]
-        if a.direction == "store"
-    ]
+    stores = [a for a in isa.parse_amdgpu_assembly(only_glc, "gfx90a")[PER_LAYER_MHA_SYMBOL] if a.direction == "store"]
     assert stores and not any(access.nontemporal for access in stores)
     # gfx942 spells nontemporal "nt": gfx90a's bits mean nothing there.
     gfx942_view = isa.parse_amdgpu_assembly(GFX90A_VECTOR, "gfx942")[PER_LAYER_MHA_SYMBOL]
@@ -272,9 +260,7 @@ def test_narrow_packages_fail_when_64_bit_plain_loads_hide_among_index_loads() -
 
 
 def test_partial_loss_of_the_hint_fails_on_counts() -> None:
-    accesses = (
-        [_access("load", 128, True)] * 3 + [_access("load", 128, False)] + [_access("store", 128, True)] * 4
-    )
+    accesses = [_access("load", 128, True)] * 3 + [_access("load", 128, False)] + [_access("store", 128, True)] * 4
     violations = isa.find_violations(accesses, X4_KV, "nt")
     assert any(v.startswith("1 load(s) wider than 64 bits") for v in violations)
     assert any(v.startswith("3 nontemporal loads, not a multiple of the 4") for v in violations)
@@ -306,10 +292,7 @@ def test_translation_unit_has_load_jit_shape(tmp_path: pathlib.Path) -> None:
     lines = unit.splitlines()
     assert lines[:5] == [f"#include <{header}>" for header in isa.TVM_FFI_INCLUDES]
     assert lines[5] == f'#include "{tmp_path.as_posix()}/kvcacheio/hicache.cuh"'
-    assert (
-        "TVM_FFI_DLL_EXPORT_TYPED_FUNC(launch_all_mla, (&HiCacheKernel<256, 4, 2, 1024>::run_all_mla));"
-        in lines
-    )
+    assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(launch_all_mla, (&HiCacheKernel<256, 4, 2, 1024>::run_all_mla));" in lines
     assert lines[-1] == "}  // namespace sglang"
 
 
@@ -351,10 +334,7 @@ def test_run_bad_arch_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_run_without_sglang_source_is_unavailable(capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        isa.run(_parse(["--platform", "rocm", "--sglang-source", "/nonexistent/sglang"]))
-        == isa.EXIT_UNAVAILABLE
-    )
+    assert isa.run(_parse(["--platform", "rocm", "--sglang-source", "/nonexistent/sglang"])) == isa.EXIT_UNAVAILABLE
     error = capsys.readouterr().err
     assert "nothing was checked" in error and "pip download --no-deps sglang==0.5.23" in error
 
@@ -411,9 +391,7 @@ def _pinned(source: isa.SglangSource) -> isa.SglangSource:
 @pytest.fixture(scope="session")
 def rocm_toolchain(isa_cache_dir: pathlib.Path) -> isa.RocmToolchain:
     if shutil.which("clang-19") is None:
-        pytest.skip(
-            "clang-19 is not installed (apt-get install -y --no-install-recommends clang-19; .ci/isa.sh does)"
-        )
+        pytest.skip("clang-19 is not installed (apt-get install -y --no-install-recommends clang-19; .ci/isa.sh does)")
     try:
         return isa.find_rocm_toolchain(isa_cache_dir)
     except isa.ToolchainUnavailable as error:
@@ -432,9 +410,7 @@ def _mutated(source: isa.SglangSource, mutant: str, tmp_path: pathlib.Path) -> i
     return isa.apply_mutant(source, mutant, tmp_path / mutant)
 
 
-def test_every_mutant_applies_to_sglang_0_5_23(
-    sglang_source: isa.SglangSource, tmp_path: pathlib.Path
-) -> None:
+def test_every_mutant_applies_to_sglang_0_5_23(sglang_source: isa.SglangSource, tmp_path: pathlib.Path) -> None:
     for name in isa.MUTANTS:
         mutated = _mutated(sglang_source, name, tmp_path)
         original = (sglang_source.csrc_dir / "kvcacheio" / "hicache.cuh").read_text()
@@ -442,8 +418,12 @@ def test_every_mutant_applies_to_sglang_0_5_23(
         assert (mutated.csrc_dir / "kvcacheio" / "staged_write_back.cuh").is_file()
 
 
-@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
-@pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
+# Strict on both archs (the issue's criterion) and production flags on one; .ci/isa.sh runs the full grid.
+@pytest.mark.parametrize(
+    ("arch", "strict"),
+    [("gfx90a", True), ("gfx942", True), ("gfx942", False)],
+    ids=["gfx90a-strict", "gfx942-strict", "gfx942-default"],
+)
 def test_rocm_passes_on_sglang_0_5_23(
     sglang_source: isa.SglangSource, rocm_toolchain: isa.RocmToolchain, arch: str, strict: bool
 ) -> None:
@@ -484,9 +464,7 @@ def test_rocm_default_fails_on_mutant(
     mutated = _mutated(sglang_source, mutant, tmp_path)
     report = isa.check_rocm(mutated, arch, False, modules=["hicache-e256-u4"], toolchain=rocm_toolchain)
     assert report.kernels and all(not kernel.passed for kernel in report.kernels)
-    expected_message = (
-        "without the nontemporal hint" if mutant == "rocm-plain" else "are 64-bit, expected 128-bit"
-    )
+    expected_message = "without the nontemporal hint" if mutant == "rocm-plain" else "are 64-bit, expected 128-bit"
     assert all(any(expected_message in v for v in kernel.violations) for kernel in report.kernels)
 
 
@@ -512,9 +490,7 @@ def test_cli_strict_scalarized_mutant_exits_1_with_json(
     assert document["reports"][0]["mutant"] == "rocm-scalarized"
 
 
-def test_cuda_passes_on_sglang_0_5_23(
-    sglang_source: isa.SglangSource, cuda_toolchain: isa.CudaToolchain
-) -> None:
+def test_cuda_passes_on_sglang_0_5_23(sglang_source: isa.SglangSource, cuda_toolchain: isa.CudaToolchain) -> None:
     report = isa.check_cuda(sglang_source, "sm_90a", toolchain=cuda_toolchain)
     assert report.passed, "\n".join(report.failures())
     assert len(report.kernels) == sum(len(m.expected_kernels) for m in isa.modules_for("cuda"))
