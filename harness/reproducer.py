@@ -165,6 +165,10 @@ def main(argv):
     plugins = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--backend-plugin"]
     case = Case.from_dict(json.loads(CASE_JSON))
     machine = detect()
+    if BACKEND_CLASS is None and not plugins:
+        print(f"SKIP {{case.case_id}}: backend {{case.backend}} comes from a plugin; "
+              "run with --backend-plugin MODULE:CALLABLE")
+        return 3
     backend = load_backend(case.backend, plugins)
     availability = backend.probe(machine.platform)
     if not availability.available:
