@@ -51,7 +51,7 @@ def make_case(*, host_pages: list[int] | None = None, device_pages: list[int] | 
         device_indices=tokens(device_pages if device_pages is not None else [3, 5], page_size), seed=7,
     )
     fields.update(changes)
-    return Case(**fields)  # type: ignore[arg-type]
+    return Case(**fields)
 
 
 def run(backend: Backend, case: Case) -> Outcome:
