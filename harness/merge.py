@@ -201,6 +201,7 @@ class CorpusMerge:
     duplicates: int = 0  # files whose case was already kept
     over_cap: int = 0  # distinct cases dropped by --max-per-signature
     unreadable: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # corpus folders that do not exist (a clean campaign makes none)
 
 
 def corpus_files(corpus_dirs: Iterable[Path]) -> list[Path]:
@@ -221,7 +222,8 @@ def merge_corpora(corpus_dirs: Sequence[Path], out_dir: Path, max_per_signature:
                   keep_first: Iterable[tuple[str, str]] = ()) -> CorpusMerge:
     """Copy each distinct case once into `out_dir`; `keep_first` (signature, case_id) pairs (the merged
     report's representatives) are kept ahead of the rest when a signature is capped (0 = no cap)."""
-    merge = CorpusMerge()
+    merge = CorpusMerge(missing=[str(d) for d in corpus_dirs if not d.exists()])
+    corpus_dirs = [d for d in corpus_dirs if d.exists()]
     by_signature: dict[str, list[CorpusEntry]] = {}
     seen: set[tuple[str, str]] = set()
     for path in corpus_files(corpus_dirs):
@@ -334,6 +336,8 @@ def run(args: argparse.Namespace) -> int:
           f"the per-signature cap, {len(corpus.unreadable)} unreadable -> {args.out / 'corpus'}")
     for problem in corpus.unreadable:
         print(f"  skipped: {problem}", file=sys.stderr)
+    for folder in corpus.missing:
+        print(f"  no corpus folder {folder} (a campaign without failures writes none)", file=sys.stderr)
     print(f"report: {args.out / 'report.json'}; junit: {junit_path}")
     return EXIT_FAILURES if merged["unique_failures"] else EXIT_CLEAN
 

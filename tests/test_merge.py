@@ -154,3 +154,5 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
     good.write_text(json.dumps(report("0/1", 5, 1.0, 0, 5, [])))
     assert cli.main(["merge", str(good), str(good), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
     assert cli.main(["merge", str(good), "--out", str(tmp_path / "o")]) == cli.EXIT_CLEAN
+    # a clean campaign never creates its corpus folder: not an error
+    assert cli.main(["merge", str(good), "--corpus", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 0
