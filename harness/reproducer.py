@@ -98,11 +98,15 @@ def save_reproducer(corpus_dir: Path, case: Case, result: Result, extra: dict[st
     return json_path
 
 
+def readable_case_json(case: Case) -> str:
+    """The case's JSON with one top-level field per line and compact values (index lists on one line)."""
+    fields = sorted(case.to_dict().items())
+    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in fields) + "\n}"
+
+
 def write_script(path: Path, case: Case, recorded_signature: str, expect: str, backend_class: str | None,
                  summary: str) -> None:
-    # One top-level field per line, values compact: index lists stay on one line each.
-    fields = sorted(case.to_dict().items())
-    case_json = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in fields) + "\n}"
+    case_json = readable_case_json(case)
     # A raw triple-quoted literal is readable and safe for JSON text: valid JSON never contains three
     # unescaped double quotes in a row. Checked anyway; repr() is the (unreadable) fallback.
     literal = f'r"""\n{case_json}\n"""' if '"""' not in case_json else repr(case_json)
