@@ -136,6 +136,7 @@ class IsaRow:
     kernels: int = 0
     failing: int = 0
     reason: str = ""  # why skipped, or the first failures
+    sglang_version: str = ""  # of the kernel sources checked
     report_json: str = ""
     seconds: float = 0.0
 
@@ -198,8 +199,8 @@ class GateReport:
                           "status": r.status, "outcomes": dict(sorted(r.outcomes.items())),
                           "failure_signatures": sorted(f["signature"] for f in r.failures),
                           "case_ids_sha256": r.case_ids_sha256} for r in self.campaign],
-            "isa": [{"name": r.name, "status": r.status, "kernels": r.kernels, "failing": r.failing}
-                    for r in self.isa],
+            "isa": [{"name": r.name, "status": r.status, "kernels": r.kernels, "failing": r.failing,
+                     "sglang": r.sglang_version} for r in self.isa],
             "findings": self.findings(),
         }
 
@@ -406,6 +407,7 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
         row.status = PASSED if report.passed else FAILED
         row.reason = "" if report.passed else "; ".join(report.failures()[:3])
         row.seconds = report.seconds
+        row.sglang_version = report.sglang_version
         json_path = out_dir / f"{target.name.replace(' ', '-')}.json"
         json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
         row.report_json = str(json_path)
@@ -461,9 +463,12 @@ def render_markdown(report: GateReport) -> str:
     for isa_row in report.isa:
         result = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "SKIPPED"}[isa_row.status]
         detail = (_one_line(isa_row.reason, 160) if isa_row.status == SKIPPED
-                  else f"{isa_row.kernels} kernel instantiations, {isa_row.failing} failing")
+                  else f"sglang {isa_row.sglang_version}: {isa_row.kernels} kernel instantiations, "
+                       f"{isa_row.failing} failing")
         lines.append(f"| ISA {isa_row.name} | {result} | {int(isa_row.status == PASSED)} "
                      f"| {int(isa_row.status == FAILED)} | 0 | {int(isa_row.status == SKIPPED)} | {detail} |")
+    timing = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in report.seconds.items())
+    lines += ["", f"Wall time: {timing}."]
     findings = report.findings()
     if findings:
         lines += ["", "### Findings", ""]
@@ -600,11 +605,11 @@ def run(args: argparse.Namespace) -> int:
     machine = machine_for(args)  # Unavailable (exit 3) for an absent platform, before any work
     registry = registry_for(args)
     corpus_dirs = args.corpus or [DEFAULT_CORPUS]
-    for folder in corpus_dirs:
+    for folder in args.corpus or []:
         if not folder.exists():
-            raise UsageError(f"corpus folder {folder} does not exist "
-                             "(run from the repository root or pass --corpus)")
-    entries = [load_entry(path) for path in iter_case_files(corpus_dirs)]
+            raise UsageError(f"corpus folder {folder} does not exist")
+    # The default corpus/ may be absent (git keeps no empty folders); the report then shows 0 entries.
+    entries = [load_entry(path) for path in iter_case_files(d for d in corpus_dirs if d.exists())]
     backends = campaign_backends(registry, machine, args.backend)
     cases_per_backend = args.cases_per_backend or planned_cases_per_backend(
         args.budget_seconds, machine.platform.kind, len(backends))
