@@ -32,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,30 +243,47 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
     """Run one shard of the campaign in this process and return its report (as JSON data)."""
     from hicache_fuzz.harness import cli
     from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
+    from hicache_fuzz.harness.executor import Executor, InProcessExecutor
     from hicache_fuzz.harness.worker import WorkerExecutor
 
     args = _cli_namespace(job)
     machine = cli.machine_for(args)
     registry = cli.registry_for(args)
-    backends = [cli.available_backend(registry, name, machine) for name in job.backends]
-    max_cases = (None if job.runs_total is None
-                 else shard_case_budget(job.runs_total, len(backends), job.shard, job.start_index))
-    config = CampaignConfig([b.name for b in backends], job.seed, max_cases, job.max_seconds, Path(job.corpus),
-                            job.shard, job.start_index, _case_space(job), job.stop_on_failure)
-    executor = cli.make_executor(backends, registry, machine, args, Path(job.journal))
-    if job.minimize:
-        from hicache_fuzz.harness.minimize import campaign_minimizer
-
-        config.minimizer = campaign_minimizer(executor)
+    isolate = job.isolate == "yes" or (job.isolate == "auto" and any(
+        registry.get(name).needs_isolation for name in job.backends))
     started = time.perf_counter()
-    if isinstance(executor, WorkerExecutor):
-        # Start the isolating worker (imports: ~12 s with sglang) before the campaign's clock starts, so the
-        # report's cases/s is the rate of running cases, comparable between worker counts.
-        executor._ensure_started()
-    startup_seconds = time.perf_counter() - started
+    executor: Executor
+    starting: list[BaseException] = []
+    if isolate:
+        # The isolating worker imports sglang (~12 s) and loads the JIT modules prepare compiled (warm_up), in
+        # its own process: start it now, so that it overlaps the probes below (which import sglang here too)
+        # and so that the campaign's clock, and its cases/s, start only when cases can run.
+        worker = WorkerExecutor(job.backends, job.plugins, machine.platform.kind, job.case_timeout, job.journal,
+                                startup_timeout_s=600, warm_up=job.warm_up)
+        starter = threading.Thread(target=_start_worker, args=(worker, starting))
+        starter.start()
+        executor = worker
+    else:
+        executor = InProcessExecutor(registry, machine)
     try:
+        backends = [cli.available_backend(registry, name, machine) for name in job.backends]
+        if isolate:
+            starter.join()
+            if starting:
+                raise starting[0]
+        startup_seconds = time.perf_counter() - started
+        max_cases = (None if job.runs_total is None
+                     else shard_case_budget(job.runs_total, len(backends), job.shard, job.start_index))
+        config = CampaignConfig([b.name for b in backends], job.seed, max_cases, job.max_seconds, Path(job.corpus),
+                                job.shard, job.start_index, _case_space(job), job.stop_on_failure)
+        if job.minimize:
+            from hicache_fuzz.harness.minimize import campaign_minimizer
+
+            config.minimizer = campaign_minimizer(executor)
         report = run_campaign(config, backends, machine.platform, executor, record_case_ids=job.record_case_ids)
     finally:
+        if isolate:
+            starter.join()
         executor.close()
     data = report.to_dict()
     data.update(device=job.device, device_description=machine.description, pid=os.getpid(),
@@ -275,9 +293,17 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
     return data
 
 
+def _start_worker(worker: Any, errors: list[BaseException]) -> None:
+    try:
+        worker._ensure_started()
+    except BaseException as exc:  # handed to the main thread, which raises it
+        errors.append(exc)
+
+
 def _worker_main(argv: list[str] | None = None) -> int:
     """``python -m hicache_fuzz.harness.parallel {prepare,shard} JOB.json``: writes the job's report file."""
     from hicache_fuzz.harness import cli
+    from hicache_fuzz.harness.worker import WorkerError
 
     parser = argparse.ArgumentParser(prog="hicache_fuzz.harness.parallel")
     parser.add_argument("step", choices=["prepare", "shard"])
@@ -289,7 +315,7 @@ def _worker_main(argv: list[str] | None = None) -> int:
     except cli.UsageError as exc:
         print(f"hicache-fuzz worker: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except cli.Unavailable as exc:
+    except (cli.Unavailable, WorkerError) as exc:
         print(f"hicache-fuzz worker: unavailable: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     write_json_atomic(Path(job.report), data)

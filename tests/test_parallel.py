@@ -90,16 +90,19 @@ def test_shard_job_round_trips_through_json() -> None:
 
 
 def test_fuzz_workers_cli_runs_the_unsharded_case_set(tmp_path: Path) -> None:
-    """End to end on the CPU: `fuzz --workers 2` spawns two shard workers and merges their reports."""
+    """End to end on the CPU: `fuzz --workers 2` spawns two shard workers (each with a crash-isolating worker
+    process, as GPU backends get) and merges their reports."""
     out = tmp_path / "merged.json"
     code = cli.main(["fuzz", "--workers", "2", "--runs", "9", "--seed", "11", "--byte-budget", str(64 << 10),
                      "--backend", "reference", "--backend", "zoo-last-page-dropped", "--corpus",
-                     str(tmp_path / "corpus"), "--json", str(out), "--record-case-ids", "--platform", "cpu"])
+                     str(tmp_path / "corpus"), "--json", str(out), "--record-case-ids", "--platform", "cpu",
+                     "--isolate", "yes"])  # the isolating worker starts while the shard probes its backends
     merged = json.loads(out.read_text())
     assert code == (cli.EXIT_FAILURES if merged["unique_failures"] else cli.EXIT_CLEAN)
     assert merged["shards"] == ["0/2", "1/2"]
     assert sorted(merged["case_ids"]) == sorted(campaign(9).case_ids)
     assert merged["cases"] == 9
+    assert all(entry["startup_seconds"] > 0 for entry in merged["merged_from"])
 
 
 def test_workers_and_shard_do_not_combine(tmp_path: Path) -> None:
