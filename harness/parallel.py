@@ -369,6 +369,18 @@ def _stop(children: list[_Child]) -> None:
             child.process.wait()
 
 
+def run_prepare_step(base: ShardJob, kind: str, devices: list[str],
+                     run_dir: Path) -> tuple[dict[str, Any] | None, int, str]:
+    """(the prepare step's result, EXIT_CLEAN, "") or (None, exit code, what went wrong)."""
+    job = dataclasses.replace(base, report=str(run_dir / "prepare.json"), device=device_for_worker(0, devices))
+    log = run_dir / "prepare.log"
+    code = _spawn("prepare", job, run_dir / "prepare-job.json", log, kind, cpu_count()).wait()
+    if code != EXIT_CLEAN:
+        exit_code = code if code in (EXIT_USAGE, EXIT_UNAVAILABLE) else EXIT_USAGE
+        return None, exit_code, f"prepare step failed (exit {code}), log {log}:\n{_log_tail(log)}"
+    return json.loads((run_dir / "prepare.json").read_text()), EXIT_CLEAN, ""
+
+
 @dataclass
 class ParallelRun:
     merged: dict[str, Any]
@@ -381,23 +393,18 @@ class ParallelRun:
 
 
 def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], run_dir: Path,
-                 echo: bool = True) -> ParallelRun:
-    """Prepare once, run `workers` shards side by side, merge their reports."""
+                 echo: bool = True, prepared: dict[str, Any] | None = None) -> ParallelRun:
+    """Prepare once (unless `prepared`, an earlier run's prepare result, is given), run `workers` shards side
+    by side, merge their reports."""
     from hicache_fuzz.harness.merge import merge_reports
 
     say = print if echo else (lambda *_, **__: None)
     started = time.perf_counter()
     threads = max(1, cpu_count() // workers)
-    prepare_job = dataclasses.replace(base, report=str(run_dir / "prepare.json"),
-                                      device=device_for_worker(0, devices))
-    log = run_dir / "prepare.log"
-    process = _spawn("prepare", prepare_job, run_dir / "prepare-job.json", log, kind, cpu_count())
-    code = process.wait()
-    if code != EXIT_CLEAN:
-        return ParallelRun({}, {}, code if code in (EXIT_USAGE, EXIT_UNAVAILABLE) else EXIT_USAGE, workers,
-                           devices, time.perf_counter() - started,
-                           [f"prepare step failed (exit {code}), log {log}:\n{_log_tail(log)}"])
-    prepared = json.loads((run_dir / "prepare.json").read_text())
+    if prepared is None:
+        prepared, code, problem = run_prepare_step(base, kind, devices, run_dir)
+        if prepared is None:
+            return ParallelRun({}, {}, code, workers, devices, time.perf_counter() - started, [problem])
     warmed = (f"; JIT warm-up {prepared['warm_up_seconds']:.1f} s ({len(prepared['compiled_modules'])} modules)"
               f" into {prepared['jit_cache']}" if prepared["compiled_modules"] else "")
     say(f"backends: {', '.join(prepared['backends'])}{warmed}", flush=True)
