@@ -354,7 +354,7 @@ class Minimized:
 
     def to_dict(self) -> dict[str, Any]:
         def ratio(before: int, after: int) -> float:
-            return round(after / before, 4) if before else 1.0
+            return round(after / before, 6) if before else 1.0
 
         return {
             "signature": self.signature,
@@ -457,6 +457,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case-timeout", type=float, default=60.0)
 
 
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per backend and overall: files, median minimized/original ratios of index entries and bytes, fixpoints."""
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        mid = len(ordered) // 2
+        return round(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2, 6)
+
+    done = [r for r in rows if "ratio" in r]
+    groups: dict[str, list[dict[str, Any]]] = {"all": done}
+    for row in done:
+        groups.setdefault(row["signature"].rsplit("-", 2)[0], []).append(row)
+    out: dict[str, Any] = {}
+    for name, members in sorted(groups.items()):
+        if not members:
+            continue
+        out[name] = {
+            "files": len(members),
+            "signatures": len({m["signature"] for m in members}),
+            "median_ratio_indices": median([m["ratio"]["indices"] for m in members]),
+            "median_ratio_bytes": median([m["ratio"]["bytes"] for m in members]),
+            "median_minimized_indices": median([m["minimized"]["indices"] for m in members]),
+            "median_minimized_bytes": median([m["minimized"]["bytes"] for m in members]),
+            "fixpoint": sum(1 for m in members if m["fixpoint"]),
+        }
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit 0: every input reproduced its failure and was minimized; 1: some input no longer fails."""
     from hicache_fuzz.harness import cli
@@ -504,5 +531,5 @@ def run(args: argparse.Namespace) -> int:
         for executor in executors.values():
             executor.close()
     if args.json:
-        write_json_atomic(Path(args.json), {"results": rows})
+        write_json_atomic(Path(args.json), {"summary": summarize(rows), "results": rows})
     return cli.EXIT_FAILURES if not_failing else cli.EXIT_CLEAN
