@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -152,11 +153,13 @@ def run(args: argparse.Namespace) -> int:
           f"{args.reference_cases} cases", flush=True)
     width = max(len(m.name) for m in mutants)
     print(f"  {'mutant':<{width}}  {'killed':<6} {'cases':>6} {'seconds':>8}  {'class':<8} outcome / signature")
-    reference_executor = make_executor([reference], registry, machine, args, None)
+    # Worker executors (--isolate) journal the case in flight; selftest keeps no journal beyond the run.
+    journals = tempfile.TemporaryDirectory(prefix="hicache-fuzz-selftest-")
+    reference_executor = make_executor([reference], registry, machine, args, Path(journals.name) / "reference")
     rows: list[MutantRow] = []
     try:
         for mutant in mutants:
-            executor = make_executor([mutant], registry, machine, args, None)
+            executor = make_executor([mutant], registry, machine, args, Path(journals.name) / mutant.name)
             try:
                 row = _run_mutant(mutant, args, machine, space, executor, reference_executor)
             finally:
@@ -169,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
             [reference], machine.platform, reference_executor) if args.reference_cases else None
     finally:
         reference_executor.close()
+        journals.cleanup()
 
     killed = [r for r in rows if r.killed]
     survivors = [r for r in rows if not r.killed]
