@@ -2,7 +2,9 @@
 
 Worker ``k`` of ``N`` runs shard ``k/N`` of the seed's case space (the indices ``i`` with ``i % N == k``; case
 ``i`` depends only on the seed, ``i`` and the backend's space), so the workers never repeat each other's cases
-and together run exactly the cases of the unsharded campaign. With ``--runs R``, each worker gets the share of
+and together run exactly the cases of the unsharded campaign. Combined with ``--shard K/M`` (one of M nodes or
+CI jobs), worker ``k`` runs the indices with ``i % (M * N) == K + M * k`` (:func:`worker_shard`): together the
+workers run exactly shard ``K/M``. With ``--runs R``, each worker gets the share of
 ``R`` that the unsharded run would have spent on its indices (:func:`shard_case_budget`); with
 ``--max-total-time T`` each runs for ``T`` seconds.
 
@@ -166,6 +168,26 @@ def shard_case_budget(total_cases: int, backend_count: int, shard: tuple[int, in
     return budget
 
 
+def worker_shard(node_shard: tuple[int, int], worker: int, workers: int) -> tuple[int, int]:
+    """The campaign shard of worker `worker` of `workers` on a node (or job) that runs shard (k, n): the node's
+    indices k, k+n, k+2n, ... dealt out round-robin, i.e. the i with i % (n * workers) == k + n * worker."""
+    k, n = node_shard
+    return k + n * worker, n * workers
+
+
+def worker_case_budget(total_cases: int, backend_count: int, node_shard: tuple[int, int], worker: int,
+                       workers: int, start_index: int = 0) -> int:
+    """Worker `worker`'s share of a node campaign of shard `node_shard` with `--runs total_cases`.
+
+    Number the node's own indices 0, 1, 2, ... (v for i = k + n * v): the node campaign runs them in that
+    order from the first i >= start_index, and the workers split that sequence like shards of an unsharded
+    campaign, so :func:`shard_case_budget` applies to the virtual indices.
+    """
+    k, n = node_shard
+    first_virtual = max(0, -(-(start_index - k) // n))  # the first v with k + n * v >= start_index
+    return shard_case_budget(total_cases, backend_count, (worker, workers), first_virtual)
+
+
 # ---- jobs: what a worker process is told -------------------------------------------------------------------
 
 @dataclass
@@ -174,12 +196,14 @@ class ShardJob:
     backends: list[str]  # empty only for prepare (= choose automatically)
     plugins: list[str]
     seed: int
-    runs_total: int | None  # the whole campaign's --runs; each shard takes its share
+    runs_total: int | None  # the node campaign's --runs; each worker takes its share
     max_seconds: float | None
     corpus: str
     journal: str
     report: str  # where the worker writes its JSON report
-    shard: tuple[int, int] = (0, 1)
+    shard: tuple[int, int] = (0, 1)  # the node's (job's) --shard K/N; the workers split it further
+    worker: int = 0
+    workers: int = 1
     start_index: int = 0
     byte_budget: int | None = None
     isolate: str = "auto"
@@ -272,10 +296,11 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
             if starting:
                 raise starting[0]
         startup_seconds = time.perf_counter() - started
-        max_cases = (None if job.runs_total is None
-                     else shard_case_budget(job.runs_total, len(backends), job.shard, job.start_index))
+        max_cases = (None if job.runs_total is None else worker_case_budget(
+            job.runs_total, len(backends), job.shard, job.worker, job.workers, job.start_index))
         config = CampaignConfig([b.name for b in backends], job.seed, max_cases, job.max_seconds, Path(job.corpus),
-                                job.shard, job.start_index, _case_space(job), job.stop_on_failure)
+                                worker_shard(job.shard, job.worker, job.workers), job.start_index,
+                                _case_space(job), job.stop_on_failure)
         if job.minimize:
             from hicache_fuzz.harness.minimize import campaign_minimizer
 
@@ -412,13 +437,13 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
     children: list[_Child] = []
     try:
         for worker in range(workers):
-            job = dataclasses.replace(base, backends=prepared["backends"], shard=(worker, workers),
+            job = dataclasses.replace(base, backends=prepared["backends"], worker=worker, workers=workers,
                                       device=device_for_worker(worker, devices),
                                       journal=str(run_dir / f"journal-{worker}"),
                                       report=str(run_dir / f"report-{worker}.json"))
-            if job.runs_total is not None and not shard_case_budget(job.runs_total, len(job.backends), job.shard,
-                                                                    job.start_index):
-                continue  # fewer cases than workers: this shard has none
+            if job.runs_total is not None and not worker_case_budget(job.runs_total, len(job.backends), job.shard,
+                                                                     worker, workers, job.start_index):
+                continue  # fewer cases than workers: this one has none
             log = run_dir / f"worker-{worker}.log"
             process = _spawn("shard", job, run_dir / f"job-{worker}.json", log, kind, threads)
             children.append(_Child(worker, job, log, process))
@@ -439,7 +464,7 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
             reports.append(json.loads(report_path.read_text()))
             sources.append(str(report_path))
             continue
-        problems.append(f"worker {child.worker} (shard {child.worker}/{workers}) exited {code} without a report; "
+        problems.append(f"worker {child.worker} of {workers} exited {code} without a report; "
                         f"log {child.log}:\n{_log_tail(child.log)}")
         exit_code = max(exit_code, code if code in (EXIT_USAGE, EXIT_UNAVAILABLE) else EXIT_USAGE)
     merged = merge_reports(reports, sources) if reports else {}
@@ -460,9 +485,7 @@ def run_parallel_fuzz(args: argparse.Namespace) -> int:
     print(f"hicache-fuzz: seed {seed}", flush=True)
     if args.runs is None and args.max_total_time is None:
         raise cli.UsageError("give a budget: --runs N and/or --max-total-time SECONDS")
-    if cli.parse_shard(args.shard) != (0, 1):
-        raise cli.UsageError("--shard and --workers do not combine: the workers are the shards (split the seed "
-                             "across jobs with --shard, and use all of a job's GPUs with --workers)")
+    node_shard = cli.parse_shard(args.shard)
     kind = accelerator_kind() if args.platform == "auto" else args.platform
     devices = visible_devices(kind)
     if kind != "cpu" and not devices:
@@ -475,7 +498,8 @@ def run_parallel_fuzz(args: argparse.Namespace) -> int:
     run_dir = corpus / ".parallel" / time.strftime("%Y%m%d-%H%M%S")
     base = ShardJob(platform=kind, backends=list(args.backend), plugins=list(args.backend_plugin), seed=seed,
                     runs_total=args.runs, max_seconds=args.max_total_time, corpus=str(corpus), journal="",
-                    report="", start_index=args.start_index, byte_budget=args.byte_budget, isolate=args.isolate,
+                    report="", shard=node_shard, start_index=args.start_index, byte_budget=args.byte_budget,
+                    isolate=args.isolate,
                     case_timeout=args.case_timeout, stop_on_failure=args.stop_on_failure,
                     record_case_ids=args.record_case_ids, minimize=args.minimize, warm_up=not args.no_warm_up)
     per_device = f"{workers / len(devices):g} per GPU on {', '.join(devices)}" if devices else "on the CPU"

@@ -59,6 +59,19 @@ def test_shard_budget_matches_the_unsharded_order() -> None:
                         assert parallel.shard_case_budget(total, backends, (k, shards), start) == expected
 
 
+@pytest.mark.parametrize("total", [5, 13])
+@pytest.mark.parametrize("start_index", [0, 3])
+def test_workers_of_a_node_shard_run_exactly_that_shard(total: int, start_index: int) -> None:
+    """--shard 1/3 --workers 2: the two workers split node shard 1/3, nothing more, nothing less."""
+    node, workers = (1, 3), 2
+    whole = campaign(total, node, start_index)
+    parts = [campaign(parallel.worker_case_budget(total, len(BACKENDS), node, w, workers, start_index),
+                      parallel.worker_shard(node, w, workers), start_index) for w in range(workers)]
+    union = [case_id for part in parts for case_id in part.case_ids]
+    assert len(union) == len(set(union)) == total
+    assert set(union) == set(whole.case_ids)
+
+
 def test_workers_are_pinned_round_robin_to_the_visible_devices() -> None:
     devices = parallel.visible_devices("cuda", {"CUDA_VISIBLE_DEVICES": "2, 3"})
     assert devices == ["2", "3"]
@@ -90,21 +103,19 @@ def test_shard_job_round_trips_through_json() -> None:
 
 
 def test_fuzz_workers_cli_runs_the_unsharded_case_set(tmp_path: Path) -> None:
-    """End to end on the CPU: `fuzz --workers 2` spawns two shard workers (each with a crash-isolating worker
-    process, as GPU backends get) and merges their reports."""
+    """End to end on the CPU: `fuzz --shard 1/2 --workers 2` spawns two workers (each with a crash-isolating
+    worker process, as GPU backends get) that together run node shard 1/2, and merges their reports."""
     out = tmp_path / "merged.json"
-    code = cli.main(["fuzz", "--workers", "2", "--runs", "9", "--seed", "11", "--byte-budget", str(64 << 10),
+    code = cli.main(["fuzz", "--workers", "2", "--shard", "1/2", "--runs", "9", "--seed", "11",
+                     "--byte-budget", str(64 << 10),
                      "--backend", "reference", "--backend", "zoo-last-page-dropped", "--corpus",
                      str(tmp_path / "corpus"), "--json", str(out), "--record-case-ids", "--platform", "cpu",
                      "--isolate", "yes"])  # the isolating worker starts while the shard probes its backends
     merged = json.loads(out.read_text())
     assert code == (cli.EXIT_FAILURES if merged["unique_failures"] else cli.EXIT_CLEAN)
-    assert merged["shards"] == ["0/2", "1/2"]
-    assert sorted(merged["case_ids"]) == sorted(campaign(9).case_ids)
+    assert merged["shards"] == ["1/4", "3/4"]  # node shard 1/2, split over two workers
+    assert sorted(merged["case_ids"]) == sorted(campaign(9, (1, 2)).case_ids)
     assert merged["cases"] == 9
     assert all(entry["startup_seconds"] > 0 for entry in merged["merged_from"])
 
 
-def test_workers_and_shard_do_not_combine(tmp_path: Path) -> None:
-    assert cli.main(["fuzz", "--workers", "2", "--shard", "1/2", "--runs", "4", "--seed", "1",
-                     "--corpus", str(tmp_path)]) == cli.EXIT_USAGE
