@@ -7,8 +7,9 @@
 # measured ~2.4 cases/s on 2 loaded cores) and a hard cap of 120 s on the campaign; the ISA check adds
 # ~1-3 min on 2 cores. Whole script: under 5 minutes.
 #
-# Outputs go to GATE_REPORT_DIR (default reports/gate/ci): summary.md (PR comment), junit.xml, gate.json,
-# artifacts/ (reproducers of failing cases, ISA reports) for CI to upload.
+# Outputs go to GATE_REPORT_DIR (default $TMPDIR/hicache-fuzz-gate-cpu, so a local run leaves the checkout
+# clean): summary.md (PR comment), junit.xml, gate.json, artifacts/ (reproducers of failing cases, ISA
+# reports) for CI to upload.
 # Environment: PYTHON (default python3), GATE_BUDGET_SECONDS, GATE_REPORT_DIR, GATE_SEED (default: the
 # gate's fixed seed), GATE_EXTRA_ARGS (appended, e.g. "--allow-skip-isa" where clang-19 cannot be had).
 set -euo pipefail
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
 BUDGET=${GATE_BUDGET_SECONDS:-120}
-OUT=${GATE_REPORT_DIR:-reports/gate/ci}
+OUT=${GATE_REPORT_DIR:-${TMPDIR:-/tmp}/hicache-fuzz-gate-cpu}
 mkdir -p "$OUT"
 
 log() { printf '[gate-cpu.sh] %s\n' "$*"; }
