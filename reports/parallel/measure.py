@@ -42,8 +42,13 @@ def summarize(run: Any, label: str, reference_ids: set[str] | None) -> dict[str,
     entries = merged.get("merged_from", [])
     row: dict[str, Any] = {
         "label": label, "workers": run.workers, "exit_code": run.exit_code, "problems": run.problems,
-        "cases": merged.get("cases", 0), "cases_per_second": merged.get("cases_per_second", 0.0),
+        "cases": merged.get("cases", 0),
+        # the sum of the workers' rates: the aggregate throughput of workers running side by side
+        "cases_per_second": merged.get("cases_per_second", 0.0),
+        # the same work / the slowest worker's campaign time: penalizes a worker that drew a crash (restart)
+        "cases_per_second_makespan": round(merged.get("cases", 0) / max(merged.get("seconds", 0.0), 1e-9), 1),
         "campaign_seconds_max": merged.get("seconds", 0.0), "wall_seconds": round(run.wall_seconds, 1),
+        "worker_restarts": sum(int(e.get("worker_restarts") or 0) for e in entries),
         "outcomes": merged.get("outcomes", {}), "unique_failures": len(merged.get("unique_failures", [])),
         "per_worker": [{key: e.get(key) for key in ("shard", "device", "cases", "seconds", "cases_per_second",
                                                     "startup_seconds", "compile_seconds", "worker_restarts")}
