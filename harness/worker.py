@@ -18,6 +18,7 @@ Worker startup (imports, sglang's ~12 s) has its own, longer timeout (``startup_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -43,10 +44,18 @@ class WorkerError(RuntimeError):
 class WorkerExecutor:
     """Runs cases in a persistent subprocess; crashes and hangs become CRASH / HANG results."""
 
-    def __init__(self, backend_names: Sequence[str], plugins: Sequence[str] = (), platform_kind: str = "cpu",
-                 timeout_s: float = 60.0, journal_dir: str | os.PathLike[str] = "worker-journal",
-                 startup_timeout_s: float = 300.0, warm_up: bool = False, python: str | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        backend_names: Sequence[str],
+        plugins: Sequence[str] = (),
+        platform_kind: str = "cpu",
+        timeout_s: float = 60.0,
+        journal_dir: str | os.PathLike[str] = "worker-journal",
+        startup_timeout_s: float = 300.0,
+        warm_up: bool = False,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.backend_names = list(backend_names)
         self.plugins = list(plugins)
         self.platform_kind = platform_kind
@@ -80,13 +89,15 @@ class WorkerExecutor:
             return self._lost(case, inflight, Outcome.CRASH, died.describe(), started)
         except _WorkerTimeout:
             self._kill()
-            return self._lost(case, inflight, Outcome.HANG, f"no result within {self.timeout_s:g} s; worker killed",
-                              started)
+            return self._lost(
+                case, inflight, Outcome.HANG, f"no result within {self.timeout_s:g} s; worker killed", started
+            )
         self.compile_seconds += float(reply.get("compile_s", 0.0))
         if "fatal" in reply:  # a device error escaped the runner: the worker's context is unusable, it exits
             self._kill()
-            return self._lost(case, inflight, Outcome.CRASH, f"device error escaped the case: {reply['fatal']}",
-                              started)
+            return self._lost(
+                case, inflight, Outcome.CRASH, f"device error escaped the case: {reply['fatal']}", started
+            )
         inflight.unlink(missing_ok=True)
         if "error" in reply:  # the harness itself failed on this case (not the backend): keep it visible
             raise RuntimeError(f"worker failed on case {case.case_id}: {reply['error']}")
@@ -138,8 +149,9 @@ class WorkerExecutor:
         log.write(f"\n==== worker start {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
         log.flush()
         started = time.perf_counter()
-        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
-                                      start_new_session=True)
+        self._proc = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
+        )
         log.close()
         self._buffer = b""
         if self.started:
@@ -248,17 +260,14 @@ def _tail(path: Path) -> str:
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Kill the worker and anything it started (nvcc), by its own process group id."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 # ---- the worker side --------------------------------------------------------------------------------------
+
 
 def _serve(argv: Sequence[str] | None = None) -> int:
     import argparse
@@ -298,8 +307,16 @@ def _serve(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         reply({"op": "failed", "error": f"{type(exc).__name__}: {exc}"})
         return 2
-    reply({"op": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "platform": machine.description,
-           "probes": probes, "warm_up_s": warm_up_s})
+    reply(
+        {
+            "op": "hello",
+            "protocol": PROTOCOL,
+            "pid": os.getpid(),
+            "platform": machine.description,
+            "probes": probes,
+            "warm_up_s": warm_up_s,
+        }
+    )
 
     for line in sys.stdin:
         request = json.loads(line)

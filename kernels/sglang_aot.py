@@ -42,8 +42,11 @@ def aot_status() -> tuple[bool, str]:
     if op is None:
         _status = (False, "sgl_kernel.kvcacheio has no transfer_kv_per_layer")
     elif type(op).__name__ == "Placeholder" or "stub" in str(getattr(sgl_kernel, "__file__", "")):
-        _status = (False, "only the import-only sgl_kernel stand-in is installed (the real sglang-kernel "
-                          "does not load against this torch)")
+        _status = (
+            False,
+            "only the import-only sgl_kernel stand-in is installed (the real sglang-kernel "
+            "does not load against this torch)",
+        )
     else:
         _status = (True, f"sgl_kernel {getattr(sgl_kernel, '__version__', '?')}")
     return _status
@@ -71,8 +74,9 @@ class SglangAotBackend(SglangBackend):
         return Availability(ok, reason)
 
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
-        return gpu_space(space, layouts=self.supported_layouts, rows=AOT_ROW_MENU, page_sizes=(1, 16, 4),
-                         backend=self.name)
+        return gpu_space(
+            space, layouts=self.supported_layouts, rows=AOT_ROW_MENU, page_sizes=(1, 16, 4), backend=self.name
+        )
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         reason = self.common_unsupported(case, platform)
@@ -110,35 +114,55 @@ class SglangAotBackend(SglangBackend):
         kw: dict[str, Any] = {}
         if case.direction is Direction.LOAD_BACK:
             layer = case.layer
-            whole = (lambda c: pool.host_typed() if mla else pool.host_component_typed(c))
-            host = (lambda c: _host_layer(pool, c, layer) if case.layout is HostLayout.LAYER_FIRST else whole(c))
+
+            def host(c: str) -> Any:
+                if case.layout is HostLayout.LAYER_FIRST:
+                    return _host_layer(pool, c, layer)
+                return pool.host_typed() if mla else pool.host_component_typed(c)
+
             if mla:
                 kw = {"src": host("kv"), "dst": pool.device_layer_typed("kv", layer)}
             else:
-                kw = {"src_k": host("k"), "dst_k": pool.device_layer_typed("k", layer), "src_v": host("v"),
-                      "dst_v": pool.device_layer_typed("v", layer)}
+                kw = {
+                    "src_k": host("k"),
+                    "dst_k": pool.device_layer_typed("k", layer),
+                    "src_v": host("v"),
+                    "dst_v": pool.device_layer_typed("v", layer),
+                }
             kw.update(src_indices=h, dst_indices=d, item_size=item)
             if case.layout is not HostLayout.LAYER_FIRST:
                 kw.update(layer_id=layer, src_layout_dim=layout_dim)
             if case.layout is HostLayout.PAGE_HEAD:
                 kw.update(page_size=case.page_size, head_num=spec.heads)
         else:
-            dev = {c: common.ptr_table([pool.device_layer(c, i) for i in range(case.layers)], buffers.device)
-                   for c in spec.components}
+            dev = {
+                c: common.ptr_table([pool.device_layer(c, i) for i in range(case.layers)], buffers.device)
+                for c in spec.components
+            }
             if case.layout is HostLayout.LAYER_FIRST:
-                host_tables = {c: common.ptr_table([_host_layer(pool, c, i) for i in range(case.layers)],
-                                                   buffers.device) for c in spec.components}
+                host_tables = {
+                    c: common.ptr_table([_host_layer(pool, c, i) for i in range(case.layers)], buffers.device)
+                    for c in spec.components
+                }
                 if mla:
                     kw = {"src_layers": dev["kv"], "dst_layers": host_tables["kv"]}
                 else:
-                    kw = {"src_k_layers": dev["k"], "dst_k_layers": host_tables["k"], "src_v_layers": dev["v"],
-                          "dst_v_layers": host_tables["v"]}
+                    kw = {
+                        "src_k_layers": dev["k"],
+                        "dst_k_layers": host_tables["k"],
+                        "src_v_layers": dev["v"],
+                        "dst_v_layers": host_tables["v"],
+                    }
             else:
                 if mla:
                     kw = {"src_layers": dev["kv"], "dst": pool.host_typed()}
                 else:
-                    kw = {"src_k_layers": dev["k"], "dst_k": pool.host_component_typed("k"),
-                          "src_v_layers": dev["v"], "dst_v": pool.host_component_typed("v")}
+                    kw = {
+                        "src_k_layers": dev["k"],
+                        "dst_k": pool.host_component_typed("k"),
+                        "src_v_layers": dev["v"],
+                        "dst_v": pool.host_component_typed("v"),
+                    }
                 kw.update(dst_layout_dim=layout_dim)
                 if case.layout is HostLayout.PAGE_HEAD:
                     kw.update(page_size=case.page_size, head_num=spec.heads)

@@ -54,8 +54,9 @@ def warm_up_backends(backends: Iterable[Any], platform: Platform, space: CaseSpa
     return sglang_common.compile_parallel(jobs)
 
 
-def warm_up(space: CaseSpace | None = None, platform: Platform | None = None,
-            names: Iterable[str] | None = None) -> float:
+def warm_up(
+    space: CaseSpace | None = None, platform: Platform | None = None, names: Iterable[str] | None = None
+) -> float:
     """warm_up(space) -> seconds: compile the menus of all (or the named) sglang backends up front."""
     if platform is None:
         from hicache_fuzz.harness.platform import detect

@@ -110,11 +110,14 @@ def probe_sglang(platform: Platform) -> Availability:
     rules = platform_rules(platform)
     note = "" if version == SGLANG_VERSION else f" (WARNING: harness models {SGLANG_VERSION})"
     drift = rules_drift(platform)
-    return Availability(True, f"sglang {version}{note}, {module.__name__}; {rules.describe()}"
-                              + (f"; RULE DRIFT: {drift}" if drift else ""))
+    return Availability(
+        True,
+        f"sglang {version}{note}, {module.__name__}; {rules.describe()}" + (f"; RULE DRIFT: {drift}" if drift else ""),
+    )
 
 
 # ---- platform rules, read from sglang where possible ----------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Rules:
@@ -126,9 +129,11 @@ class Rules:
     source: str  # "sglang" or "fallback"
 
     def describe(self) -> str:
-        return (f"GROUP_BYTES={self.group_bytes} DEFAULT_BLOCK_QUOTA={self.block_quota} "
-                f"TMA_BLOCK_QUOTA={self.tma_block_quota} staging chunk {self.staging_page_chunk} pages "
-                f"[{self.source}]")
+        return (
+            f"GROUP_BYTES={self.group_bytes} DEFAULT_BLOCK_QUOTA={self.block_quota} "
+            f"TMA_BLOCK_QUOTA={self.tma_block_quota} staging chunk {self.staging_page_chunk} pages "
+            f"[{self.source}]"
+        )
 
 
 def _module_matches_platform(module: Any, platform: Platform) -> bool:
@@ -144,12 +149,19 @@ def platform_rules(platform: Platform) -> Rules:
     """
     module = _hicache
     if module is not None and platform.kind != "cpu" and _module_matches_platform(module, platform):
-        return Rules(tuple(module.GROUP_BYTES), int(module.DEFAULT_BLOCK_QUOTA), int(module.TMA_BLOCK_QUOTA),
-                     int(module.TMA_STAGE_BYTES), _staging_chunk(), "sglang")
+        return Rules(
+            tuple(module.GROUP_BYTES),
+            int(module.DEFAULT_BLOCK_QUOTA),
+            int(module.TMA_BLOCK_QUOTA),
+            int(module.TMA_STAGE_BYTES),
+            _staging_chunk(),
+            "sglang",
+        )
     groups = contract.HIP_GROUP_BYTES if platform.is_hip else contract.CUDA_GROUP_BYTES
     quota = FALLBACK_BLOCK_QUOTA["rocm" if platform.is_hip else "cuda"]
-    return Rules(tuple(groups), quota, FALLBACK_TMA_BLOCK_QUOTA, FALLBACK_TMA_STAGE_BYTES, STAGING_PAGE_CHUNK,
-                 "fallback")
+    return Rules(
+        tuple(groups), quota, FALLBACK_TMA_BLOCK_QUOTA, FALLBACK_TMA_STAGE_BYTES, STAGING_PAGE_CHUNK, "fallback"
+    )
 
 
 def _staging_chunk() -> int:
@@ -185,8 +197,9 @@ def register_row_ok(row_bytes: int, platform: Platform, unroll: int | None = Non
     if unroll <= 0 or unroll > 32 or 32 % unroll:
         return False
     lanes = 32 // unroll
-    return any(g % lanes == 0 and row_bytes % g == 0 and g // lanes in (4, 8, 16)
-               for g in platform_rules(platform).group_bytes)
+    return any(
+        g % lanes == 0 and row_bytes % g == 0 and g // lanes in (4, 8, 16) for g in platform_rules(platform).group_bytes
+    )
 
 
 def tma_rows_per_chunk(row_bytes: int, platform: Platform) -> int:
@@ -378,6 +391,7 @@ def spy_aot_ops(module: Any) -> None:
 
 # ---- compile budget ---------------------------------------------------------------------------------------
 
+
 def compile_parallel(jobs: Iterable[Callable[[], Any]], workers: int | None = None) -> float:
     """Run compile jobs in threads (nvcc runs out of process); wall seconds. Failures are remembered by the
     memo and surface when a case needs that module."""
@@ -396,6 +410,7 @@ def compile_parallel(jobs: Iterable[Callable[[], Any]], workers: int | None = No
 
 
 # ---- small tensor helpers ---------------------------------------------------------------------------------
+
 
 def ptr_table(tensors: Iterable[Any], device: Any) -> Any:
     """A uint64 device tensor of the tensors' device-accessible base addresses (one per layer)."""

@@ -41,10 +41,16 @@ JIT_PAGE_SIZES = (1, 16, 32, 4, 64)
 JIT_INDEX_DEVICES = (IndexDevice.DEVICE,) * 6 + (IndexDevice.CPU, IndexDevice.PINNED)
 
 
-def gpu_space(space: CaseSpace, *, layouts: tuple[HostLayout, ...], rows: tuple[int, ...],
-              page_sizes: tuple[int, ...] = JIT_PAGE_SIZES, max_pools: int = 1,
-              allocators: tuple[HostAllocator, ...] = (HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER),
-              **changes: Any) -> CaseSpace:
+def gpu_space(
+    space: CaseSpace,
+    *,
+    layouts: tuple[HostLayout, ...],
+    rows: tuple[int, ...],
+    page_sizes: tuple[int, ...] = JIT_PAGE_SIZES,
+    max_pools: int = 1,
+    allocators: tuple[HostAllocator, ...] = (HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER),
+    **changes: Any,
+) -> CaseSpace:
     """The common narrowing of the sglang backends: MHA and MLA, small menus (each row size is a compile)."""
     return space.narrowed(
         layouts=layouts,
@@ -96,8 +102,14 @@ class _JitBackend(SglangBackend):
 
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
         menus = (("tma_page_size", (True, False)),) if self.tma_mode == "on" else ()
-        return gpu_space(space, layouts=self.supported_layouts, rows=JIT_ROW_MENU, backend=self.name,
-                         index_devices=JIT_INDEX_DEVICES, tuning_menus=menus)
+        return gpu_space(
+            space,
+            layouts=self.supported_layouts,
+            rows=JIT_ROW_MENU,
+            backend=self.name,
+            index_devices=JIT_INDEX_DEVICES,
+            tuning_menus=menus,
+        )
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         reason = self.common_unsupported(case, platform)
@@ -124,13 +136,17 @@ class _JitBackend(SglangBackend):
         module = common.hicache()
         jobs: list[Any] = []
         if platform.has_tma and self.tma_mode != "off":
-            jobs.append(lambda: module._jit_hicache_tma_module(block_quota=common.platform_rules(platform)
-                                                               .tma_block_quota))
+            jobs.append(
+                lambda: module._jit_hicache_tma_module(block_quota=common.platform_rules(platform).tma_block_quota)
+            )
         quota = common.platform_rules(platform).block_quota
         for row in sorted(set(space.row_bytes)):
             if common.register_row_ok(row, platform):
-                jobs.append(lambda row=row: module._jit_hicache_module(
-                    element_size=row, unroll=common.default_unroll(row), block_quota=quota))
+                jobs.append(
+                    lambda row=row: module._jit_hicache_module(
+                        element_size=row, unroll=common.default_unroll(row), block_quota=quota
+                    )
+                )
         return jobs
 
     def run(self, buffers: Materialized) -> str:
@@ -142,8 +158,9 @@ class _JitBackend(SglangBackend):
         row = spec.row_bytes(spec.components[0])
         element_dim = row // spec.dtype.itemsize
         write = case.direction is Direction.WRITE_BACK
-        idx_dst, idx_src = ((buffers.host_indices, buffers.device_indices) if write
-                            else (buffers.device_indices, buffers.host_indices))
+        idx_dst, idx_src = (
+            (buffers.host_indices, buffers.device_indices) if write else (buffers.device_indices, buffers.host_indices)
+        )
         ps = self.page_size_arg(case)
         with common.tma_forced(self.tma_mode), common.recording() as events:
             if case.scope is Scope.ONE_LAYER:
@@ -153,29 +170,50 @@ class _JitBackend(SglangBackend):
                 pairs = {c: ((h, d) if write else (d, h)) for c, (d, h) in views.items()}
                 if mla:
                     dst, src = pairs["kv"]
-                    module.transfer_hicache_one_layer_mla(dst, idx_dst, src, idx_src, element_dim=element_dim,
-                                                          page_size=ps)
+                    module.transfer_hicache_one_layer_mla(
+                        dst, idx_dst, src, idx_src, element_dim=element_dim, page_size=ps
+                    )
                 else:
                     (k_dst, k_src), (v_dst, v_src) = pairs["k"], pairs["v"]
-                    module.transfer_hicache_one_layer(k_dst, v_dst, idx_dst, k_src, v_src, idx_src,
-                                                      element_dim=element_dim, page_size=ps)
+                    module.transfer_hicache_one_layer(
+                        k_dst, v_dst, idx_dst, k_src, v_src, idx_src, element_dim=element_dim, page_size=ps
+                    )
             else:
-                dev_ptrs = {c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)],
-                                                buffers.device) for c in spec.components}
-                host_ptrs = {c: common.ptr_table([_host_layer(pool, c, layer) for layer in range(case.layers)],
-                                                 buffers.device) for c in spec.components}
+                dev_ptrs = {
+                    c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)], buffers.device)
+                    for c in spec.components
+                }
+                host_ptrs = {
+                    c: common.ptr_table([_host_layer(pool, c, layer) for layer in range(case.layers)], buffers.device)
+                    for c in spec.components
+                }
                 dev_stride, host_stride = row, _host_stride_bytes(case, row)
                 dst_ptrs, src_ptrs = (host_ptrs, dev_ptrs) if write else (dev_ptrs, host_ptrs)
                 dst_stride, src_stride = (host_stride, dev_stride) if write else (dev_stride, host_stride)
                 if mla:
                     module.transfer_hicache_all_layer_mla(
-                        dst_ptrs["kv"], idx_dst, src_ptrs["kv"], idx_src, cache_src_stride_bytes=src_stride,
-                        cache_dst_stride_bytes=dst_stride, element_size=row, page_size=ps)
+                        dst_ptrs["kv"],
+                        idx_dst,
+                        src_ptrs["kv"],
+                        idx_src,
+                        cache_src_stride_bytes=src_stride,
+                        cache_dst_stride_bytes=dst_stride,
+                        element_size=row,
+                        page_size=ps,
+                    )
                 else:
                     module.transfer_hicache_all_layer(
-                        dst_ptrs["k"], dst_ptrs["v"], idx_dst, src_ptrs["k"], src_ptrs["v"], idx_src,
-                        kv_cache_src_stride_bytes=src_stride, kv_cache_dst_stride_bytes=dst_stride,
-                        element_size=row, page_size=ps)
+                        dst_ptrs["k"],
+                        dst_ptrs["v"],
+                        idx_dst,
+                        src_ptrs["k"],
+                        src_ptrs["v"],
+                        idx_src,
+                        kv_cache_src_stride_bytes=src_stride,
+                        kv_cache_dst_stride_bytes=dst_stride,
+                        element_size=row,
+                        page_size=ps,
+                    )
         return common.path_of(events)
 
 

@@ -37,10 +37,16 @@ class SglangPageUnifiedBackend(SglangBackend):
     supported_layouts = (HostLayout.PAGE_UNIFIED,)
 
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
-        return gpu_space(space, layouts=self.supported_layouts, rows=PAGE_UNIFIED_ROW_MENU,
-                         page_sizes=(1, 16, 4), index_devices=JIT_INDEX_DEVICES, index_dtypes=INDEX_DTYPES,
-                         tuning_menus=(("staging_pages", STAGING_PAGES_MENU),),
-                         backend=self.name)
+        return gpu_space(
+            space,
+            layouts=self.supported_layouts,
+            rows=PAGE_UNIFIED_ROW_MENU,
+            page_sizes=(1, 16, 4),
+            index_devices=JIT_INDEX_DEVICES,
+            index_dtypes=INDEX_DTYPES,
+            tuning_menus=(("staging_pages", STAGING_PAGES_MENU),),
+            backend=self.name,
+        )
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         reason = self.common_unsupported(case, platform)
@@ -70,8 +76,9 @@ class SglangPageUnifiedBackend(SglangBackend):
             for groups in (1, 2):
                 unit = row // groups
                 if row % groups == 0 and unit % 16 == 0:
-                    jobs.append(lambda unit=unit: module._jit_hicache_page_unified_module(
-                        element_size=unit, block_quota=quota))
+                    jobs.append(
+                        lambda unit=unit: module._jit_hicache_page_unified_module(element_size=unit, block_quota=quota)
+                    )
                     jobs.append(lambda unit=unit: module._jit_page_unified_write_back(unit, is_mla=False))
             if row % 16 == 0:
                 jobs.append(lambda row=row: module._jit_page_unified_write_back(row, is_mla=True))
@@ -89,23 +96,36 @@ class SglangPageUnifiedBackend(SglangBackend):
                 if case.direction is Direction.LOAD_BACK:
                     if mla:
                         module.transfer_hicache_one_layer_mla_page_unified_lf(
-                            pool.device_layer_typed("kv", case.layer), host, buffers.host_indices,
-                            buffers.device_indices, case.layer)
+                            pool.device_layer_typed("kv", case.layer),
+                            host,
+                            buffers.host_indices,
+                            buffers.device_indices,
+                            case.layer,
+                        )
                     else:
                         module.transfer_hicache_one_layer_page_unified_lf(
-                            pool.device_layer_typed("k", case.layer), pool.device_layer_typed("v", case.layer),
-                            host, buffers.host_indices, buffers.device_indices, case.layer)
+                            pool.device_layer_typed("k", case.layer),
+                            pool.device_layer_typed("v", case.layer),
+                            host,
+                            buffers.host_indices,
+                            buffers.device_indices,
+                            case.layer,
+                        )
                     continue
                 src_pages = torch.div(buffers.device_indices[::ps], ps, rounding_mode="floor").contiguous()
                 dst_pages = torch.div(buffers.host_indices[::ps], ps, rounding_mode="floor").contiguous()
                 pages = staging_pages(case, int(case.tuning_value("staging_pages", 0)), common_platform(buffers))
                 staging = torch.empty((pages, *host.shape[1:]), dtype=host.dtype, device=buffers.device)
-                ptrs = {c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)],
-                                            buffers.device) for c in spec.components}
+                ptrs = {
+                    c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)], buffers.device)
+                    for c in spec.components
+                }
                 if mla:
                     module.transfer_hicache_all_layer_mla_staged_lf_page_unified(
-                        ptrs["kv"], src_pages, dst_pages, staging, host)
+                        ptrs["kv"], src_pages, dst_pages, staging, host
+                    )
                 else:
                     module.transfer_hicache_all_layer_staged_lf_page_unified(
-                        ptrs["k"], ptrs["v"], src_pages, dst_pages, staging, host)
+                        ptrs["k"], ptrs["v"], src_pages, dst_pages, staging, host
+                    )
         return common.path_of(events)

@@ -86,8 +86,11 @@ def pool_paths(case: Case, spec: PoolSpec, platform: Platform) -> str:
 
 def write_back_jit(case: Case, spec: PoolSpec) -> bool:
     """The pool's can_use_write_back_jit: page_first, staged row rule (E % 16), and the spec's flag."""
-    return (case.layout is HostLayout.PAGE_FIRST and spec.write_back_jit
-            and all(spec.row_bytes(c) % 16 == 0 for c in spec.components))
+    return (
+        case.layout is HostLayout.PAGE_FIRST
+        and spec.write_back_jit
+        and all(spec.row_bytes(c) % 16 == 0 for c in spec.components)
+    )
 
 
 def placements(case: Case) -> list[tuple[IndexDevice, IndexDevice]]:
@@ -121,8 +124,10 @@ def expected_run(case: Case, platform: Platform) -> tuple[list[str], str | None]
 
 class SglangPoolBackend(SglangBackend):
     name = "sglang-pool"
-    description = ("sglang MHA/MLA host pools (layer_first/page_first, kernel io) + HostPoolGroup + controller "
-                   "index placement, on real device pools")
+    description = (
+        "sglang MHA/MLA host pools (layer_first/page_first, kernel io) + HostPoolGroup + controller "
+        "index placement, on real device pools"
+    )
     supported_layouts = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)
 
     def probe(self, platform: Platform) -> Availability:
@@ -137,11 +142,19 @@ class SglangPoolBackend(SglangBackend):
         return Availability(True, base.reason + ("" if ok else f"; AOT fallbacks unavailable ({why})"))
 
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
-        return gpu_space(space, layouts=self.supported_layouts, rows=POOL_ROW_MENU, page_sizes=(1, 16, 4, 32, 64),
-                         max_pools=3, index_dtypes=(IndexDtype.INT64,),
-                         index_devices=(IndexDevice.CPU, IndexDevice.DEVICE),
-                         tuning_menus=(("controller", CONTROLLERS),), invalid_rate=0.0, irregular_rate=0.0,
-                         backend=self.name)
+        return gpu_space(
+            space,
+            layouts=self.supported_layouts,
+            rows=POOL_ROW_MENU,
+            page_sizes=(1, 16, 4, 32, 64),
+            max_pools=3,
+            index_dtypes=(IndexDtype.INT64,),
+            index_devices=(IndexDevice.CPU, IndexDevice.DEVICE),
+            tuning_menus=(("controller", CONTROLLERS),),
+            invalid_rate=0.0,
+            irregular_rate=0.0,
+            backend=self.name,
+        )
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         reason = self.common_unsupported(case, platform)
@@ -161,8 +174,12 @@ class SglangPoolBackend(SglangBackend):
         h, d = case.host_indices, case.device_indices
         if n == 0 or len(d) != n or n % ps:
             return "the controller moves whole, non-empty pages with equal index lists"
-        if (any(not 0 <= x < case.host_slots for x in h) or any(not ps <= x < case.device_rows for x in d)
-                or len(set(h)) != n or len(set(d)) != n):
+        if (
+            any(not 0 <= x < case.host_slots for x in h)
+            or any(not ps <= x < case.device_rows for x in d)
+            or len(set(h)) != n
+            or len(set(d)) != n
+        ):
             return "indices outside the allocators' ranges or repeated (kernels do not bounds-check)"
         if not (page_runs_contiguous(h, ps) and page_runs_contiguous(d, ps)) or any(x % ps for x in h[::ps]):
             return "the allocators hand out whole aligned pages"
@@ -183,8 +200,7 @@ class SglangPoolBackend(SglangBackend):
         from hicache_fuzz.kernels.sglang_jit import SglangJitBackend
         from hicache_fuzz.kernels.sglang_staged import SglangStagedBackend
 
-        return SglangJitBackend().compile_jobs(space, platform) + SglangStagedBackend().compile_jobs(space,
-                                                                                                   platform)
+        return SglangJitBackend().compile_jobs(space, platform) + SglangStagedBackend().compile_jobs(space, platform)
 
     def run(self, buffers: Materialized) -> str:
         mods = _pool_modules()
@@ -197,9 +213,16 @@ class SglangPoolBackend(SglangBackend):
                 built.append((pool, device_pool, host_pool))
             host_facade: Any = built[0][2]
             if len(built) > 1:
-                entries = [mods.PoolEntry(name=p.spec.name, host_pool=h, device_pool=d, layer_mapper=lambda x: x,
-                                          is_primary_index_anchor=(i == 0))
-                           for i, (p, d, h) in enumerate(built)]
+                entries = [
+                    mods.PoolEntry(
+                        name=p.spec.name,
+                        host_pool=h,
+                        device_pool=d,
+                        layer_mapper=lambda x: x,
+                        is_primary_index_anchor=(i == 0),
+                    )
+                    for i, (p, d, h) in enumerate(built)
+                ]
                 host_facade = mods.HostPoolGroup(entries)
             placed = _place(mods, case, host_facade, [h for _, _, h in built], buffers)
             with common.recording() as events:
@@ -224,6 +247,7 @@ class SglangPoolBackend(SglangBackend):
 
 # ---- sglang plumbing (lazy) ---------------------------------------------------------------------------------
 
+
 def _load_pool_modules() -> Any:
     import sglang.srt.mem_cache.pool_host.mha as mha
     import sglang.srt.mem_cache.pool_host.mla as mla
@@ -233,9 +257,15 @@ def _load_pool_modules() -> Any:
 
     common.spy_aot_ops(mha)
     common.spy_aot_ops(mla)
-    return types.SimpleNamespace(mha=mha, mla=mla, HiCacheController=HiCacheController,
-                                 MHATokenToKVPool=MHATokenToKVPool, MLATokenToKVPool=MLATokenToKVPool,
-                                 HostPoolGroup=HostPoolGroup, PoolEntry=PoolEntry)
+    return types.SimpleNamespace(
+        mha=mha,
+        mla=mla,
+        HiCacheController=HiCacheController,
+        MHATokenToKVPool=MHATokenToKVPool,
+        MLATokenToKVPool=MLATokenToKVPool,
+        HostPoolGroup=HostPoolGroup,
+        PoolEntry=PoolEntry,
+    )
 
 
 _MODS: Any = None
@@ -250,8 +280,12 @@ def _pool_modules() -> Any:
 
 
 def _sglang_dtype(dtype: KVDtype) -> torch.dtype:
-    return {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
-            KVDtype.FP8: torch.float8_e4m3fn}[dtype]
+    return {
+        KVDtype.BF16: torch.bfloat16,
+        KVDtype.FP16: torch.float16,
+        KVDtype.FP32: torch.float32,
+        KVDtype.FP8: torch.float8_e4m3fn,
+    }[dtype]
 
 
 def _build(mods: Any, case: Case, spec: PoolSpec, device: torch.device) -> tuple[Any, Any]:
@@ -263,16 +297,39 @@ def _build(mods: Any, case: Case, spec: PoolSpec, device: torch.device) -> tuple
         device_pool = mods.MLATokenToKVPool(size, ps, dtype, spec.head_dim - rope, rope, layers, str(device), False)
         info = device_pool.get_device_pool_infos()[0].buffer_info
         host_pool = mods.mla.MLATokenToKVPoolHost(
-            info, 2.0, 0, ps, case.layout.value, pin_memory=True, device="cpu", device_capacity_tokens=size,
-            start_layer=0, end_layer=layers - 1, target_layer_num=layers, pool_label=spec.name,
-            host_token_capacity=case.host_slots)
+            info,
+            2.0,
+            0,
+            ps,
+            case.layout.value,
+            pin_memory=True,
+            device="cpu",
+            device_capacity_tokens=size,
+            start_layer=0,
+            end_layer=layers - 1,
+            target_layer_num=layers,
+            pool_label=spec.name,
+            host_token_capacity=case.host_slots,
+        )
     else:
-        device_pool = mods.MHATokenToKVPool(size, ps, dtype, spec.heads, spec.head_dim, layers, str(device), False,
-                                            enable_alt_stream=False)
+        device_pool = mods.MHATokenToKVPool(
+            size, ps, dtype, spec.heads, spec.head_dim, layers, str(device), False, enable_alt_stream=False
+        )
         info = device_pool.get_device_pool_infos()[0].buffer_info
         host_pool = mods.mha.MHATokenToKVPoolHost(
-            info, 2.0, 0, ps, case.layout.value, pin_memory=True, device="cpu", device_capacity_tokens=size,
-            start_layer=0, end_layer=layers - 1, pool_label=spec.name, host_token_capacity=case.host_slots)
+            info,
+            2.0,
+            0,
+            ps,
+            case.layout.value,
+            pin_memory=True,
+            device="cpu",
+            device_capacity_tokens=size,
+            start_layer=0,
+            end_layer=layers - 1,
+            pool_label=spec.name,
+            host_token_capacity=case.host_slots,
+        )
     if not spec.write_back_jit:
         host_pool.can_use_write_back_jit = False
     return device_pool, host_pool

@@ -42,11 +42,20 @@ class SglangStagedBackend(SglangBackend):
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
         from hicache_fuzz.harness.case import Direction, Scope
 
-        return gpu_space(space, layouts=self.supported_layouts, rows=STAGED_ROW_MENU, page_sizes=(1, 16, 4, 2),
-                         max_pools=3, directions=(Direction.WRITE_BACK,), scopes=(Scope.ALL_LAYERS,),
-                         index_devices=STAGED_INDEX_DEVICES, index_dtypes=INDEX_DTYPES,
-                         allocators=(HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER, HostAllocator.PAGEABLE),
-                         tuning_menus=(("staging_pages", STAGING_PAGES_MENU),), backend=self.name)
+        return gpu_space(
+            space,
+            layouts=self.supported_layouts,
+            rows=STAGED_ROW_MENU,
+            page_sizes=(1, 16, 4, 2),
+            max_pools=3,
+            directions=(Direction.WRITE_BACK,),
+            scopes=(Scope.ALL_LAYERS,),
+            index_devices=STAGED_INDEX_DEVICES,
+            index_dtypes=INDEX_DTYPES,
+            allocators=(HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER, HostAllocator.PAGEABLE),
+            tuning_menus=(("staging_pages", STAGING_PAGES_MENU),),
+            backend=self.name,
+        )
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         return self.common_unsupported(case, platform)
@@ -58,9 +67,13 @@ class SglangStagedBackend(SglangBackend):
     def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
         module = common.hicache()
         quota = common.platform_rules(platform).block_quota
-        return [lambda row=row: module._jit_hicache_staged_module(
-            element_size=row, unroll=common.default_unroll(row), block_quota=quota)
-            for row in sorted(set(space.row_bytes)) if row % 16 == 0]
+        return [
+            lambda row=row: module._jit_hicache_staged_module(
+                element_size=row, unroll=common.default_unroll(row), block_quota=quota
+            )
+            for row in sorted(set(space.row_bytes))
+            if row % 16 == 0
+        ]
 
     def run(self, buffers: Materialized) -> str:
         module = common.hicache()
@@ -70,21 +83,38 @@ class SglangStagedBackend(SglangBackend):
                 spec = pool.spec
                 pages = staging_pages(case, int(case.tuning_value("staging_pages", 0)), common_platform(buffers))
                 tokens = pages * case.page_size
-                ptrs = {c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)],
-                                            buffers.device) for c in spec.components}
+                ptrs = {
+                    c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)], buffers.device)
+                    for c in spec.components
+                }
                 if spec.attention is Attention.MLA:
                     host = pool.host_typed()  # (S, L, 1, D)
                     staging = torch.empty((tokens, *host.shape[1:]), dtype=host.dtype, device=buffers.device)
                     module.transfer_hicache_all_layer_mla_staged_lf_pf(
-                        ptrs["kv"], buffers.device_indices, buffers.host_indices, staging, host,
-                        page_size=case.page_size, element_size=spec.row_bytes("kv"))
+                        ptrs["kv"],
+                        buffers.device_indices,
+                        buffers.host_indices,
+                        staging,
+                        host,
+                        page_size=case.page_size,
+                        element_size=spec.row_bytes("kv"),
+                    )
                 else:
                     k, v = pool.host_component_typed("k"), pool.host_component_typed("v")  # (S, L, H, D)
                     staging_k = torch.empty((tokens, *k.shape[1:]), dtype=k.dtype, device=buffers.device)
                     staging_v = torch.empty((tokens, *v.shape[1:]), dtype=v.dtype, device=buffers.device)
                     module.transfer_hicache_all_layer_staged_lf_pf(
-                        ptrs["k"], ptrs["v"], buffers.device_indices, buffers.host_indices, staging_k, staging_v,
-                        k, v, page_size=case.page_size, element_size=spec.row_bytes("k"))
+                        ptrs["k"],
+                        ptrs["v"],
+                        buffers.device_indices,
+                        buffers.host_indices,
+                        staging_k,
+                        staging_v,
+                        k,
+                        v,
+                        page_size=case.page_size,
+                        element_size=spec.row_bytes("k"),
+                    )
         return common.path_of(events)
 
 

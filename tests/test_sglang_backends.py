@@ -11,7 +11,6 @@ import sys
 import types
 
 import pytest
-
 from hicache_fuzz.harness.case import (
     Attention,
     Case,
@@ -36,25 +35,57 @@ CPU = Platform("cpu")
 H200 = Platform("cuda", (9, 0))
 A100 = Platform("cuda", (8, 0))
 MI300 = Platform("rocm", (9, 4))
-NAMES = ["sglang-aot", "sglang-jit", "sglang-jit-register", "sglang-jit-tma", "sglang-page-unified",
-         "sglang-pool", "sglang-staged"]
+NAMES = [
+    "sglang-aot",
+    "sglang-jit",
+    "sglang-jit-register",
+    "sglang-jit-tma",
+    "sglang-page-unified",
+    "sglang-pool",
+    "sglang-staged",
+]
 
 
-def mk(backend: str = "sglang-jit", *, direction: Direction = Direction.LOAD_BACK, scope: Scope = Scope.ONE_LAYER,
-       layout: HostLayout = HostLayout.LAYER_FIRST, row: int = 256, dtype: KVDtype = KVDtype.BF16,
-       attention: Attention = Attention.MHA, ps: int = 16, pages: int = 2, pools: tuple[PoolSpec, ...] | None = None,
-       hidx: IndexSpec = IndexSpec(), didx: IndexSpec = IndexSpec(), tuning: dict | None = None,
-       allocator: HostAllocator = HostAllocator.PIN_MEMORY) -> Case:
+def mk(
+    backend: str = "sglang-jit",
+    *,
+    direction: Direction = Direction.LOAD_BACK,
+    scope: Scope = Scope.ONE_LAYER,
+    layout: HostLayout = HostLayout.LAYER_FIRST,
+    row: int = 256,
+    dtype: KVDtype = KVDtype.BF16,
+    attention: Attention = Attention.MHA,
+    ps: int = 16,
+    pages: int = 2,
+    pools: tuple[PoolSpec, ...] | None = None,
+    hidx: IndexSpec = IndexSpec(),  # noqa: B008 - frozen dataclass
+    didx: IndexSpec = IndexSpec(),  # noqa: B008
+    tuning: dict | None = None,
+    allocator: HostAllocator = HostAllocator.PIN_MEMORY,
+) -> Case:
     elems = row // dtype.itemsize
     if pools is None:
         heads = 1 if attention is Attention.MLA else 2
         pools = (PoolSpec("kv", attention, dtype, heads, elems // heads),)
     h = tuple(range(ps, ps + pages * ps))
     d = tuple(range(ps, ps + pages * ps))
-    return Case(direction=direction, scope=scope, layout=layout, pools=pools, layers=2, page_size=ps,
-                device_rows=(pages + 2) * ps, host_slots=(pages + 1) * ps, host_indices=h, device_indices=d,
-                host_index=hidx, device_index=didx, host_allocator=allocator, backend=backend,
-                tuning=make_tuning(tuning or {}))
+    return Case(
+        direction=direction,
+        scope=scope,
+        layout=layout,
+        pools=pools,
+        layers=2,
+        page_size=ps,
+        device_rows=(pages + 2) * ps,
+        host_slots=(pages + 1) * ps,
+        host_indices=h,
+        device_indices=d,
+        host_index=hidx,
+        device_index=didx,
+        host_allocator=allocator,
+        backend=backend,
+        tuning=make_tuning(tuning or {}),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +145,7 @@ def test_aot_probe_recognises_the_stand_in(monkeypatch: pytest.MonkeyPatch) -> N
 
 # ---- platform rules ------------------------------------------------------------------------------------------
 
+
 def test_rules_fall_back_to_contract_constants() -> None:
     assert common.platform_rules(H200).group_bytes == (128,)
     assert common.platform_rules(MI300).group_bytes == (128, 64, 32, 16)
@@ -121,8 +153,17 @@ def test_rules_fall_back_to_contract_constants() -> None:
     assert common.platform_rules(H200).block_quota == 2
 
 
-@pytest.mark.parametrize(("row", "cuda", "hip"), [(128, True, True), (576, False, True), (656, False, False),
-                                                  (96, False, True), (1152, True, True), (1040, False, False)])
+@pytest.mark.parametrize(
+    ("row", "cuda", "hip"),
+    [
+        (128, True, True),
+        (576, False, True),
+        (656, False, False),
+        (96, False, True),
+        (1152, True, True),
+        (1040, False, False),
+    ],
+)
 def test_register_row_rule(row: int, cuda: bool, hip: bool) -> None:
     assert common.register_row_ok(row, H200) is cuda
     assert common.register_row_ok(row, MI300) is hip
@@ -147,6 +188,7 @@ def test_tma_env_switch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # ---- planning ------------------------------------------------------------------------------------------------
 
+
 def test_jit_plans(registry) -> None:  # type: ignore[no-untyped-def]
     jit, reg, tma = registry.get("sglang-jit"), registry.get("sglang-jit-register"), registry.get("sglang-jit-tma")
     c = mk(row=1024, ps=32)
@@ -170,14 +212,20 @@ def test_unsupported_reasons(registry) -> None:  # type: ignore[no-untyped-def]
     assert "page_head" in jit.unsupported_reason(mk(layout=HostLayout.PAGE_HEAD), H200)
     assert "TMA needs" in registry.get("sglang-jit-tma").unsupported_reason(mk(), A100)
     staged = registry.get("sglang-staged")
-    w = mk("sglang-staged", direction=Direction.WRITE_BACK, scope=Scope.ALL_LAYERS, layout=HostLayout.PAGE_FIRST,
-           hidx=IndexSpec(IndexDtype.INT64, IndexDevice.CPU))
+    w = mk(
+        "sglang-staged",
+        direction=Direction.WRITE_BACK,
+        scope=Scope.ALL_LAYERS,
+        layout=HostLayout.PAGE_FIRST,
+        hidx=IndexSpec(IndexDtype.INT64, IndexDevice.CPU),
+    )
     assert staged.unsupported_reason(w, H200) is None
     assert staged.plan(w, H200).path == common.STAGED
     assert staged.plan(w.replace(host_indices=(), device_indices=()), H200).path == "none"
     pu = registry.get("sglang-page-unified")
-    partial = mk("sglang-page-unified", direction=Direction.WRITE_BACK, scope=Scope.ALL_LAYERS,
-                 layout=HostLayout.PAGE_UNIFIED)
+    partial = mk(
+        "sglang-page-unified", direction=Direction.WRITE_BACK, scope=Scope.ALL_LAYERS, layout=HostLayout.PAGE_UNIFIED
+    )
     partial = partial.replace(host_indices=partial.host_indices[:-1], device_indices=partial.device_indices[:-1])
     assert "partial page" in pu.unsupported_reason(partial, H200)
 
@@ -185,8 +233,14 @@ def test_unsupported_reasons(registry) -> None:  # type: ignore[no-untyped-def]
 def test_aot_plan_names_the_op(registry) -> None:  # type: ignore[no-untyped-def]
     aot = registry.get("sglang-aot")
     assert aot.plan(mk(layout=HostLayout.PAGE_FIRST), H200).path == "aot:transfer_kv_per_layer_pf_lf"
-    w = mk(direction=Direction.WRITE_BACK, scope=Scope.ALL_LAYERS, attention=Attention.MLA, row=576,
-           dtype=KVDtype.FP8, layout=HostLayout.PAGE_FIRST)
+    w = mk(
+        direction=Direction.WRITE_BACK,
+        scope=Scope.ALL_LAYERS,
+        attention=Attention.MLA,
+        row=576,
+        dtype=KVDtype.FP8,
+        layout=HostLayout.PAGE_FIRST,
+    )
     assert aot.plan(w, H200).path == "aot:transfer_kv_all_layer_mla_lf_pf"
     assert "divides by zero" in aot.unsupported_reason(mk().replace(host_indices=(), device_indices=()), H200)
 
@@ -194,14 +248,28 @@ def test_aot_plan_names_the_op(registry) -> None:  # type: ignore[no-untyped-def
 # ---- pools and controller placement --------------------------------------------------------------------------
 
 CPU64 = IndexSpec(IndexDtype.INT64, IndexDevice.CPU)
-GROUP = (PoolSpec("kv", Attention.MHA, KVDtype.BF16, 2, 64), PoolSpec("side1", Attention.MLA, KVDtype.BF16, 1, 576),
-         PoolSpec("side2", Attention.MHA, KVDtype.BF16, 1, 128, write_back_jit=False))
+GROUP = (
+    PoolSpec("kv", Attention.MHA, KVDtype.BF16, 2, 64),
+    PoolSpec("side1", Attention.MLA, KVDtype.BF16, 1, 576),
+    PoolSpec("side2", Attention.MHA, KVDtype.BF16, 1, 128, write_back_jit=False),
+)
 
 
-def pool_case(pools: tuple[PoolSpec, ...], controller: str, direction: Direction = Direction.WRITE_BACK,
-              layout: HostLayout = HostLayout.PAGE_FIRST) -> Case:
-    return mk("sglang-pool", direction=direction, scope=Scope.ALL_LAYERS, layout=layout, pools=pools, hidx=CPU64,
-              tuning={"controller": controller})
+def pool_case(
+    pools: tuple[PoolSpec, ...],
+    controller: str,
+    direction: Direction = Direction.WRITE_BACK,
+    layout: HostLayout = HostLayout.PAGE_FIRST,
+) -> Case:
+    return mk(
+        "sglang-pool",
+        direction=direction,
+        scope=Scope.ALL_LAYERS,
+        layout=layout,
+        pools=pools,
+        hidx=CPU64,
+        tuning={"controller": controller},
+    )
 
 
 def test_controller_placement_base_vs_hybrid() -> None:
@@ -249,6 +317,7 @@ def test_generated_cases_plan_without_sglang(registry) -> None:  # type: ignore[
 
 
 # ---- spying --------------------------------------------------------------------------------------------------
+
 
 def test_spies_record_launches_and_memoize_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.ModuleType("fake_hicache")

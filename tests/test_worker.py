@@ -24,14 +24,24 @@ def env() -> dict[str, str]:
 
 
 def case(backend: str, seed: int) -> Case:
-    return Case(direction=Direction.WRITE_BACK, scope=Scope.ALL_LAYERS, layout=HostLayout.LAYER_FIRST,
-                pools=(PoolSpec(head_dim=8),), layers=2, page_size=1, device_rows=8, host_slots=8,
-                host_indices=(0, 3), device_indices=(2, 5), backend=backend, seed=seed)
+    return Case(
+        direction=Direction.WRITE_BACK,
+        scope=Scope.ALL_LAYERS,
+        layout=HostLayout.LAYER_FIRST,
+        pools=(PoolSpec(head_dim=8),),
+        layers=2,
+        page_size=1,
+        device_rows=8,
+        host_slots=8,
+        host_indices=(0, 3),
+        device_indices=(2, 5),
+        backend=backend,
+        seed=seed,
+    )
 
 
 def executor(tmp_path: Path, names: list[str], timeout: float = 30.0) -> WorkerExecutor:
-    return WorkerExecutor(names, [PLUGIN], "cpu", timeout, tmp_path / "journal", env=env(),
-                          startup_timeout_s=120)
+    return WorkerExecutor(names, [PLUGIN], "cpu", timeout, tmp_path / "journal", env=env(), startup_timeout_s=120)
 
 
 def test_results_come_back(tmp_path: Path) -> None:
@@ -87,7 +97,8 @@ def test_worker_stdout_noise_does_not_break_protocol(tmp_path: Path) -> None:
         "import os\nfrom hicache_fuzz.kernels.reference import ReferenceBackend\n"
         "class Noisy(ReferenceBackend):\n    name = 'test-noisy'\n"
         "    def run(self, buffers):\n        print('noise'); os.write(1, b'raw noise\\n')\n"
-        "        return super().run(buffers)\n")
+        "        return super().run(buffers)\n"
+    )
     e = env()
     e["PYTHONPATH"] = str(tmp_path) + os.pathsep + e["PYTHONPATH"]
     with WorkerExecutor(["test-noisy"], ["noisy_plugin:Noisy"], "cpu", 30, tmp_path / "j", env=e) as ex:
