@@ -58,6 +58,16 @@ class DiffReport:
         return {"storages": [asdict(s) for s in self.storages]}
 
 
+def storages_equal(expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor]) -> bool:
+    """True if every storage of `expected` is byte-identical to the same-keyed one of `actual` (any device):
+    the fast check a passing case stops at, before any locating."""
+    for key, want in expected.items():
+        got = actual[key]
+        if got.shape != want.shape or not torch.equal(got, want):
+            return False
+    return True
+
+
 def compare_storages(case: Case, expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor],
                      addressed: dict[str, torch.Tensor]) -> DiffReport:
     """Compare raw storages (guards included). `addressed` maps a storage key to the payload byte offsets the

@@ -18,6 +18,7 @@ import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from hicache_fuzz.harness.case import Attention, Case, HostAllocator, IndexDevice, IndexDtype, KVDtype, PoolSpec
 from hicache_fuzz.oracles import layouts
@@ -43,37 +44,112 @@ def fill_pattern(raw: torch.Tensor, salt: int) -> None:
     """Fill `raw` (uint8, any device) in place with a hash of (salt, position).
 
     Each 8-byte word at word position w gets splitmix64(w ^ salt) in wrapping int64 arithmetic, so the bytes
-    are identical on every device and machine, and every byte depends on where it is.
+    are identical on every device and machine, and every byte depends on where it is. CPU memory (pageable
+    or pinned) is filled with numpy, whose per-call cost is a fraction of torch's; small device storages are
+    filled on the host and copied over in one transfer; large ones are hashed on the device.
     """
     n = raw.numel()
+    if raw.device.type == "cpu":
+        _fill_numpy(raw.numpy(), salt)
+        return
+    if n <= SMALL_DEVICE_FILL_BYTES:
+        staging = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        _fill_numpy(staging.numpy(), salt)
+        raw.copy_(staging, non_blocking=True)  # the pinned allocator keeps `staging` until the copy is done
+        return
     words_total = (n + 7) // 8
     chunk = 1 << 22  # words per step: bounds the int64 temporaries to 32 MiB
     for first_word in range(0, words_total, chunk):
         words = min(chunk, words_total - first_word)
         x = torch.arange(first_word, first_word + words, dtype=torch.int64, device=raw.device) ^ salt
-        x = x * -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
+        x = x * SPLITMIX_MULTIPLIER_1
         x = x ^ (x >> 31)
-        x = x * -4658895280553007687  # 0xBF58476D1CE4E5B9
+        x = x * SPLITMIX_MULTIPLIER_2
         x = x ^ (x >> 29)
         start = first_word * 8
         count = min(words * 8, n - start)
         raw[start : start + count] = x.view(torch.uint8)[:count]
 
 
+SPLITMIX_MULTIPLIER_1 = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
+SPLITMIX_MULTIPLIER_2 = -4658895280553007687  # 0xBF58476D1CE4E5B9
+SMALL_DEVICE_FILL_BYTES = 1 << 20
+
+
+def _fill_numpy(out: np.ndarray, salt: int) -> None:
+    """fill_pattern's arithmetic on a uint8 numpy array: numpy int64 arrays wrap on overflow and shift right
+    arithmetically, exactly like torch's int64, so both forms give the same bytes."""
+    n = out.size
+    words_total = (n + 7) // 8
+    chunk = 1 << 20  # words per step: bounds the temporaries to 8 MiB and keeps them in cache
+    salt_word = np.int64(salt)
+    for first_word in range(0, words_total, chunk):
+        words = min(chunk, words_total - first_word)
+        x = np.arange(first_word, first_word + words, dtype=np.int64)
+        x ^= salt_word
+        x *= SPLITMIX_MULTIPLIER_1
+        x ^= x >> 31
+        x *= SPLITMIX_MULTIPLIER_2
+        x ^= x >> 29
+        start = first_word * 8
+        count = min(words * 8, n - start)
+        out[start : start + count] = x.view(np.uint8)[:count]
+
+
 # ---- memory -------------------------------------------------------------------------------------------
+
+class HostArena:
+    """Host buffers kept across cases, by allocator and power-of-two capacity, so a campaign pays for pinned
+    allocation and cudaHostRegister once per size class instead of once per case. A buffer is handed to
+    one HostMemory at a time and comes back when that HostMemory is released."""
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[HostAllocator, int], list[torch.Tensor]] = {}
+        self._registered = HostMemory(simulate=False)  # owns the registrations; never released
+
+    def take(self, nbytes: int, allocator: HostAllocator) -> torch.Tensor:
+        capacity = 1 << max(12, (max(nbytes, 1) - 1).bit_length())
+        free = self._free.get((allocator, capacity))
+        if free:
+            return free.pop()
+        return self._registered.allocate(capacity, allocator)
+
+    def give(self, buffer: torch.Tensor, allocator: HostAllocator) -> None:
+        self._free.setdefault((allocator, buffer.numel()), []).append(buffer)
+
+
+_SHARED_ARENA: HostArena | None = None
+
+
+def shared_arena() -> HostArena:
+    """The process's host arena (created on first use; lives as long as the process)."""
+    global _SHARED_ARENA
+    if _SHARED_ARENA is None:
+        _SHARED_ARENA = HostArena()
+    return _SHARED_ARENA
+
 
 class HostMemory:
     """Allocates host storages with the case's allocator and frees what needs freeing (registrations).
 
-    ``simulate`` (the CPU platform) makes every allocator plain pageable memory.
+    ``simulate`` (the CPU platform) makes every allocator plain pageable memory. With an ``arena`` the
+    buffers come from it and go back to it on release (the data is overwritten by the next fill).
     """
 
-    def __init__(self, simulate: bool) -> None:
+    def __init__(self, simulate: bool, arena: HostArena | None = None) -> None:
         self.simulate = simulate
+        self.arena = arena
         self._cleanups: list[Callable[[], None]] = []
 
     def allocate(self, nbytes: int, allocator: HostAllocator) -> torch.Tensor:
-        if self.simulate or allocator is HostAllocator.PAGEABLE:
+        if self.simulate:
+            return torch.empty(nbytes, dtype=torch.uint8)
+        if self.arena is not None:
+            arena = self.arena
+            buffer = arena.take(nbytes, allocator)
+            self._cleanups.append(lambda: arena.give(buffer, allocator))
+            return buffer[:nbytes]
+        if allocator is HostAllocator.PAGEABLE:
             return torch.empty(nbytes, dtype=torch.uint8)
         if allocator is HostAllocator.PIN_MEMORY:
             return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -168,6 +244,16 @@ class Materialized:
             torch.cuda.synchronize(self.device)
         return {s.key: s.raw.to("cpu", copy=True) for s in self.storages()}
 
+    def snapshot_on(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """Copies of every raw storage (guards included) on `device`, keyed by storage key: the "before"
+        image the oracle starts from (a copy, since backends write the storages in place)."""
+        return {s.key: s.raw.to(device, copy=True) for s in self.storages()}
+
+    def current_on(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """Every raw storage as it is now, on `device`: the storage itself where it already lives there
+        (valid until release), a copy otherwise. The caller synchronizes the device first."""
+        return {s.key: s.raw if s.raw.device == device else s.raw.to(device) for s in self.storages()}
+
     def release(self) -> None:
         self.pools.clear()
         self.memory.release()
@@ -187,7 +273,9 @@ def index_tensor(values: tuple[int, ...], dtype: IndexDtype, placement: IndexDev
 def materialize(case: Case, device: torch.device, memory: HostMemory | None = None) -> Materialized:
     """Allocate and fill every storage of `case`; `device` is the accelerator or cpu (simulated)."""
     simulated = device.type == "cpu"
-    memory = memory or HostMemory(simulate=simulated)
+    # Without a caller's HostMemory, real host memory comes from the process arena: no per-case pinned
+    # allocation or registration.
+    memory = memory or HostMemory(simulate=simulated, arena=None if simulated else shared_arena())
     pools: list[PoolBuffers] = []
     src_side = "device" if case.direction.value == "write_back" else "host"
     try:

@@ -10,41 +10,66 @@ from __future__ import annotations
 import time
 
 import torch
-
 from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.compare import compare_storages
+from hicache_fuzz.harness.compare import compare_storages, storages_equal
 from hicache_fuzz.harness.materialize import GUARD_BYTES, HostMemory, materialize
 from hicache_fuzz.harness.outcome import Outcome, Result
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform, Verdict, predict
-from hicache_fuzz.oracles.transfer import addressed_destination_bytes, expected_storages
+from hicache_fuzz.oracles.transfer import (
+    Semantics,
+    addressed_destination_bytes,
+    apply_chunk_copies,
+    chunk_copies,
+)
 
 
 def run_case(case: Case, backend: Backend, platform: Platform, device: torch.device,
-             memory: HostMemory | None = None) -> Result:
+             memory: HostMemory | None = None, stage_seconds: dict[str, float] | None = None) -> Result:
+    """Run `case` on `backend`. With `stage_seconds`, add each stage's wall time to it (keys: predict,
+    materialize, backend, oracle, compare, classify) so benchmarks see where a case's time goes."""
     started = time.perf_counter()
-    result = _run(case, backend, platform, device, memory)
+    result = _run(case, backend, platform, device, memory, _StageClock(stage_seconds, started))
     result.seconds = time.perf_counter() - started
     return result
 
 
+class _StageClock:
+    def __init__(self, totals: dict[str, float] | None, started: float) -> None:
+        self.totals = totals
+        self.last = started
+
+    def lap(self, stage: str) -> None:
+        if self.totals is None:
+            return
+        now = time.perf_counter()
+        self.totals[stage] = self.totals.get(stage, 0.0) + now - self.last
+        self.last = now
+
+
 def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
-         memory: HostMemory | None) -> Result:
+         memory: HostMemory | None, clock: _StageClock) -> Result:
     base = Result(case.case_id, backend.name, Outcome.UNSUPPORTED)
     reason = backend.unsupported_reason(case, platform)
     if reason is not None:
         base.summary = reason
+        clock.lap("classify")
         return base
     plan = backend.plan(case, platform)
     prediction = predict(case, plan.entry, platform)
     base.expected_path, base.prediction = plan.path, prediction.describe()
+    clock.lap("predict")
     if prediction.verdict is Verdict.UNDEFINED:
         base.outcome, base.summary = Outcome.UNDEFINED, prediction.describe()
+        clock.lap("classify")
         return base
 
+    # Everything is compared where the device storages live (the CPU when simulated): "before" is a copy,
+    # "after" is the storage itself where it lives there, so only host storages cross to a GPU.
     buffers = materialize(case, device, memory)
     try:
-        before = buffers.snapshot()
+        before = buffers.snapshot_on(device)
+        clock.lap("materialize")
         try:
             base.path = backend.run(buffers)
             if device.type != "cpu":
@@ -55,45 +80,56 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
             base.error = f"{type(exc).__name__}: {exc}".strip()[:2000]
             if device.type != "cpu":
                 torch.cuda.synchronize(device)  # a sticky device error surfaces here and escapes: a crash
-        after = buffers.snapshot()
+        after = buffers.current_on(device)
+        clock.lap("backend")
+
+        if raised is not None:
+            changed = any(not torch.equal(before[k], after[k]) for k in before)
+            clock.lap("compare")
+            base.diff = {"bytes_changed_before_rejection": changed}
+            if prediction.verdict is Verdict.REJECT:
+                base.outcome = Outcome.REJECTED_AS_PREDICTED
+                base.summary = f"rejected as predicted ({prediction.describe()})"
+            else:
+                base.outcome = Outcome.WRONGLY_REJECTED
+                base.summary = f"valid input rejected: {base.error}"
+            clock.lap("classify")
+            return base
+        if prediction.verdict is Verdict.REJECT:
+            base.outcome = Outcome.WRONGLY_ACCEPTED
+            base.summary = f"accepted input the contract rejects: {'; '.join(prediction.reasons)}"
+            clock.lap("classify")
+            return base
+
+        expected = _expected_raw(case, before, prediction.semantics)
+        clock.lap("oracle")
+        report = None
+        if not storages_equal(expected, after):
+            # Only a mismatch pays for the addressed-byte map and the locator (on CPU copies).
+            addressed = addressed_destination_bytes(case, prediction.semantics)
+            report = compare_storages(case, _on_cpu(expected), _on_cpu(after), addressed)
+        clock.lap("compare")
     finally:
         buffers.release()
 
-    if raised is not None:
-        changed = any(not torch.equal(before[k], after[k]) for k in before)
-        base.diff = {"bytes_changed_before_rejection": changed}
-        if prediction.verdict is Verdict.REJECT:
-            base.outcome = Outcome.REJECTED_AS_PREDICTED
-            base.summary = f"rejected as predicted ({prediction.describe()})"
-        else:
-            base.outcome = Outcome.WRONGLY_REJECTED
-            base.summary = f"valid input rejected: {base.error}"
-        return base
-    if prediction.verdict is Verdict.REJECT:
-        base.outcome = Outcome.WRONGLY_ACCEPTED
-        base.summary = f"accepted input the contract rejects: {'; '.join(prediction.reasons)}"
-        return base
-
-    expected = _expected_raw(case, before, prediction.semantics)
-    addressed = addressed_destination_bytes(case, prediction.semantics)
-    report = compare_storages(case, expected, after, addressed)
-    if not report.equal:
+    if report is not None and not report.equal:
         base.outcome, base.diff, base.summary = Outcome.MISMATCH, report.to_dict(), report.summary()
     elif base.path != plan.path:
         base.outcome = Outcome.UNEXPECTED_PATH
         base.summary = f"expected path {plan.path!r} but {base.path!r} ran (bytes correct)"
     else:
-        base.outcome, base.summary = Outcome.PASS, report.summary()
+        base.outcome, base.summary = Outcome.PASS, "all storages byte-identical"
+    clock.lap("classify")
     return base
 
 
-def _expected_raw(case: Case, before: dict[str, torch.Tensor], semantics: object) -> dict[str, torch.Tensor]:
-    """Oracle over payloads, re-framed with the unchanged guards so whole raw storages can be compared."""
+def _expected_raw(case: Case, before: dict[str, torch.Tensor], semantics: Semantics) -> dict[str, torch.Tensor]:
+    """The oracle applied in place to `before` (raw storages, guards included), which it returns: the
+    guards and the source storages stay as they were, so whole raw storages can be compared."""
     payloads = {k: v[GUARD_BYTES : v.numel() - GUARD_BYTES] for k, v in before.items()}
-    expected_payloads = expected_storages(case, payloads, semantics)  # type: ignore[arg-type]
-    out = {}
-    for key, raw in before.items():
-        framed = raw.clone()
-        framed[GUARD_BYTES : raw.numel() - GUARD_BYTES] = expected_payloads[key]
-        out[key] = framed
-    return out
+    apply_chunk_copies(case, chunk_copies(case, semantics), payloads, payloads)
+    return before
+
+
+def _on_cpu(storages: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.cpu() for k, v in storages.items()}

@@ -18,6 +18,7 @@ All offsets are int64 byte offsets into the payload (guard bytes excluded).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from hicache_fuzz.harness.case import Attention, Case, HostLayout, PoolSpec
 
@@ -105,55 +106,76 @@ def host_component_shape(case: Case, pool: PoolSpec, component: str) -> tuple[in
     }[case.layout]
 
 
-# ---- byte maps -----------------------------------------------------------------------------------------
+# ---- chunk maps (the layout math) and the byte maps derived from them ---------------------------------
+#
+# A row is a few contiguous chunks (one for most layouts, one per head for page_head and MHA page_unified).
+# The chunk form is the only place the layout arithmetic lives; it is vectorized over layers as well as
+# tokens and uses numpy because per-operation overhead dominates the small cases a fuzzer mostly runs. The
+# byte form (one int64 offset per byte) is derived from it for the locator and for tests.
 
-def host_row_bytes(case: Case, pool: PoolSpec, component: str, layer: int, tokens: torch.Tensor) -> torch.Tensor:
-    """Byte offsets (int64, shape [n, row_bytes]) of host rows (component, layer, tokens[i])."""
-    t = tokens.to(torch.int64)
+def host_row_chunks(case: Case, pool: PoolSpec, component: str, layers: np.ndarray,
+                    tokens: np.ndarray) -> tuple[np.ndarray, int]:
+    """Chunk starts (int64, shape [len(layers), n, chunks]) of host rows (component, layers[j], tokens[i]) and
+    the chunk width in bytes; chunks are in row order, so a row's bytes are its chunks one after another."""
+    t = tokens.astype(np.int64, copy=False)[None, :]
+    layer = layers.astype(np.int64, copy=False)[:, None]
     L, S, ps = case.layers, case.host_slots, case.page_size
     E = pool.row_bytes(component)
     Dh = pool.head_bytes(component)
     H = pool.heads
     base = host_base(case, pool, component)
     layout = case.layout
-    page, slot = torch.div(t, ps, rounding_mode="floor"), torch.remainder(t, ps)
+    page, slot = t // ps, t % ps
     if layout is HostLayout.LAYER_FIRST:
-        return _rows(base + (layer * S + t) * E, E)
+        return (base + (layer * S + t) * E)[:, :, None], E
     if layout is HostLayout.PAGE_FIRST:
-        return _rows(base + (t * L + layer) * E, E)
+        return (base + (t * L + layer) * E)[:, :, None], E
     if layout is HostLayout.PAGE_FIRST_DIRECT or (
         layout is HostLayout.PAGE_UNIFIED and pool.attention is Attention.MLA
     ):
-        return _rows(base + (page * L * ps + layer * ps + slot) * E, E)
-    heads = torch.arange(H, dtype=torch.int64)
+        return (base + (page * L * ps + layer * ps + slot) * E)[:, :, None], E
+    heads = np.arange(H, dtype=np.int64)[None, None, :]
+    page3, slot3, layer3 = page[:, :, None], slot[:, :, None], layer[:, :, None]
     if layout is HostLayout.PAGE_HEAD:
         # per head h: (((page*H + h)*ps + slot) * L + layer) * Dh
-        starts = ((page[:, None] * H + heads[None, :]) * ps + slot[:, None]) * L * Dh + layer * Dh
-        return _chunks(base + starts, Dh)
+        return base + ((page3 * H + heads) * ps + slot3) * L * Dh + layer3 * Dh, Dh
     if layout is HostLayout.PAGE_UNIFIED:
         G = pool.head_groups
         per_group = H // G
-        group, head_in_group = torch.div(heads, per_group, rounding_mode="floor"), torch.remainder(heads, per_group)
+        group, head_in_group = heads // per_group, heads % per_group
         c = component_index(pool, component)
-        block = (((page[:, None] * G + group[None, :]) * L + layer) * 2 + c) * ps + slot[:, None]
-        starts = block * per_group * Dh + head_in_group[None, :] * Dh
-        return _chunks(starts, Dh)
+        block = (((page3 * G + group) * L + layer3) * 2 + c) * ps + slot3
+        return block * per_group * Dh + head_in_group * Dh, Dh
     raise AssertionError(layout)
+
+
+def device_row_chunks(case: Case, pool: PoolSpec, component: str, layers: np.ndarray,
+                      rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """Chunk starts (int64, shape [len(layers), n, 1]) of device rows (component, layers[j], rows[i]) and the
+    chunk width (the row width: device rows are contiguous)."""
+    E = pool.row_bytes(component)
+    layer = layers.astype(np.int64, copy=False)[:, None]
+    base = device_base(case, pool, component) + layer * case.device_rows * E
+    return (base + rows.astype(np.int64, copy=False)[None, :] * E)[:, :, None], E
+
+
+def chunk_bytes(starts: np.ndarray, width: int) -> np.ndarray:
+    """[..., chunks] chunk starts -> [..., chunks * width] byte offsets, chunk by chunk."""
+    offsets = starts[..., None] + np.arange(width, dtype=np.int64)
+    return offsets.reshape(*starts.shape[:-1], starts.shape[-1] * width)
+
+
+def host_row_bytes(case: Case, pool: PoolSpec, component: str, layer: int, tokens: torch.Tensor) -> torch.Tensor:
+    """Byte offsets (int64, shape [n, row_bytes]) of host rows (component, layer, tokens[i])."""
+    starts, width = host_row_chunks(case, pool, component, np.array([layer], dtype=np.int64), _numpy(tokens))
+    return torch.from_numpy(chunk_bytes(starts[0], width))
 
 
 def device_row_bytes(case: Case, pool: PoolSpec, component: str, layer: int, rows: torch.Tensor) -> torch.Tensor:
     """Byte offsets (int64, shape [n, row_bytes]) of device rows (component, layer, rows[i])."""
-    E = pool.row_bytes(component)
-    base = device_base(case, pool, component) + layer * case.device_rows * E
-    return _rows(base + rows.to(torch.int64) * E, E)
+    starts, width = device_row_chunks(case, pool, component, np.array([layer], dtype=np.int64), _numpy(rows))
+    return torch.from_numpy(chunk_bytes(starts[0], width))
 
 
-def _rows(starts: torch.Tensor, width: int) -> torch.Tensor:
-    return starts[:, None] + torch.arange(width, dtype=torch.int64)[None, :]
-
-
-def _chunks(starts: torch.Tensor, width: int) -> torch.Tensor:
-    """[n, chunks] chunk starts -> [n, chunks*width] byte offsets, chunk by chunk."""
-    n = starts.shape[0]
-    offsets = starts[:, :, None] + torch.arange(width, dtype=torch.int64)[None, None, :]
-    return offsets.reshape(n, starts.shape[1] * width)
+def _numpy(indices: torch.Tensor) -> np.ndarray:
+    return indices.detach().to("cpu", torch.int64).numpy()
