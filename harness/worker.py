@@ -355,7 +355,7 @@ def _warm_up(backends: list[Any], platform: Any) -> float:
             import hicache_fuzz.kernels.sglang_backends as module  # type: ignore[no-redef]
         except Exception:
             return 0.0
-    return float(module.warm_up_backends(backends, platform))
+    return float(module.warm_up_backends(backends, platform)) if module is not None else 0.0
 
 
 if __name__ == "__main__":
