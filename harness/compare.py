@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from hicache_fuzz.harness.case import Case
 from hicache_fuzz.harness.materialize import GUARD_BYTES
@@ -62,10 +63,23 @@ def storages_equal(expected: dict[str, torch.Tensor], actual: dict[str, torch.Te
     """True if every storage of `expected` is byte-identical to the same-keyed one of `actual` (any device):
     the fast check a passing case stops at, before any locating."""
     for key, want in expected.items():
-        got = actual[key]
-        if got.shape != want.shape or not torch.equal(got, want):
+        if not bytes_equal(want, actual[key]):
             return False
     return True
+
+
+def bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Byte equality of two flat uint8 tensors. On the CPU it compares 8-byte words with numpy: torch.equal
+    on CPU uint8 runs at about 0.5 GB/s, numpy words at several GB/s."""
+    if a.shape != b.shape:
+        return False
+    if a.device.type != "cpu" or b.device.type != "cpu":
+        return torch.equal(a, b)
+    x, y = a.numpy(), b.numpy()
+    whole = x.size // 8 * 8
+    if whole and not np.array_equal(x[:whole].view(np.uint64), y[:whole].view(np.uint64)):
+        return False
+    return bool(np.array_equal(x[whole:], y[whole:]))
 
 
 def compare_storages(case: Case, expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor],
@@ -75,7 +89,7 @@ def compare_storages(case: Case, expected: dict[str, torch.Tensor], actual: dict
     diffs = []
     for key, want in expected.items():
         got = actual[key]
-        if got.shape == want.shape and torch.equal(got, want):
+        if bytes_equal(got, want):
             continue
         diffs.append(_locate(case, key, want, got, addressed.get(key)))
     return DiffReport(diffs)

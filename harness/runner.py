@@ -84,7 +84,7 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
         clock.lap("backend")
 
         if raised is not None:
-            changed = any(not torch.equal(before[k], after[k]) for k in before)
+            changed = not storages_equal(before, after)
             clock.lap("compare")
             base.diff = {"bytes_changed_before_rejection": changed}
             if prediction.verdict is Verdict.REJECT:

@@ -118,7 +118,7 @@ class ReferenceBackend(Backend):
         dev = pool.device_layer_typed(component, layer)
         h = torch.tensor(host, dtype=torch.int64)
         d = torch.tensor(device, dtype=torch.int64, device=dev.device)
-        page, slot = h // ps, h % ps
+        page, slot = torch.div(h, ps, rounding_mode="floor"), torch.remainder(h, ps)
         if case.direction is Direction.WRITE_BACK:
             values = dev[d].to(rows.device)
             rows[page, slot] = values.reshape(len(host), *rows.shape[2:])
