@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from hicache_fuzz.harness.campaign import CampaignConfig, CampaignReport, run_campaign
 from hicache_fuzz.harness.case import Case, CaseError
 from hicache_fuzz.harness.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
@@ -358,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
+    # The pipeline's CPU work is many small tensor ops, where intra-op threads cost more than they give
+    # (measured ~20x on small cases); parallelism comes from worker processes instead.
+    torch.set_num_threads(int(os.environ.get("HICACHE_FUZZ_TORCH_THREADS", "1")))
     try:
         return int(args.run(args))
     except (UsageError, CaseError, CorpusError) as exc:
