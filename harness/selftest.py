@@ -38,11 +38,12 @@ from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry
 
 DEFAULT_SEED = 20260
-# CPU throughput is ~3-70 cases/s depending on case size and machine load. The rarest zoo classes fire in
-# about 1.5% of default cases (~65 cases expected), so 3000 cases / 300 s leaves a wide margin.
+# CPU throughput is ~3-200 cases/s depending on case size, machine load and harness version. The rarest zoo
+# classes fire in about 1.5% of default cases (~65 cases expected; worst seen 304), so 3000 cases / 300 s
+# leaves a wide margin even at the low end.
 DEFAULT_MAX_CASES_PER_MUTANT = 3000
 DEFAULT_MAX_SECONDS_PER_MUTANT = 300.0
-DEFAULT_REFERENCE_CASES = 150
+DEFAULT_REFERENCE_CASES = 1000
 
 
 @dataclass
@@ -129,7 +130,7 @@ def _run_mutant(mutant: Backend, args: argparse.Namespace, machine: Machine, spa
 def _print_row(row: MutantRow, width: int) -> None:
     killed = "yes" if row.killed else "NO"
     detail = f"{row.outcome} {row.signature}" if row.killed else row.note
-    print(f"  {row.mutant:<{width}}  {killed:<6} {row.cases:>6} {row.seconds:>8.1f}  {row.bug_class:<8} {detail}",
+    print(f"  {row.mutant:<{width}}  {killed:<6} {row.cases:>6} {row.seconds:>8.2f}  {row.bug_class:<8} {detail}",
           flush=True)
 
 
@@ -188,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
                        total_seconds=round(sum(r.seconds for r in rows), 3))
     print(f"killed {len(killed)}/{len(rows)}", end="")
     if killed:
-        print(f"; time to kill: median {summary['median_seconds_to_kill']:.1f} s "
-              f"({summary['median_cases_to_kill']:g} cases), worst {summary['worst_seconds_to_kill']:.1f} s "
+        print(f"; time to kill: median {summary['median_seconds_to_kill']:.2f} s "
+              f"({summary['median_cases_to_kill']:g} cases), worst {summary['worst_seconds_to_kill']:.2f} s "
               f"({summary['worst_mutant']}); worst case count {summary['worst_cases_to_kill']}", end="")
     print()
     if survivors:
