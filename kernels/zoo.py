@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
 from hicache_fuzz.harness.case import (
     Attention,
     Case,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from hicache_fuzz.harness.cli import main
 
 FAST_MUTANTS = ["zoo-cpu-indices-rejected", "zoo-silent-fallback", "zoo-last-page-dropped", "zoo-row-tail-truncated"]

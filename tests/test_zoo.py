@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+
 from hicache_fuzz.harness.case import (
     Attention,
     Case,
