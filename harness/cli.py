@@ -13,6 +13,7 @@ import argparse
 import importlib
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ SUBCOMMAND_MODULES: list[tuple[str, str, str]] = [
     ("merge", "hicache_fuzz.harness.merge", "merge reports and corpora of workers or shards; write JUnit XML"),
     ("isa", "hicache_fuzz.harness.isa", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
     ("selftest", "hicache_fuzz.harness.selftest", "the campaign must kill every bug-zoo mutant; reference clean"),
+    ("bench", "hicache_fuzz.harness.bench", "harness throughput, zoo time-to-kill, kernel bandwidth (CPU/GPU)"),
     ("minimize", "hicache_fuzz.harness.minimize", "shrink reproducers while keeping their failure signature"),
     ("atheris", "hicache_fuzz.harness.atheris_entry", "coverage-guided fuzzing with atheris (libFuzzer flags)"),
     ("gate", "hicache_fuzz.harness.gate", "pre-merge gate: corpus replay + fixed-seed campaign + ISA checks"),
@@ -104,8 +106,10 @@ def make_executor(backends: list[Backend], registry: Registry, machine: Machine,
     if isolate == "yes" or (isolate == "auto" and any(b.needs_isolation for b in backends)):
         from hicache_fuzz.harness.worker import WorkerExecutor
 
+        # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder.
+        journal = journal_dir if journal_dir is not None else Path(tempfile.mkdtemp(prefix="hicache-fuzz-journal-"))
         return WorkerExecutor([b.name for b in backends], args.backend_plugin, machine.platform.kind,
-                              args.case_timeout, journal_dir)
+                              args.case_timeout, journal)
     return InProcessExecutor(registry, machine)
 
 
