@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from hicache_fuzz.harness import gate
 from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.cli import main
