@@ -101,7 +101,7 @@ def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
 
 
 def make_executor(backends: list[Backend], registry: Registry, machine: Machine, args: argparse.Namespace,
-                  journal_dir: Path | None) -> Executor:
+                  journal_dir: Path | None, warm_up: bool = False) -> Executor:
     isolate = getattr(args, "isolate", "auto")
     if isolate == "yes" or (isolate == "auto" and any(b.needs_isolation for b in backends)):
         from hicache_fuzz.harness.worker import WorkerExecutor
@@ -109,7 +109,7 @@ def make_executor(backends: list[Backend], registry: Registry, machine: Machine,
         # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder.
         journal = journal_dir if journal_dir is not None else Path(tempfile.mkdtemp(prefix="hicache-fuzz-journal-"))
         return WorkerExecutor([b.name for b in backends], args.backend_plugin, machine.platform.kind,
-                              args.case_timeout, journal)
+                              args.case_timeout, journal, warm_up=warm_up)
     return InProcessExecutor(registry, machine)
 
 
@@ -222,7 +222,8 @@ def run_fuzz(args: argparse.Namespace) -> int:
           f"shard {shard[0]}/{shard[1]}; corpus {corpus}", flush=True)
     config = CampaignConfig([b.name for b in backends], seed, args.runs, args.max_total_time, corpus, shard,
                             args.start_index, space, args.stop_on_failure)
-    executor = make_executor(backends, registry, machine, args, corpus / ".journal")
+    # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
+    executor = make_executor(backends, registry, machine, args, corpus / ".journal", warm_up=True)
     if args.minimize:
         from hicache_fuzz.harness.minimize import campaign_minimizer
 
@@ -233,6 +234,10 @@ def run_fuzz(args: argparse.Namespace) -> int:
     finally:
         progress.close()
         executor.close()
+    if hasattr(executor, "compile_seconds"):  # worker executors report JIT compile and worker start-up time
+        report.extra.update(compile_seconds=round(executor.compile_seconds, 3),
+                            worker_startup_seconds=round(executor.startup_seconds, 3),
+                            worker_restarts=executor.restarts)
     print_campaign(report)
     print_json_or_write(report.to_dict(), args.json)
     return EXIT_FAILURES if report.failures else EXIT_CLEAN
@@ -241,6 +246,10 @@ def run_fuzz(args: argparse.Namespace) -> int:
 def print_campaign(report: CampaignReport) -> None:
     print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
           f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
+    if "compile_seconds" in report.extra:
+        share = report.extra["compile_seconds"] / report.seconds if report.seconds else 0.0
+        print(f"  JIT compile {report.extra['compile_seconds']:.1f} s ({share:.0%} of the campaign), worker start-up "
+              f"{report.extra['worker_startup_seconds']:.1f} s, {report.extra['worker_restarts']} restarts")
     for backend, counts in sorted(report.outcomes.items()):
         listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         print(f"  {backend}: {listed}")
