@@ -67,6 +67,7 @@ from hicache_fuzz.harness.outcome import Result
 from hicache_fuzz.harness.platform import Machine
 from hicache_fuzz.harness.reproducer import judge_replay, save_reproducer
 from hicache_fuzz.harness.signature import signature
+from hicache_fuzz.harness.worker import WorkerError
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend
 
@@ -247,36 +248,44 @@ def campaign_backends(registry: Registry, machine: Machine, names: list[str]) ->
 
 def replay_corpus(entries: list[CorpusEntry], registry: Registry, machine: Machine,
                   executor_args: argparse.Namespace, artifacts: Path) -> list[ReplayRow]:
-    rows: list[ReplayRow] = []
-    executors: dict[str, Executor] = {}
+    """Replay every entry; one executor (one worker process on a GPU) serves all runnable backends, so
+    sglang is imported once rather than once per backend."""
+    rows = [_replay_row(entry) for entry in entries]
+    skip_reasons = {name: _unavailable_reason(registry, name, machine) for name in sorted({r.backend for r in rows})}
+    for row in rows:
+        row.reason = skip_reasons[row.backend]  # stays only on the skipped rows; run rows get their own
+    runnable = {name: registry.get(name) for name, reason in skip_reasons.items() if not reason}
+    if not runnable:
+        return rows
+    journal = artifacts / "worker-journal" / "replay"
+    executor = make_executor(list(runnable.values()), registry, machine, executor_args, journal)
     try:
-        for entry in entries:
-            rows.append(_replay_one(entry, registry, machine, executor_args, artifacts, executors))
+        for entry, row in zip(entries, rows, strict=True):
+            if row.backend in runnable:
+                _replay_one(entry, row, executor, artifacts)
     finally:
-        for executor in executors.values():
-            executor.close()
+        executor.close()
     return rows
 
 
-def _replay_one(entry: CorpusEntry, registry: Registry, machine: Machine, executor_args: argparse.Namespace,
-                artifacts: Path, executors: dict[str, Executor]) -> ReplayRow:
-    case = entry.case
+def _replay_row(entry: CorpusEntry) -> ReplayRow:
     expected = f"fail [{entry.signature}]" if entry.expect == "fail" else ""
-    row = ReplayRow(str(entry.path), case.case_id, case.backend, SKIPPED, expected=expected)
+    return ReplayRow(str(entry.path), entry.case.case_id, entry.case.backend, SKIPPED, expected=expected)
+
+
+def _unavailable_reason(registry: Registry, name: str, machine: Machine) -> str:
     try:
-        backend = registry.get(case.backend)
+        backend = registry.get(name)
     except UnknownBackend:
-        row.reason = f"backend {case.backend!r} is not installed here"
-        return row
+        return f"backend {name!r} is not installed here"
     availability = backend.probe(machine.platform)
-    if not availability.available:
-        row.reason = f"backend {case.backend} unavailable: {availability.reason}"
-        return row
-    if case.backend not in executors:
-        journal = artifacts / "worker-journal" / "replay" / case.backend
-        executors[case.backend] = make_executor([backend], registry, machine, executor_args, journal)
+    return "" if availability.available else f"backend {name} unavailable: {availability.reason}"
+
+
+def _replay_one(entry: CorpusEntry, row: ReplayRow, executor: Executor, artifacts: Path) -> None:
+    case = entry.case
     started = time.perf_counter()
-    result = executors[case.backend].run(case)
+    result = executor.run(case)
     row.seconds = round(time.perf_counter() - started, 3)
     row.outcome = result.outcome.value
     row.signature = signature(result, case) if result.outcome.is_failure else ""
@@ -288,7 +297,6 @@ def _replay_one(entry: CorpusEntry, registry: Registry, machine: Machine, execut
     if row.status in (FAILED, UNEXPECTED_PASS):
         row.artifact = str(save_reproducer(artifacts / "replay", case, result,
                                            {"expect": entry.expect, "gate_corpus_file": str(entry.path)}))
-    return row
 
 
 def _first_line(result: Result) -> str:
@@ -600,6 +608,26 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
+def _run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: list[Backend], registry: Registry,
+                     machine: Machine, args: argparse.Namespace, cases_per_backend: int, space: CaseSpace,
+                     executor_args: argparse.Namespace, artifacts: Path) -> None:
+    """Phases 1 and 2: corpus replay, then the fixed-seed campaign; results go into `report`."""
+    phase_started = time.perf_counter()
+    report.replay = replay_corpus(entries, registry, machine, executor_args, artifacts)
+    report.seconds["replay"] = time.perf_counter() - phase_started
+    replay_counts = Counter(r.status for r in report.replay)
+    print(f"[1/3] corpus replay: {dict(sorted(replay_counts.items()))} in {report.seconds['replay']:.1f} s",
+          flush=True)
+
+    phase_started = time.perf_counter()
+    report.campaign = run_gate_campaign(backends, registry, machine, args.seed, cases_per_backend,
+                                        args.budget_seconds, space, executor_args, artifacts)
+    report.seconds["campaign"] = time.perf_counter() - phase_started
+    for row in report.campaign:
+        print(f"[2/3] campaign {row.backend}: {row.status}, {row.cases}/{row.planned_cases} cases, "
+              f"{len(row.failures)} unique failures, {row.seconds:.1f} s", flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.budget_seconds <= 0:
         raise UsageError("--budget-seconds must be positive")
@@ -632,20 +660,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"platform: {machine.description}; corpus: {len(entries)} entries; campaign: "
           f"{', '.join(b.name for b in backends)} x {cases_per_backend} cases", flush=True)
 
-    phase_started = time.perf_counter()
-    report.replay = replay_corpus(entries, registry, machine, executor_args, artifacts)
-    report.seconds["replay"] = time.perf_counter() - phase_started
-    replay_counts = Counter(r.status for r in report.replay)
-    print(f"[1/3] corpus replay: {dict(sorted(replay_counts.items()))} in {report.seconds['replay']:.1f} s",
-          flush=True)
-
-    phase_started = time.perf_counter()
-    report.campaign = run_gate_campaign(backends, registry, machine, args.seed, cases_per_backend,
-                                        args.budget_seconds, space, executor_args, artifacts)
-    report.seconds["campaign"] = time.perf_counter() - phase_started
-    for row in report.campaign:
-        print(f"[2/3] campaign {row.backend}: {row.status}, {row.cases}/{row.planned_cases} cases, "
-              f"{len(row.failures)} unique failures, {row.seconds:.1f} s", flush=True)
+    try:
+        _run_fuzz_phases(report, entries, backends, registry, machine, args, cases_per_backend, space,
+                         executor_args, artifacts)
+    except WorkerError as error:  # a worker that cannot start is the platform failing us, not a finding
+        raise Unavailable(f"worker process could not start: {error}") from None
 
     phase_started = time.perf_counter()
     report.isa = run_isa_checks(machine.platform.kind, args, artifacts)
