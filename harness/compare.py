@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from hicache_fuzz.harness.case import Case
 from hicache_fuzz.harness.materialize import GUARD_BYTES
 from hicache_fuzz.oracles import layouts
@@ -62,10 +63,7 @@ class DiffReport:
 def storages_equal(expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor]) -> bool:
     """True if every storage of `expected` is byte-identical to the same-keyed one of `actual` (any device):
     the fast check a passing case stops at, before any locating."""
-    for key, want in expected.items():
-        if not bytes_equal(want, actual[key]):
-            return False
-    return True
+    return all(bytes_equal(want, actual[key]) for key, want in expected.items())
 
 
 def bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

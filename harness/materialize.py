@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
 from hicache_fuzz.harness.case import Attention, Case, HostAllocator, IndexDevice, IndexDtype, KVDtype, PoolSpec
 from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.transfer import storage_key

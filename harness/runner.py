@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import torch
+
 from hicache_fuzz.harness.case import Case
 from hicache_fuzz.harness.compare import compare_storages, storages_equal
 from hicache_fuzz.harness.materialize import GUARD_BYTES, HostMemory, materialize

@@ -12,6 +12,7 @@ host index of the page // page_size) and the page_unified write-back (page ids o
 from __future__ import annotations
 
 import torch
+
 from hicache_fuzz.harness.case import Attention, Case, Direction, HostLayout
 from hicache_fuzz.harness.materialize import Materialized, PoolBuffers
 from hicache_fuzz.kernels.base import Availability, Backend, BackendRejected, Plan

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 from hicache_fuzz.harness.case import Attention, Case, HostLayout, PoolSpec
 
 

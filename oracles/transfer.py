@@ -10,8 +10,9 @@ Two semantics families exist in sglang 0.5.23 (hicache_semantics.md 5.2-5.5):
 Page-granular transfers are per-token transfers over *expanded* index lists, so the oracle expands the lists
 (:func:`token_pairs`) and then runs one per-token scatter. The scatter moves whole chunks (rows, or head
 chunks of split layouts) as words of the widest size that every chunk start is a multiple of
-(:func:`chunk_copies`); the per-byte form (:func:`byte_pairs`) is derived from the same chunks. The storages are named ``"<pool>/device"`` and
-``"<pool>/host"`` and hold payload bytes only (guards are the comparator's business).
+(:func:`chunk_copies`); the per-byte form (:func:`byte_pairs`) is derived from the same chunks. The storages
+are named ``"<pool>/device"`` and ``"<pool>/host"`` and hold payload bytes only (guards are the comparator's
+business).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from enum import Enum
 
 import numpy as np
 import torch
+
 from hicache_fuzz.harness.case import Case, Direction
 from hicache_fuzz.oracles import layouts
 
@@ -142,10 +144,10 @@ def _move_chunks(source: torch.Tensor, source_starts: np.ndarray, destination: t
         destination_words[destination_rows] = source_words[source_rows]
         return
     device = destination.device
-    source_words = source[: source.numel() // unit * unit].view(-1, unit)
-    destination_words = destination[: destination.numel() // unit * unit].view(-1, unit)
-    gathered = source_words[torch.from_numpy(source_rows).to(source.device, non_blocking=True)]
-    destination_words[torch.from_numpy(destination_rows).to(device, non_blocking=True)] = gathered.to(device)
+    source_view = source[: source.numel() // unit * unit].view(-1, unit)
+    destination_view = destination[: destination.numel() // unit * unit].view(-1, unit)
+    gathered = source_view[torch.from_numpy(source_rows).to(source.device, non_blocking=True)]
+    destination_view[torch.from_numpy(destination_rows).to(device, non_blocking=True)] = gathered.to(device)
 
 
 def byte_pairs(case: Case, semantics: Semantics) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

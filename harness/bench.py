@@ -1,0 +1,631 @@
+"""``hicache-fuzz bench``: how fast the harness checks transfers, and how fast the checked kernels move bytes.
+
+CPU (``--cpu``):
+
+* the whole per-case pipeline on SMALL cases on one core (``torch.set_num_threads(1)``), with the time split
+  into generate -> predict -> materialize -> backend -> oracle -> compare -> classify (the runner's own stage
+  clock, see ``runner.run_case(stage_seconds=...)``), and verified bytes/s on LARGE cases;
+* time-to-kill of every bug-zoo mutant (cases and seconds to the first failure), through
+  ``hicache-fuzz selftest``'s own code.
+
+GPU (``--gpu``):
+
+* cases/s of the same pipeline against the real sglang JIT backends (in process, oracle and comparison on the
+  device, host memory from the process arena), after compiling their menus up front;
+* kernel bandwidth per backend and path at realistic sizes (8 and 64 layers, 64 pages of 64 tokens, MHA rows
+  of 2 KiB and MLA rows of 1152 bytes) next to the pinned copy_ ceiling (H2D and D2H) of the same machine.
+  Every transfer is byte-checked against the oracle before it is timed, and again after;
+* the compile share of the GPU campaign, read from ``reports/gpu/campaign/report.json`` when present.
+
+Small cases are :data:`SMALL_SPACE` (64 KiB per case, at most 4 layers and 8 pages); large cases are
+:data:`LARGE_SPACE`. Throughput is reported per wall second and per CPU second of this process (the second
+is the fair one-core figure on a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform as host_platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hicache_fuzz.harness.campaign import CampaignConfig, campaign_case, run_campaign
+from hicache_fuzz.harness.case import (
+    Attention,
+    Case,
+    Direction,
+    HostAllocator,
+    HostLayout,
+    IndexDevice,
+    IndexDtype,
+    IndexSpec,
+    KVDtype,
+    PoolSpec,
+    Scope,
+)
+from hicache_fuzz.harness.cli import EXIT_CLEAN, add_common, machine_for, print_json_or_write, registry_for
+from hicache_fuzz.harness.compare import storages_equal
+from hicache_fuzz.harness.executor import InProcessExecutor
+from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.materialize import GUARD_BYTES, Materialized, index_tensor, materialize
+from hicache_fuzz.harness.outcome import Outcome
+from hicache_fuzz.harness.platform import Machine
+from hicache_fuzz.harness.runner import run_case
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.registry import Registry
+from hicache_fuzz.oracles import layouts
+from hicache_fuzz.oracles.contract import Verdict, predict
+from hicache_fuzz.oracles.transfer import apply_chunk_copies, chunk_copies
+
+SMALL_SPACE = CaseSpace(byte_budget=64 << 10, layer_counts=(1, 2, 3, 4), page_counts=(1, 2, 3, 4, 8), max_pages=8)
+LARGE_SPACE = CaseSpace(byte_budget=32 << 20, layer_counts=(4, 8), page_counts=(64, 128), max_pages=160,
+                        invalid_rate=0.0)
+STAGES = ("generate", "predict", "materialize", "backend", "oracle", "compare", "classify")
+COMPARED = frozenset({Outcome.PASS, Outcome.MISMATCH, Outcome.UNEXPECTED_PATH})
+GPU_PIPELINE_BACKENDS = ("sglang-jit", "sglang-staged")
+BANDWIDTH_BACKENDS = ("sglang-jit", "sglang-jit-register", "sglang-jit-tma", "sglang-staged", "sglang-page-unified")
+BANDWIDTH_LAYERS = (8, 64)
+BANDWIDTH_PAGES, BANDWIDTH_PAGE_SIZE = 64, 64
+BANDWIDTH_GEOMETRIES = (
+    ("mha-2KiB", PoolSpec(name="kv", attention=Attention.MHA, dtype=KVDtype.BF16, heads=8, head_dim=128)),
+    ("mla-1152B", PoolSpec(name="kv", attention=Attention.MLA, dtype=KVDtype.BF16, heads=1, head_dim=576)),
+)
+# Index placements tried in order until the backend's contract accepts one (host side, device side).
+INDEX_PLACEMENTS = (
+    (IndexDevice.DEVICE, IndexDevice.DEVICE),
+    (IndexDevice.PINNED, IndexDevice.DEVICE),
+    (IndexDevice.CPU, IndexDevice.DEVICE),
+    (IndexDevice.PINNED, IndexDevice.PINNED),
+    (IndexDevice.CPU, IndexDevice.CPU),
+)
+TARGET_SMALL_CPU_CASES_PER_S = 1000.0
+TARGET_SMALL_GPU_CASES_PER_S = 2000.0
+TARGET_MEDIAN_KILL_SECONDS = 10.0
+TARGET_COMPILE_SHARE = 0.20
+
+
+@dataclass
+class PipelineResult:
+    name: str
+    backend: str
+    device: str
+    threads: int
+    cases: int = 0
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    cases_per_second: float = 0.0
+    cases_per_cpu_second: float = 0.0
+    compared_cases: int = 0
+    verified_bytes: int = 0  # raw storage bytes (guards included) compared in full
+    verified_bytes_per_second: float = 0.0
+    stage_us_per_case: dict[str, float] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def storage_bytes(case: Case) -> int:
+    """Bytes of every raw storage of `case` (device and host, guards included): what a full compare reads."""
+    return sum(layouts.device_bytes(case, p) + layouts.host_bytes(case, p) + 4 * GUARD_BYTES for p in case.pools)
+
+
+def moved_bytes(case: Case) -> int:
+    """Payload bytes a transfer of `case` moves (every moved layer, component and pool; indices as listed)."""
+    rows = min(len(case.host_indices), len(case.device_indices))
+    return rows * len(case.moved_layers) * sum(p.row_bytes(c) for p in case.pools for c in p.components)
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Machine, seconds: float, seed: int,
+                     max_cases: int | None = None, warm_up_cases: int = 20) -> PipelineResult:
+    """Run generate + run_case over consecutive campaign indices for `seconds` (or `max_cases`)."""
+    result = PipelineResult(name, backend.name, str(machine.device), torch.get_num_threads())
+    stages: dict[str, float] = {}
+    outcomes: Counter[str] = Counter()
+    index = 0
+    for index in range(warm_up_cases):  # first-call costs (imports, allocator growth) are not throughput
+        run_case(campaign_case(seed, index, backend, space, machine.platform), backend, machine.platform,
+                 machine.device)
+    index = warm_up_cases
+    started, cpu_started = time.perf_counter(), time.process_time()
+    while True:
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds or (max_cases is not None and result.cases >= max_cases):
+            break
+        generate_started = time.perf_counter()
+        case = campaign_case(seed, index, backend, space, machine.platform)
+        stages["generate"] = stages.get("generate", 0.0) + time.perf_counter() - generate_started
+        try:
+            outcome = run_case(case, backend, machine.platform, machine.device, None, stages).outcome
+        except Exception as exc:  # a device error escaping the runner: counted, and the run goes on if it can
+            outcome = Outcome.CRASH
+            result.errors.append(f"case {case.case_id}: {type(exc).__name__}: {exc}"[:300])
+            if not _device_usable(machine):
+                result.errors.append("device unusable after the error; measurement stopped")
+                break
+        outcomes[outcome.value] += 1
+        result.cases += 1
+        if outcome in COMPARED:
+            result.compared_cases += 1
+            result.verified_bytes += storage_bytes(case)
+        index += 1
+    result.wall_seconds = time.perf_counter() - started
+    result.cpu_seconds = time.process_time() - cpu_started
+    result.cases_per_second = result.cases / result.wall_seconds if result.wall_seconds else 0.0
+    result.cases_per_cpu_second = result.cases / result.cpu_seconds if result.cpu_seconds else 0.0
+    result.verified_bytes_per_second = result.verified_bytes / result.wall_seconds if result.wall_seconds else 0.0
+    result.stage_us_per_case = {s: round(stages.get(s, 0.0) / max(result.cases, 1) * 1e6, 1) for s in STAGES}
+    result.outcomes = dict(outcomes)
+    return result
+
+
+def _device_usable(machine: Machine) -> bool:
+    if machine.device.type == "cpu":
+        return True
+    try:
+        torch.cuda.synchronize(machine.device)
+        return True
+    except Exception:
+        return False
+
+
+# ---- time to kill -----------------------------------------------------------------------------------------
+
+def measure_zoo(machine_args: argparse.Namespace, seconds_per_mutant: float, max_cases_per_mutant: int,
+                seed: int) -> dict[str, Any]:
+    """Time-to-kill per zoo mutant via ``hicache-fuzz selftest`` (its table is printed as it runs)."""
+    try:
+        from hicache_fuzz.harness import selftest
+    except ImportError:
+        selftest = None
+    if selftest is not None:
+        parser = argparse.ArgumentParser(prog="hicache-fuzz selftest")
+        selftest.add_arguments(parser)
+        with tempfile.TemporaryDirectory(prefix="hicache-fuzz-bench-") as scratch:
+            report_path = Path(scratch) / "selftest.json"
+            argv = ["--platform", machine_args.platform, "--seed", str(seed), "--reference-cases", "0",
+                    "--max-seconds-per-mutant", str(seconds_per_mutant),
+                    "--max-cases-per-mutant", str(max_cases_per_mutant), "--isolate", "no", "--json", str(report_path)]
+            for plugin in machine_args.backend_plugin:
+                argv += ["--backend-plugin", plugin]
+            selftest.run(parser.parse_args(argv))
+            report = json.loads(report_path.read_text())
+        rows = [{"mutant": r["mutant"], "bug_class": r["bug_class"], "killed": r["killed"], "cases": r["cases"],
+                 "seconds": round(r["seconds"], 3), "outcome": r.get("outcome", "")} for r in report["mutants"]]
+        return {"source": "hicache-fuzz selftest", "seed": seed, "rows": rows, **_kill_summary(rows)}
+    return _zoo_by_campaign(machine_args, seconds_per_mutant, max_cases_per_mutant, seed)
+
+
+def _zoo_by_campaign(machine_args: argparse.Namespace, seconds_per_mutant: float, max_cases_per_mutant: int,
+                     seed: int) -> dict[str, Any]:
+    machine = machine_for(machine_args)
+    registry = registry_for(machine_args)
+    executor = InProcessExecutor(registry, machine)
+    rows = []
+    for mutant in sorted(registry.zoo(), key=lambda b: b.name):
+        config = CampaignConfig([mutant.name], seed, max_cases_per_mutant, seconds_per_mutant,
+                                stop_on_first_failure=True)
+        report = run_campaign(config, [mutant], machine.platform, executor)
+        first = report.failures[0] if report.failures else None
+        rows.append({"mutant": mutant.name, "bug_class": mutant.models_bug.split(":")[0], "killed": bool(first),
+                     "cases": report.cases, "seconds": round(report.seconds, 3),
+                     "outcome": first.outcome if first else ""})
+    return {"source": "run_campaign(stop_on_first_failure)", "seed": seed, "rows": rows, **_kill_summary(rows)}
+
+
+def _kill_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    killed = [r for r in rows if r["killed"]]
+    if not killed:
+        return {"killed": 0, "mutants": len(rows)}
+    return {"killed": len(killed), "mutants": len(rows),
+            "median_seconds_to_kill": round(statistics.median(r["seconds"] for r in killed), 3),
+            "median_cases_to_kill": statistics.median(r["cases"] for r in killed),
+            "worst_seconds_to_kill": round(max(r["seconds"] for r in killed), 3),
+            "worst_mutant": max(killed, key=lambda r: r["seconds"])["mutant"]}
+
+
+# ---- GPU: kernel bandwidth --------------------------------------------------------------------------------
+
+@dataclass
+class BandwidthRow:
+    backend: str
+    path: str
+    geometry: str
+    layers: int
+    direction: str
+    layout: str
+    moved_bytes: int
+    median_us: float
+    best_us: float
+    gb_per_s: float  # moved_bytes / median time, 1e9 bytes per second
+    checked: str  # "ok" when the bytes matched the oracle before and after timing
+
+
+def bandwidth_case(pool: PoolSpec, layers: int, direction: Direction, layout: HostLayout, backend: str,
+                   seed: int) -> Case:
+    """64 pages of 64 tokens, pages in a seeded random order on both sides (as an LRU cache leaves them)."""
+    ps, pages = BANDWIDTH_PAGE_SIZE, BANDWIDTH_PAGES
+    rng = random.Random(seed)
+    host_pages = rng.sample(range(pages), pages)
+    device_pages = rng.sample(range(1, pages + 1), pages)  # device page 0 is sglang's padding page
+    return Case(direction=direction, scope=Scope.ALL_LAYERS, layout=layout,
+                pools=(replace(pool, head_groups=1),), layers=layers, page_size=ps, device_rows=(pages + 1) * ps,
+                host_slots=pages * ps, host_indices=tuple(p * ps + t for p in host_pages for t in range(ps)),
+                device_indices=tuple(p * ps + t for p in device_pages for t in range(ps)),
+                host_allocator=HostAllocator.PIN_MEMORY, backend=backend, seed=seed)
+
+
+def _accepted_variant(case: Case, backend: Backend, machine: Machine) -> Case | None:
+    """`case` with the first index placement the backend supports and its contract accepts, else None."""
+    for host_device, device_device in INDEX_PLACEMENTS:
+        variant = case.replace(host_index=IndexSpec(IndexDtype.INT64, host_device),
+                               device_index=IndexSpec(IndexDtype.INT64, device_device), backend=backend.name)
+        if backend.unsupported_reason(variant, machine.platform) is not None:
+            continue
+        if predict(variant, backend.plan(variant, machine.platform).entry, machine.platform).verdict is Verdict.ACCEPT:
+            return variant
+    return None
+
+
+def _with_indices(buffers: Materialized, case: Case) -> Materialized:
+    """The same storages, handed over with `case`'s index placement."""
+    host = index_tensor(case.host_indices, case.host_index.dtype, case.host_index.device, buffers.device, False)
+    device = index_tensor(case.device_indices, case.device_index.dtype, case.device_index.device, buffers.device,
+                          False)
+    pools = [replace(pool, case=case) for pool in buffers.pools]
+    return replace(buffers, case=case, pools=pools, host_indices=host, device_indices=device)
+
+
+def _restore(buffers: Materialized, image: dict[str, torch.Tensor]) -> None:
+    for storage in buffers.storages():
+        storage.raw.copy_(image[storage.key])
+
+
+def _check(buffers: Materialized, expected: dict[str, torch.Tensor]) -> bool:
+    torch.cuda.synchronize(buffers.device)
+    return storages_equal(expected, buffers.current_on(buffers.device))
+
+
+def _time_runs(backend: Backend, buffers: Materialized, repeats: int) -> list[float]:
+    """Seconds per backend.run (Python launch overhead included), timed with device events."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        backend.run(buffers)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return times
+
+
+def measure_bandwidth(machine: Machine, registry: Registry, repeats: int, seed: int,
+                      layer_counts: tuple[int, ...] = BANDWIDTH_LAYERS,
+                      backend_names: tuple[str, ...] = BANDWIDTH_BACKENDS) -> tuple[list[BandwidthRow], list[str]]:
+    backends = [registry.get(n) for n in backend_names
+                if n in registry.backends and registry.get(n).probe(machine.platform).available]
+    rows: list[BandwidthRow] = []
+    notes: list[str] = []
+    for geometry, pool in BANDWIDTH_GEOMETRIES:
+        layouts_for = [lay for lay in (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT,
+                                       HostLayout.PAGE_UNIFIED) if lay in _layouts(pool)]
+        for layers in layer_counts:
+            for direction in (Direction.LOAD_BACK, Direction.WRITE_BACK):
+                for layout in layouts_for:
+                    base = bandwidth_case(pool, layers, direction, layout, "reference", seed)
+                    variants = [(b, v) for b in backends if (v := _accepted_variant(base, b, machine)) is not None]
+                    if not variants:
+                        continue
+                    buffers = materialize(base, machine.device)
+                    try:
+                        image = buffers.snapshot_on(machine.device)
+                        expected = {k: v.clone() for k, v in image.items()}
+                        payloads = {k: v[GUARD_BYTES : v.numel() - GUARD_BYTES] for k, v in expected.items()}
+                        apply_chunk_copies(base, chunk_copies(base, predict(
+                            variants[0][1], variants[0][0].plan(variants[0][1], machine.platform).entry,
+                            machine.platform).semantics), payloads, payloads)
+                        for backend, variant in variants:
+                            rows.append(_bandwidth_row(backend, variant, buffers, image, expected, machine, repeats,
+                                                       geometry, notes))
+                    finally:
+                        buffers.release()
+                        del image, expected, payloads
+                        torch.cuda.empty_cache()
+    return rows, notes
+
+
+def _layouts(pool: PoolSpec) -> frozenset[HostLayout]:
+    from hicache_fuzz.harness.case import LAYOUTS_BY_ATTENTION
+
+    return LAYOUTS_BY_ATTENTION[pool.attention]
+
+
+def _bandwidth_row(backend: Backend, variant: Case, buffers: Materialized, image: dict[str, torch.Tensor],
+                   expected: dict[str, torch.Tensor], machine: Machine, repeats: int, geometry: str,
+                   notes: list[str]) -> BandwidthRow:
+    plan = backend.plan(variant, machine.platform)
+    row = BandwidthRow(backend.name, plan.path, geometry, variant.layers, variant.direction.value,
+                       variant.layout.value, moved_bytes(variant), 0.0, 0.0, 0.0, "not run")
+    handed = _with_indices(buffers, variant)
+    try:
+        _restore(buffers, image)
+        row.path = backend.run(handed) or plan.path
+        if not _check(buffers, expected):
+            row.checked = "MISMATCH before timing"
+            return row
+        times = _time_runs(backend, handed, repeats)
+        row.checked = "ok" if _check(buffers, expected) else "MISMATCH after timing"
+    except Exception as exc:
+        row.checked = f"error: {type(exc).__name__}: {exc}"[:300]
+        notes.append(f"{backend.name} {geometry} L{variant.layers} {variant.direction.value} "
+                     f"{variant.layout.value}: {row.checked}")
+        return row
+    median = statistics.median(times)
+    row.median_us, row.best_us = round(median * 1e6, 1), round(min(times) * 1e6, 1)
+    row.gb_per_s = round(row.moved_bytes / median / 1e9, 2) if median > 0 else 0.0
+    return row
+
+
+def measure_copy_ceiling(machine: Machine, nbytes: int, repeats: int) -> dict[str, Any]:
+    """Pinned host <-> device copy_ of `nbytes` (one contiguous block), byte-checked, median GB/s per direction."""
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    host.copy_(torch.randint(0, 256, (nbytes,), dtype=torch.uint8))
+    device = torch.empty(nbytes, dtype=torch.uint8, device=machine.device)
+    out: dict[str, Any] = {"bytes": nbytes}
+    for name, dst, src in (("h2d", device, host), ("d2h", host, device)):
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize(machine.device)
+        ok = torch.equal(device, host.to(machine.device))
+        times = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(src, non_blocking=True)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        median = statistics.median(times)
+        out[name] = {"gb_per_s": round(nbytes / median / 1e9, 2), "median_us": round(median * 1e6, 1),
+                     "checked": "ok" if ok else "MISMATCH"}
+    return out
+
+
+def campaign_compile_share(root: Path) -> dict[str, Any] | None:
+    """The compile share of the GPU engineer's 5-minute campaign, if its report is in the tree."""
+    path = root / "reports" / "gpu" / "campaign" / "report.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    keys = ("wall_s", "compile_s_total", "compile_s_in_campaign", "warm_up_compile_s", "worker_restarts",
+            "compile_share_of_wall")
+    return {"source": str(path.relative_to(root)), **{k: data.get(k) for k in keys}}
+
+
+# ---- the command ------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--cpu", action="store_true", help="CPU pipeline throughput and zoo time-to-kill")
+    parser.add_argument("--gpu", action="store_true", help="GPU pipeline throughput and kernel bandwidth")
+    parser.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
+    parser.add_argument("--markdown", metavar="PATH", help="write the tables as Markdown")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="seconds per throughput measurement (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=5, help="case seed (default: %(default)s)")
+    parser.add_argument("--zoo-seconds", type=float, default=60.0,
+                        help="time-to-kill budget per mutant; 0 skips the zoo (default: %(default)s)")
+    parser.add_argument("--zoo-max-cases", type=int, default=20000, help="case budget per mutant")
+    parser.add_argument("--repeats", type=int, default=20, help="timed runs per bandwidth point")
+    parser.add_argument("--bandwidth-layers", default=",".join(map(str, BANDWIDTH_LAYERS)),
+                        help="layer counts of the bandwidth cases (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    machine = machine_for(args)
+    registry = registry_for(args)
+    do_cpu = args.cpu or not args.gpu
+    do_gpu = args.gpu or (not args.cpu and machine.device.type != "cpu")
+    report: dict[str, Any] = {
+        "command": "hicache-fuzz " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else "",
+        "machine": {"platform": machine.description, "python": sys.version.split()[0], "torch": torch.__version__,
+                    "cpu": host_platform.processor() or host_platform.machine(),
+                    "logical_cpus": _cpu_count()},
+        "seed": args.seed,
+        "spaces": {"small": _space_dict(SMALL_SPACE), "large": _space_dict(LARGE_SPACE)},
+        "targets": [],
+    }
+    print(f"hicache-fuzz bench: {machine.description}; seed {args.seed}", flush=True)
+    if do_cpu:
+        report["cpu"] = _run_cpu(args, machine, registry)
+    if do_gpu:
+        report["gpu"] = _run_gpu(args, machine, registry)
+    report["targets"] = _targets(report)
+    print_tables(report)
+    print_json_or_write(report, args.json)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_tables(report))
+    return EXIT_CLEAN
+
+
+def _cpu_count() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def _space_dict(space: CaseSpace) -> dict[str, Any]:
+    return {"byte_budget": space.byte_budget, "layer_counts": list(space.layer_counts),
+            "page_counts": list(space.page_counts), "max_pages": space.max_pages, "invalid_rate": space.invalid_rate}
+
+
+def _run_cpu(args: argparse.Namespace, machine: Machine, registry: Registry) -> dict[str, Any]:
+    cpu = Machine(machine.platform if machine.device.type == "cpu" else _cpu_platform(), torch.device("cpu"),
+                  "CPU")
+    reference = registry.get("reference")
+    out: dict[str, Any] = {}
+    with torch_threads(1):
+        for name, space in (("small", SMALL_SPACE), ("large", LARGE_SPACE)):
+            print(f"cpu {name}: {args.seconds:g} s on one thread ...", flush=True)
+            out[name] = asdict(measure_pipeline(name, reference, space, cpu, args.seconds, args.seed))
+        if args.zoo_seconds > 0:
+            print(f"zoo time-to-kill: up to {args.zoo_seconds:g} s per mutant ...", flush=True)
+            zoo_args = argparse.Namespace(platform="cpu", backend_plugin=args.backend_plugin)
+            out["zoo"] = measure_zoo(zoo_args, args.zoo_seconds, args.zoo_max_cases, args.seed)
+    return out
+
+
+def _cpu_platform() -> Any:
+    from hicache_fuzz.oracles.contract import Platform
+
+    return Platform("cpu")
+
+
+def _run_gpu(args: argparse.Namespace, machine: Machine, registry: Registry) -> dict[str, Any]:
+    if machine.device.type == "cpu":
+        return {"available": False, "reason": f"no GPU: {machine.description}"}
+    out: dict[str, Any] = {"available": True}
+    try:
+        from hicache_fuzz.kernels.sglang_backends import warm_up_backends
+    except ImportError as exc:
+        return {"available": False, "reason": f"sglang backends failed to import: {exc}"}
+    pipeline_backends = [registry.get(n) for n in GPU_PIPELINE_BACKENDS
+                         if n in registry.backends and registry.get(n).probe(machine.platform).available]
+    bandwidth_backends = [registry.get(n) for n in BANDWIDTH_BACKENDS
+                          if n in registry.backends and registry.get(n).probe(machine.platform).available]
+    if not pipeline_backends and not bandwidth_backends:
+        return {"available": False, "reason": "no sglang backend is available"}
+    print("gpu: compiling the backends' menus ...", flush=True)
+    out["compile_seconds"] = round(warm_up_backends(pipeline_backends, machine.platform, SMALL_SPACE), 2)
+    pipelines = []
+    for backend in pipeline_backends:
+        print(f"gpu small: {backend.name} for {args.seconds:g} s ...", flush=True)
+        try:
+            pipelines.append(asdict(measure_pipeline("small", backend, SMALL_SPACE, machine, args.seconds,
+                                                     args.seed)))
+        except Exception as exc:
+            pipelines.append({"name": "small", "backend": backend.name, "errors": [f"{type(exc).__name__}: {exc}"]})
+    out["pipelines"] = pipelines
+    print("gpu: kernel bandwidth ...", flush=True)
+    layer_counts = tuple(int(x) for x in args.bandwidth_layers.split(",") if x)
+    rows, notes = measure_bandwidth(machine, registry, args.repeats, args.seed, layer_counts,
+                                    tuple(b.name for b in bandwidth_backends))
+    out["bandwidth"] = [asdict(r) for r in rows]
+    out["bandwidth_notes"] = notes
+    sizes = sorted({r.moved_bytes for r in rows}) or [256 << 20]
+    out["copy_ceiling"] = [measure_copy_ceiling(machine, size, args.repeats) for size in sizes]
+    out["campaign_compile_share"] = campaign_compile_share(Path.cwd())
+    return out
+
+
+def _targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    targets = []
+    cpu = report.get("cpu", {})
+    if "small" in cpu:
+        value = cpu["small"]["cases_per_cpu_second"]
+        targets.append({"target": "CPU small cases/s on one core (per CPU second)",
+                        "goal": TARGET_SMALL_CPU_CASES_PER_S, "measured": round(value, 1),
+                        "met": value >= TARGET_SMALL_CPU_CASES_PER_S})
+    if cpu.get("zoo", {}).get("median_seconds_to_kill") is not None:
+        value = cpu["zoo"]["median_seconds_to_kill"]
+        targets.append({"target": "median zoo time-to-kill on CPU (s)", "goal": TARGET_MEDIAN_KILL_SECONDS,
+                        "measured": value, "met": value < TARGET_MEDIAN_KILL_SECONDS})
+    gpu = report.get("gpu", {})
+    for pipeline in gpu.get("pipelines", []):
+        value = pipeline.get("cases_per_second", 0.0)
+        targets.append({"target": f"GPU small cases/s ({pipeline['backend']})", "goal": TARGET_SMALL_GPU_CASES_PER_S,
+                        "measured": round(value, 1), "met": value >= TARGET_SMALL_GPU_CASES_PER_S})
+    share = (gpu.get("campaign_compile_share") or {}).get("compile_share_of_wall")
+    if share is not None:
+        targets.append({"target": "compile share of the 5-minute GPU campaign", "goal": TARGET_COMPILE_SHARE,
+                        "measured": share, "met": share < TARGET_COMPILE_SHARE})
+    return targets
+
+
+# ---- output -----------------------------------------------------------------------------------------------
+
+def _pipeline_lines(rows: list[dict[str, Any]]) -> list[list[str]]:
+    lines = [["where", "backend", "space", "cases", "cases/s (wall)", "cases/CPU-s", "verified MB/s",
+              *[f"{s} µs" for s in STAGES]]]
+    for r in rows:
+        if "cases" not in r:
+            continue
+        stages = r["stage_us_per_case"]
+        lines.append([r["device"], r["backend"], r["name"], str(r["cases"]), f"{r['cases_per_second']:,.0f}",
+                      f"{r['cases_per_cpu_second']:,.0f}", f"{r['verified_bytes_per_second'] / 1e6:,.1f}",
+                      *[f"{stages.get(s, 0.0):,.0f}" for s in STAGES]])
+    return lines
+
+
+def _tables(report: dict[str, Any]) -> list[tuple[str, list[list[str]]]]:
+    tables: list[tuple[str, list[list[str]]]] = []
+    cpu, gpu = report.get("cpu", {}), report.get("gpu", {})
+    pipelines = [cpu[k] for k in ("small", "large") if k in cpu] + list(gpu.get("pipelines", []))
+    if pipelines:
+        tables.append(("Pipeline throughput (per-stage µs are per case, averaged over all cases)",
+                       _pipeline_lines(pipelines)))
+    zoo = cpu.get("zoo")
+    if zoo:
+        lines = [["mutant", "class", "killed", "cases", "seconds", "outcome"]]
+        lines += [[r["mutant"], r["bug_class"], "yes" if r["killed"] else "NO", str(r["cases"]),
+                   f"{r['seconds']:.2f}", r["outcome"]] for r in zoo["rows"]]
+        tables.append((f"Zoo time-to-kill (CPU; killed {zoo['killed']}/{zoo['mutants']}, median "
+                       f"{zoo.get('median_seconds_to_kill', '-')} s, {zoo.get('median_cases_to_kill', '-')} cases)",
+                       lines))
+    if gpu.get("bandwidth"):
+        lines = [["backend", "path", "geometry", "layers", "direction", "layout", "MiB moved", "median µs", "GB/s",
+                  "checked"]]
+        lines += [[r["backend"], r["path"], r["geometry"], str(r["layers"]), r["direction"], r["layout"],
+                   f"{r['moved_bytes'] / 2**20:,.0f}", f"{r['median_us']:,.0f}", f"{r['gb_per_s']:,.1f}",
+                   r["checked"]] for r in gpu["bandwidth"]]
+        tables.append(("Kernel bandwidth (all layers, 64 pages x 64 tokens, random page order)", lines))
+    if gpu.get("copy_ceiling"):
+        lines = [["MiB", "H2D GB/s", "D2H GB/s", "checked"]]
+        lines += [[f"{c['bytes'] / 2**20:,.0f}", f"{c['h2d']['gb_per_s']:,.1f}", f"{c['d2h']['gb_per_s']:,.1f}",
+                   f"{c['h2d']['checked']}/{c['d2h']['checked']}"] for c in gpu["copy_ceiling"]]
+        tables.append(("Pinned copy_ ceiling on the same machine", lines))
+    if report.get("targets"):
+        lines = [["target", "goal", "measured", "met"]]
+        lines += [[t["target"], f"{t['goal']:g}", f"{t['measured']:g}", "yes" if t["met"] else "NO"]
+                  for t in report["targets"]]
+        tables.append(("Targets", lines))
+    return tables
+
+
+def print_tables(report: dict[str, Any]) -> None:
+    for title, lines in _tables(report):
+        widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+        print(f"\n{title}")
+        for line in lines:
+            print("  " + "  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
+
+
+def markdown_tables(report: dict[str, Any]) -> str:
+    parts = [f"Machine: {report['machine']['platform']}; Python {report['machine']['python']}, "
+             f"torch {report['machine']['torch']}. Command: `{report.get('command') or 'hicache-fuzz bench'}`.\n"]
+    for title, lines in _tables(report):
+        parts.append(f"### {title}\n")
+        parts.append("| " + " | ".join(lines[0]) + " |")
+        parts.append("|" + "---|" * len(lines[0]))
+        parts += ["| " + " | ".join(line) + " |" for line in lines[1:]]
+        parts.append("")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,43 @@
+"""Smoke test of ``hicache-fuzz bench``: a tiny budget, then the JSON's structure and nonzero counts (never a
+timing assertion: this machine's speed is not the test's business)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hicache_fuzz.harness import bench
+from hicache_fuzz.harness.case import Direction, HostLayout
+from hicache_fuzz.harness.cli import main
+from hicache_fuzz.harness.platform import require
+from hicache_fuzz.kernels.registry import load_registry
+
+
+def test_bench_cpu_writes_json_with_stages_and_zoo(tmp_path: Path) -> None:
+    out, markdown = tmp_path / "bench.json", tmp_path / "bench.md"
+    code = main(["bench", "--cpu", "--platform", "cpu", "--seconds", "0.3", "--zoo-seconds", "0.5",
+                 "--zoo-max-cases", "3", "--json", str(out), "--markdown", str(markdown)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert set(report) >= {"machine", "cpu", "targets", "spaces", "seed"}
+    for name in ("small", "large"):
+        pipeline = report["cpu"][name]
+        assert pipeline["cases"] > 0 and pipeline["threads"] == 1
+        assert set(pipeline["stage_us_per_case"]) == set(bench.STAGES)
+        assert sum(pipeline["outcomes"].values()) == pipeline["cases"]
+    assert report["cpu"]["small"]["compared_cases"] > 0 and report["cpu"]["small"]["verified_bytes"] > 0
+    zoo = report["cpu"]["zoo"]
+    assert zoo["mutants"] == len(zoo["rows"]) > 0
+    assert all(row["cases"] > 0 for row in zoo["rows"])
+    assert {t["target"] for t in report["targets"]} >= {"CPU small cases/s on one core (per CPU second)"}
+    assert "### Pipeline throughput" in markdown.read_text()
+
+
+def test_bandwidth_cases_are_valid_reference_transfers() -> None:
+    machine = require("cpu")
+    reference = load_registry().get("reference")
+    for _, pool in bench.BANDWIDTH_GEOMETRIES:
+        case = bench.bandwidth_case(pool, 2, Direction.LOAD_BACK, HostLayout.PAGE_FIRST, "reference", 1)
+        assert len(case.host_indices) == bench.BANDWIDTH_PAGES * bench.BANDWIDTH_PAGE_SIZE
+        assert bench._accepted_variant(case, reference, machine) is not None
+        assert bench.moved_bytes(case) == len(case.host_indices) * 2 * sum(pool.row_bytes(c) for c in pool.components)
