@@ -3,8 +3,8 @@
 # reference, and the static ROCm ISA check (clang-19, no GPU). Exit code is the gate's:
 #   0 pass, 1 findings, 2 usage, 3 unavailable (e.g. an ISA check could not run).
 #
-# Budget: GATE_BUDGET_SECONDS (default 120) -> 120 fixed cases on the reference (1 case/s planning rate,
-# measured ~2.4 cases/s on 2 loaded cores) and a hard cap of 120 s on the campaign; the ISA check adds
+# Budget: GATE_BUDGET_SECONDS (default 120) -> 600 fixed cases on the reference (5 cases/s planning rate;
+# measured ~69 cases/s on 2 busy cores) and a hard cap of 120 s on the campaign; the ISA check adds
 # ~1-3 min on 2 cores. Whole script: under 5 minutes.
 #
 # Outputs go to GATE_REPORT_DIR (default $TMPDIR/hicache-fuzz-gate-cpu, so a local run leaves the checkout

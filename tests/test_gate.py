@@ -207,6 +207,6 @@ def test_missing_corpus_folder_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_planned_cases_depend_only_on_inputs() -> None:
-    assert gate.planned_cases_per_backend(180, "cpu", 1) == 180
+    assert gate.planned_cases_per_backend(120, "cpu", 1) == 600
     assert gate.planned_cases_per_backend(900, "rocm", 6) == 37
     assert gate.planned_cases_per_backend(0.1, "cuda", 9) == 1
