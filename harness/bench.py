@@ -59,7 +59,7 @@ from hicache_fuzz.harness.cli import EXIT_CLEAN, add_common, machine_for, print_
 from hicache_fuzz.harness.compare import storages_equal
 from hicache_fuzz.harness.executor import InProcessExecutor
 from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.materialize import GUARD_BYTES, Materialized, index_tensor, materialize
+from hicache_fuzz.harness.materialize import GUARD_BYTES, Materialized, fill_pattern, index_tensor, materialize
 from hicache_fuzz.harness.outcome import Outcome
 from hicache_fuzz.harness.platform import Machine
 from hicache_fuzz.harness.runner import run_case
@@ -336,8 +336,15 @@ def measure_bandwidth(machine: Machine, registry: Registry, repeats: int, seed: 
                     variants = [(b, v) for b in backends if (v := _accepted_variant(base, b, machine)) is not None]
                     if not variants:
                         continue
-                    buffers = materialize(base, machine.device)
                     try:
+                        buffers = materialize(base, machine.device)
+                    except Exception as exc:  # e.g. out of memory: note it, measure the rest
+                        notes.append(f"{geometry} L{layers} {direction.value} {layout.value}: materialize failed: "
+                                     f"{type(exc).__name__}: {exc}"[:300])
+                        continue
+                    try:
+                        # Whole, page-aligned pages: every semantics (per token, page runs, aligned pages)
+                        # gives the same expected bytes, so one oracle image serves every backend.
                         image = buffers.snapshot_on(machine.device)
                         expected = {k: v.clone() for k, v in image.items()}
                         payloads = {k: v[GUARD_BYTES : v.numel() - GUARD_BYTES] for k, v in expected.items()}
@@ -349,7 +356,6 @@ def measure_bandwidth(machine: Machine, registry: Registry, repeats: int, seed: 
                                                        geometry, notes))
                     finally:
                         buffers.release()
-                        del image, expected, payloads
                         torch.cuda.empty_cache()
     return rows, notes
 
@@ -387,15 +393,17 @@ def _bandwidth_row(backend: Backend, variant: Case, buffers: Materialized, image
 
 
 def measure_copy_ceiling(machine: Machine, nbytes: int, repeats: int) -> dict[str, Any]:
-    """Pinned host <-> device copy_ of `nbytes` (one contiguous block), byte-checked, median GB/s per direction."""
+    """Pinned host <-> device copy_ of `nbytes` (one contiguous block), median GB/s per direction. The
+    destination is zeroed first and compared with the pattern after timing, so every timed copy moved bytes."""
+    pattern = torch.empty(nbytes, dtype=torch.uint8, device=machine.device)
+    fill_pattern(pattern, 0x5EED)
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    host.copy_(torch.randint(0, 256, (nbytes,), dtype=torch.uint8))
     device = torch.empty(nbytes, dtype=torch.uint8, device=machine.device)
     out: dict[str, Any] = {"bytes": nbytes}
     for name, dst, src in (("h2d", device, host), ("d2h", host, device)):
-        dst.copy_(src, non_blocking=True)
+        src.copy_(pattern)
+        dst.zero_()
         torch.cuda.synchronize(machine.device)
-        ok = torch.equal(device, host.to(machine.device))
         times = []
         for _ in range(repeats):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -404,9 +412,12 @@ def measure_copy_ceiling(machine: Machine, nbytes: int, repeats: int) -> dict[st
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) / 1e3)
+        ok = torch.equal(dst.to(machine.device), pattern)
         median = statistics.median(times)
         out[name] = {"gb_per_s": round(nbytes / median / 1e9, 2), "median_us": round(median * 1e6, 1),
                      "checked": "ok" if ok else "MISMATCH"}
+    del pattern, host, device
+    torch.cuda.empty_cache()
     return out
 
 
@@ -457,8 +468,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"hicache-fuzz bench: {machine.description}; seed {args.seed}", flush=True)
     if do_cpu:
         report["cpu"] = _run_cpu(args, machine, registry)
+        _checkpoint(report, args)
     if do_gpu:
-        report["gpu"] = _run_gpu(args, machine, registry)
+        report["gpu"] = {}
+        _run_gpu(args, machine, registry, report)
     report["targets"] = _targets(report)
     print_tables(report)
     print_json_or_write(report, args.json)
@@ -500,23 +513,37 @@ def _cpu_platform() -> Any:
     return Platform("cpu")
 
 
-def _run_gpu(args: argparse.Namespace, machine: Machine, registry: Registry) -> dict[str, Any]:
+def _checkpoint(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """Write what is measured so far, so a run cut short by a device time limit still leaves its numbers."""
+    report["targets"] = _targets(report)
+    print_json_or_write(report, args.json)
+
+
+def _run_gpu(args: argparse.Namespace, machine: Machine, registry: Registry, report: dict[str, Any]) -> None:
+    out: dict[str, Any] = report["gpu"]
     if machine.device.type == "cpu":
-        return {"available": False, "reason": f"no GPU: {machine.description}"}
-    out: dict[str, Any] = {"available": True}
+        out.update(available=False, reason=f"no GPU: {machine.description}")
+        return
     try:
         from hicache_fuzz.kernels.sglang_backends import warm_up_backends
     except ImportError as exc:
-        return {"available": False, "reason": f"sglang backends failed to import: {exc}"}
+        out.update(available=False, reason=f"sglang backends failed to import: {exc}")
+        return
     pipeline_backends = [registry.get(n) for n in GPU_PIPELINE_BACKENDS
                          if n in registry.backends and registry.get(n).probe(machine.platform).available]
     bandwidth_backends = [registry.get(n) for n in BANDWIDTH_BACKENDS
                           if n in registry.backends and registry.get(n).probe(machine.platform).available]
     if not pipeline_backends and not bandwidth_backends:
-        return {"available": False, "reason": "no sglang backend is available"}
+        out.update(available=False, reason="no sglang backend is available")
+        return
+    out["available"] = True
+    out["campaign_compile_share"] = campaign_compile_share(Path.cwd())
     print("gpu: compiling the backends' menus ...", flush=True)
-    out["compile_seconds"] = round(warm_up_backends(pipeline_backends, machine.platform, SMALL_SPACE), 2)
-    pipelines = []
+    warm = list({b.name: b for b in pipeline_backends + bandwidth_backends}.values())
+    out["compile_seconds"] = round(warm_up_backends(warm, machine.platform, SMALL_SPACE), 2)
+    _checkpoint(report, args)
+    pipelines: list[dict[str, Any]] = []
+    out["pipelines"] = pipelines
     for backend in pipeline_backends:
         print(f"gpu small: {backend.name} for {args.seconds:g} s ...", flush=True)
         try:
@@ -524,17 +551,24 @@ def _run_gpu(args: argparse.Namespace, machine: Machine, registry: Registry) -> 
                                                      args.seed)))
         except Exception as exc:
             pipelines.append({"name": "small", "backend": backend.name, "errors": [f"{type(exc).__name__}: {exc}"]})
-    out["pipelines"] = pipelines
+        _checkpoint(report, args)
     print("gpu: kernel bandwidth ...", flush=True)
     layer_counts = tuple(int(x) for x in args.bandwidth_layers.split(",") if x)
-    rows, notes = measure_bandwidth(machine, registry, args.repeats, args.seed, layer_counts,
-                                    tuple(b.name for b in bandwidth_backends))
-    out["bandwidth"] = [asdict(r) for r in rows]
-    out["bandwidth_notes"] = notes
-    sizes = sorted({r.moved_bytes for r in rows}) or [256 << 20]
-    out["copy_ceiling"] = [measure_copy_ceiling(machine, size, args.repeats) for size in sizes]
-    out["campaign_compile_share"] = campaign_compile_share(Path.cwd())
-    return out
+    sizes: set[int] = set()
+    ceilings: list[dict[str, Any]] = []
+    out["copy_ceiling"] = ceilings
+    for layers in layer_counts:
+        rows, notes = measure_bandwidth(machine, registry, args.repeats, args.seed, (layers,),
+                                        tuple(b.name for b in bandwidth_backends))
+        out.setdefault("bandwidth", []).extend(asdict(r) for r in rows)
+        out.setdefault("bandwidth_notes", []).extend(notes)
+        for size in sorted({r.moved_bytes for r in rows} - sizes):
+            sizes.add(size)
+            try:
+                ceilings.append(measure_copy_ceiling(machine, size, args.repeats))
+            except Exception as exc:
+                out["bandwidth_notes"].append(f"copy ceiling of {size} bytes: {type(exc).__name__}: {exc}")
+        _checkpoint(report, args)
 
 
 def _targets(report: dict[str, Any]) -> list[dict[str, Any]]:
