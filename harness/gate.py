@@ -28,8 +28,9 @@ same ``verdict``.
 
 Exit codes: 0 pass; 1 findings (a failing or unexpectedly passing corpus entry, a campaign failure, a
 failing ISA check, or the campaign exceeding its budget); 2 bad usage or input (unknown backend, missing
-corpus folder, malformed corpus file); 3 unavailable (the requested platform is absent, or an ISA check was
-skipped without ``--allow-skip-isa``). Findings win over 3: a gate that found a bug exits 1.
+corpus folder, malformed corpus file); 3 unavailable (the requested platform is absent, no real-kernel
+backend can run on the GPU, the worker process cannot start, or an ISA check was skipped without
+``--allow-skip-isa``). Findings win over 3: a gate that found a bug exits 1.
 """
 
 from __future__ import annotations
