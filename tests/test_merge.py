@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from hicache_fuzz.harness import cli
 from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
 from hicache_fuzz.harness.executor import InProcessExecutor

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from hicache_fuzz.harness import cli, parallel
 from hicache_fuzz.harness.campaign import CampaignConfig, CampaignReport, run_campaign
 from hicache_fuzz.harness.executor import InProcessExecutor

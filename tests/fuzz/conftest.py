@@ -37,6 +37,7 @@ from typing import NoReturn
 
 import pytest
 import torch  # importing torch does not initialize CUDA; the pinning below must happen before that
+
 from hicache_fuzz.harness import parallel
 from hicache_fuzz.harness.executor import Executor, InProcessExecutor
 from hicache_fuzz.harness.platform import Machine, PlatformUnavailable, detect, require
@@ -170,7 +171,11 @@ def fuzz_executor(fuzz_target: FuzzTarget) -> Iterator[Executor]:
         executor = WorkerExecutor(
             [b.name for b in fuzz_target.backends], (), machine.platform.kind,
             float(os.environ.get("HICACHE_FUZZ_CASE_TIMEOUT", "90")), fuzz_target.out / "journal",
-            startup_timeout_s=600)
+            # Load (or, on a cold cache, compile) the backends' JIT menu in 16 threads at startup: a first call
+            # per module inside a case costs about 0.5 s even from sglang's cache (build-key hashing), which
+            # held a GPU test run at 2.4 cases/s. sglang's per-variant build lock keeps xdist workers from
+            # compiling one module twice.
+            startup_timeout_s=600, warm_up=True)
     else:
         executor = InProcessExecutor(registry, machine)
     yield executor

@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from hicache_fuzz.harness.campaign import campaign_case
 from hicache_fuzz.harness.corpus import save_failure
 from hicache_fuzz.harness.executor import Executor
 from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.strategies import cases
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from .conftest import FuzzTarget
 

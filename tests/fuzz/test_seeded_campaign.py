@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from hicache_fuzz.harness.campaign import CampaignConfig, CampaignReport, run_campaign
 from hicache_fuzz.harness.corpus import write_json_atomic
 from hicache_fuzz.harness.executor import Executor
