@@ -79,22 +79,42 @@ SMALL_DEVICE_FILL_BYTES = 1 << 20
 
 def _fill_numpy(out: np.ndarray, salt: int) -> None:
     """fill_pattern's arithmetic on a uint8 numpy array: numpy int64 arrays wrap on overflow and shift right
-    arithmetically, exactly like torch's int64, so both forms give the same bytes."""
-    n = out.size
-    words_total = (n + 7) // 8
-    chunk = 1 << 20  # words per step: bounds the temporaries to 8 MiB and keeps them in cache
-    salt_word = np.int64(salt)
-    for first_word in range(0, words_total, chunk):
-        words = min(chunk, words_total - first_word)
-        x = np.arange(first_word, first_word + words, dtype=np.int64)
-        x ^= salt_word
+    arithmetically, exactly like torch's int64, so both forms give the same bytes. Whole words are hashed in
+    place in `out` (viewed as int64, little-endian like torch's view), in cache-sized steps."""
+    if out.size <= FILL_STEP_WORDS * 8:  # one step: hash into a scratch block and copy (fewest numpy calls)
+        x = np.arange((out.size + 7) // 8, dtype=np.int64)
+        x ^= np.int64(salt)
         x *= SPLITMIX_MULTIPLIER_1
         x ^= x >> 31
         x *= SPLITMIX_MULTIPLIER_2
         x ^= x >> 29
-        start = first_word * 8
-        count = min(words * 8, n - start)
-        out[start : start + count] = x.view(np.uint8)[:count]
+        out[:] = x.view(np.uint8)[: out.size]
+        return
+    whole_words = out.size // 8
+    words = out[: whole_words * 8].view(np.int64)
+    scratch = np.empty(min(whole_words, FILL_STEP_WORDS), dtype=np.int64)
+    for first in range(0, whole_words, FILL_STEP_WORDS):
+        last = min(first + FILL_STEP_WORDS, whole_words)
+        _splitmix_in_place(words[first:last], first, salt, scratch[: last - first])
+    tail = out.size - whole_words * 8
+    if tail:
+        last_word = np.empty(1, dtype=np.int64)
+        _splitmix_in_place(last_word, whole_words, salt, np.empty(1, dtype=np.int64))
+        out[whole_words * 8 :] = last_word.view(np.uint8)[:tail]
+
+
+FILL_STEP_WORDS = 1 << 16  # 512 KiB per step: the word block and its scratch stay in cache
+
+
+def _splitmix_in_place(x: np.ndarray, first_word: int, salt: int, scratch: np.ndarray) -> None:
+    x[:] = np.arange(first_word, first_word + x.size, dtype=np.int64)
+    x ^= np.int64(salt)
+    x *= SPLITMIX_MULTIPLIER_1
+    np.right_shift(x, 31, out=scratch)
+    x ^= scratch
+    x *= SPLITMIX_MULTIPLIER_2
+    np.right_shift(x, 29, out=scratch)
+    x ^= scratch
 
 
 # ---- memory -------------------------------------------------------------------------------------------
