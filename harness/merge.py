@@ -62,6 +62,25 @@ def load_report(path: Path) -> dict[str, Any]:
     return data
 
 
+def report_files(paths: Iterable[Path]) -> list[Path]:
+    """The given report files, and every campaign report under given folders (recursively; other JSON files,
+    such as reproducers, are passed over), so that callers without a shell glob can name a folder."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        for candidate in sorted(path.rglob("*.json")):
+            if any(part.startswith(".") for part in candidate.relative_to(path).parts):
+                continue
+            try:
+                load_report(candidate)
+            except MergeError:
+                continue
+            files.append(candidate)
+    return files
+
+
 def _leaf_entries(report: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
     """One entry per campaign that went into `report` (itself, or what it was merged from)."""
     if report.get("merged_from"):
@@ -302,7 +321,8 @@ def junit_cases(report: Mapping[str, Any], replay_hint: str = "hicache-fuzz repl
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json",
-                        help="campaign reports (fuzz --json) of the workers, shards or jobs to merge")
+                        help="campaign reports (fuzz --json) of the workers, shards or jobs to merge, or "
+                             "folders holding them")
     parser.add_argument("--corpus", nargs="+", action="extend", default=[], type=Path, metavar="DIR",
                         help="corpus directories to merge into OUT/corpus (repeatable)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
@@ -318,8 +338,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        reports = [load_report(path) for path in args.reports]
-        merged = merge_reports(reports, [str(p) for p in args.reports], args.allow_overlap)
+        paths = report_files(args.reports)
+        reports = [load_report(path) for path in paths]
+        merged = merge_reports(reports, [str(p) for p in paths], args.allow_overlap)
         representatives = [(f["signature"], f.get("first_case_id", "")) for f in merged["unique_failures"]]
         corpus = merge_corpora(args.corpus, args.out / "corpus", args.max_per_signature, representatives)
     except MergeError as exc:

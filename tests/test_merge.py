@@ -13,7 +13,7 @@ from hicache_fuzz.harness import cli
 from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
 from hicache_fuzz.harness.executor import InProcessExecutor
 from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.merge import MergeError, corpus_files, merge_corpora, merge_reports
+from hicache_fuzz.harness.merge import MergeError, corpus_files, merge_corpora, merge_reports, report_files
 from hicache_fuzz.harness.platform import require
 from hicache_fuzz.kernels.registry import load_registry
 
@@ -157,3 +157,18 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
     assert cli.main(["merge", str(good), "--out", str(tmp_path / "o")]) == cli.EXIT_CLEAN
     # a clean campaign never creates its corpus folder: not an error
     assert cli.main(["merge", str(good), "--corpus", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 0
+
+
+def test_report_folders_are_searched_without_a_shell_glob(tmp_path: Path) -> None:
+    """tox runs commands without a shell: `merge OUT/reports` finds the per-worker reports itself."""
+    for worker, shard in (("gw0", "0/2"), ("gw1", "1/2")):
+        folder = tmp_path / "reports" / worker
+        folder.mkdir(parents=True)
+        (folder / "r.json").write_text(json.dumps(report(shard, 5, 1.0, int(shard[0]), 11, [])))
+    (tmp_path / "reports" / "gw1" / "not-a-report.json").write_text(json.dumps({"case": {}}))
+    hidden = tmp_path / "reports" / ".old"
+    hidden.mkdir()
+    (hidden / "r.json").write_text(json.dumps(report("0/2", 5, 1.0, 0, 11, [])))  # would overlap gw0
+    assert [p.parent.name for p in report_files([tmp_path / "reports"])] == ["gw0", "gw1"]
+    assert cli.main(["merge", str(tmp_path / "reports"), "--out", str(tmp_path / "o")]) == cli.EXIT_CLEAN
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["cases"] == 10

@@ -21,7 +21,8 @@ if [ "$left" -gt 55 ]; then
     timeout $((left - 12)) python -m pytest tests/fuzz -n 4 -p no:cacheprovider -q -rA \
     --junitxml="$OUT/pytest-junit.xml" > "$OUT/pytest.log" 2>&1
   echo "pytest exit $? after $((SECONDS - start)) s"
-  python -m hicache_fuzz merge "$OUT"/pytest-fuzz/*/reports/*.json --corpus "$OUT"/pytest-fuzz/*/corpus \
+  # (the recorded run used the earlier layout, "$OUT"/pytest-fuzz/<worker>/{reports,corpus})
+  python -m hicache_fuzz merge "$OUT/pytest-fuzz/reports" --corpus "$OUT/pytest-fuzz/corpus" \
     --out "$OUT/pytest-merged" > "$OUT/merge.log" 2>&1
   echo "merge exit $?"
 else

@@ -21,8 +21,8 @@ Environment:
   HICACHE_FUZZ_CASES_PER_CHUNK (default 24 on the CPU, 400 on a GPU), HICACHE_FUZZ_BYTE_BUDGET (bytes per
   case; default 64 KiB on the CPU, the generator's default on a GPU).
 * HICACHE_FUZZ_OUT: where corpora (failures) and per-test reports go (default: pytest's tmp dir). Merge them
-  with ``hicache-fuzz merge $HICACHE_FUZZ_OUT/*/reports/*.json --corpus $HICACHE_FUZZ_OUT/*/corpus --out DIR``
-  (one folder per xdist worker), which writes one JUnit file with a testcase per backend x failure
+  with ``hicache-fuzz merge $HICACHE_FUZZ_OUT/reports --corpus $HICACHE_FUZZ_OUT/corpus --out DIR`` (each holds
+  a folder per xdist worker), which writes one JUnit file with a testcase per backend x failure
   signature (Hypothesis adds nothing to pytest's JUnit under xdist).
 """
 
@@ -104,7 +104,9 @@ class FuzzTarget:
     backends: list[Backend]
     registry: Registry
     byte_budget: int | None
-    out: Path  # this worker's output folder
+    corpus: Path  # <out>/corpus/<xdist worker>: this worker's failures
+    reports: Path  # <out>/reports/<xdist worker>: its campaign reports
+    journal: Path  # <out>/journal/<xdist worker>: its crash-isolation journal
 
 
 def _fail(message: str) -> NoReturn:
@@ -157,9 +159,11 @@ def fuzz_target(fuzz_machine: Machine, tmp_path_factory: pytest.TempPathFactory)
     budget_text = os.environ.get("HICACHE_FUZZ_BYTE_BUDGET", "")
     byte_budget = int(budget_text) if budget_text else (64 << 10 if platform.kind == "cpu" else None)
     base = Path(os.environ[OUT_ENV]) if os.environ.get(OUT_ENV) else tmp_path_factory.getbasetemp() / "fuzz"
-    out = base / (xdist_worker() or "main")
-    out.mkdir(parents=True, exist_ok=True)
-    return FuzzTarget(fuzz_machine, backends, registry, byte_budget, out)
+    worker = xdist_worker() or "main"
+    # One folder per kind, then per worker, so `hicache-fuzz merge OUT/reports --corpus OUT/corpus` needs no
+    # shell glob (tox runs commands without a shell).
+    return FuzzTarget(fuzz_machine, backends, registry, byte_budget, base / "corpus" / worker,
+                      base / "reports" / worker, base / "journal" / worker)
 
 
 @pytest.fixture(scope="session")
@@ -170,7 +174,7 @@ def fuzz_executor(fuzz_target: FuzzTarget) -> Iterator[Executor]:
     if any(b.needs_isolation for b in fuzz_target.backends):
         executor = WorkerExecutor(
             [b.name for b in fuzz_target.backends], (), machine.platform.kind,
-            float(os.environ.get("HICACHE_FUZZ_CASE_TIMEOUT", "90")), fuzz_target.out / "journal",
+            float(os.environ.get("HICACHE_FUZZ_CASE_TIMEOUT", "90")), fuzz_target.journal,
             # Load (or, on a cold cache, compile) the backends' JIT menu in 16 threads at startup: a first call
             # per module inside a case costs about 0.5 s even from sglang's cache (build-key hashing), which
             # held a GPU test run at 2.4 cases/s. sglang's per-variant build lock keeps xdist workers from

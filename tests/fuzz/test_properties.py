@@ -38,7 +38,7 @@ def test_drawn_cases_match_the_oracle(round_number: int, fuzz_target: FuzzTarget
     case = data.draw(cases(space), label="case")
     result = fuzz_executor.run(case)
     if result.outcome.is_failure:
-        saved = save_failure(fuzz_target.out / "corpus", case, result)
+        saved = save_failure(fuzz_target.corpus, case, result)
         pytest.fail(f"{backend.name}: {result.outcome.value}: {result.summary or result.error}\n"
                     f"replay: hicache-fuzz replay {saved}", pytrace=False)
 

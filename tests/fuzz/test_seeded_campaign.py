@@ -42,10 +42,9 @@ def describe_failures(report: CampaignReport) -> str:
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_seeded_campaign(chunk: int, fuzz_target: FuzzTarget, fuzz_executor: Executor) -> None:
     space = CaseSpace() if fuzz_target.byte_budget is None else CaseSpace(byte_budget=fuzz_target.byte_budget)
-    corpus = fuzz_target.out / "corpus"
     config = CampaignConfig([b.name for b in fuzz_target.backends], SEED, cases_per_chunk(fuzz_target), None,
-                            corpus, (chunk, CHUNKS), 0, space)
+                            fuzz_target.corpus, (chunk, CHUNKS), 0, space)
     report = run_campaign(config, fuzz_target.backends, fuzz_target.machine.platform, fuzz_executor)
-    write_json_atomic(fuzz_target.out / "reports" / f"seeded-{SEED}-{chunk}-of-{CHUNKS}.json", report.to_dict())
+    write_json_atomic(fuzz_target.reports / f"seeded-{SEED}-{chunk}-of-{CHUNKS}.json", report.to_dict())
     assert report.cases == config.max_cases
     assert not report.failures, describe_failures(report)
