@@ -54,9 +54,13 @@ def fill_pattern(raw: torch.Tensor, salt: int) -> None:
         _fill_numpy(raw.numpy(), salt)
         return
     if n <= SMALL_DEVICE_FILL_BYTES:
-        staging = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-        _fill_numpy(staging.numpy(), salt)
-        raw.copy_(staging, non_blocking=True)  # the pinned allocator keeps `staging` until the copy is done
+        arena = shared_arena()
+        staging = arena.take(n, HostAllocator.PIN_MEMORY)
+        try:
+            _fill_numpy(staging[:n].numpy(), salt)
+            raw.copy_(staging[:n])  # synchronous from pinned memory: the staging buffer is free when it returns
+        finally:
+            arena.give(staging, HostAllocator.PIN_MEMORY)
         return
     words_total = (n + 7) // 8
     chunk = 1 << 22  # words per step: bounds the int64 temporaries to 32 MiB
@@ -281,13 +285,20 @@ class Materialized:
 
 
 def index_tensor(values: tuple[int, ...], dtype: IndexDtype, placement: IndexDevice,
-                 device: torch.device, simulated: bool) -> torch.Tensor:
+                 device: torch.device, simulated: bool, memory: HostMemory | None = None) -> torch.Tensor:
+    """The index list as the backend receives it. Pinned lists come from `memory` when given (its arena: no
+    per-case pinned allocation), else from torch's pinned allocator."""
     # int32 lists with values beyond int32 are wrapped on purpose: that is what a caller casting them gets.
     tensor = torch.tensor(values, dtype=torch.int64).to(INDEX_DTYPES[dtype])
     if simulated or placement is IndexDevice.CPU:
         return tensor
     if placement is IndexDevice.PINNED:
-        return tensor.pin_memory()
+        if memory is None or memory.simulate:
+            return tensor.pin_memory()
+        nbytes = tensor.numel() * tensor.element_size()
+        pinned = memory.allocate(nbytes, HostAllocator.PIN_MEMORY).view(tensor.dtype)
+        pinned.copy_(tensor)
+        return pinned
     return tensor.to(device)
 
 
@@ -313,9 +324,10 @@ def materialize(case: Case, device: torch.device, memory: HostMemory | None = No
                 fill_pattern(raw, _salt(case.seed, number, spec.name, side, role))
                 storages[side] = Storage(storage_key(spec.name, side), raw, payload)
             pools.append(PoolBuffers(case, spec, storages["device"], storages["host"]))
-        host_idx = index_tensor(case.host_indices, case.host_index.dtype, case.host_index.device, device, simulated)
+        host_idx = index_tensor(case.host_indices, case.host_index.dtype, case.host_index.device, device, simulated,
+                                memory)
         dev_idx = index_tensor(case.device_indices, case.device_index.dtype, case.device_index.device, device,
-                               simulated)
+                               simulated, memory)
     except BaseException:
         memory.release()
         raise
