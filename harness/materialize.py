@@ -158,22 +158,25 @@ class HostMemory:
     """Allocates host storages with the case's allocator and frees what needs freeing (registrations).
 
     ``simulate`` (the CPU platform) makes every allocator plain pageable memory. With an ``arena`` the
-    buffers come from it and go back to it on release (the data is overwritten by the next fill).
+    buffers come from it and go back to it on release (the data is overwritten by the next fill). Simulated
+    memory always uses the process arena: fresh multi-MiB allocations are page-faulted in on first touch,
+    which costs more than filling them.
     """
 
     def __init__(self, simulate: bool, arena: HostArena | None = None) -> None:
         self.simulate = simulate
-        self.arena = arena
+        self.arena = shared_arena() if arena is None and simulate else arena
         self._cleanups: list[Callable[[], None]] = []
 
     def allocate(self, nbytes: int, allocator: HostAllocator) -> torch.Tensor:
-        if self.simulate:
-            return torch.empty(nbytes, dtype=torch.uint8)
         if self.arena is not None:
             arena = self.arena
-            buffer = arena.take(nbytes, allocator)
-            self._cleanups.append(lambda: arena.give(buffer, allocator))
+            kind = HostAllocator.PAGEABLE if self.simulate else allocator
+            buffer = arena.take(nbytes, kind)
+            self._cleanups.append(lambda: arena.give(buffer, kind))
             return buffer[:nbytes]
+        if self.simulate:
+            return torch.empty(nbytes, dtype=torch.uint8)
         if allocator is HostAllocator.PAGEABLE:
             return torch.empty(nbytes, dtype=torch.uint8)
         if allocator is HostAllocator.PIN_MEMORY:
@@ -271,8 +274,16 @@ class Materialized:
 
     def snapshot_on(self, device: torch.device) -> dict[str, torch.Tensor]:
         """Copies of every raw storage (guards included) on `device`, keyed by storage key: the "before"
-        image the oracle starts from (a copy, since backends write the storages in place)."""
-        return {s.key: s.raw.to(device, copy=True) for s in self.storages()}
+        image the oracle starts from (a copy, since backends write the storages in place). CPU copies come
+        from this case's host memory and share its lifetime (until release)."""
+        if device.type != "cpu" or self.memory.arena is None:
+            return {s.key: s.raw.to(device, copy=True) for s in self.storages()}
+        copies = {}
+        for s in self.storages():
+            copy = self.memory.allocate(s.raw.numel(), HostAllocator.PAGEABLE)
+            copy.copy_(s.raw)
+            copies[s.key] = copy
+        return copies
 
     def current_on(self, device: torch.device) -> dict[str, torch.Tensor]:
         """Every raw storage as it is now, on `device`: the storage itself where it already lives there
@@ -316,7 +327,9 @@ def materialize(case: Case, device: torch.device, memory: HostMemory | None = No
             for side in ("device", "host"):
                 payload = (layouts.device_bytes if side == "device" else layouts.host_bytes)(case, spec)
                 total = payload + 2 * GUARD_BYTES
-                if side == "device":
+                if side == "device" and simulated:
+                    raw = memory.allocate(total, HostAllocator.PAGEABLE)  # "device" memory is host memory here
+                elif side == "device":
                     raw = torch.empty(total, dtype=torch.uint8, device=device)
                 else:
                     raw = memory.allocate(total, case.host_allocator)
