@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import mmap
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -130,17 +131,20 @@ class HostArena:
 
     def __init__(self) -> None:
         self._free: dict[tuple[HostAllocator, int], list[torch.Tensor]] = {}
+        self._lock = threading.Lock()  # cases run one at a time per process, but threads may share the arena
         self._registered = HostMemory(simulate=False)  # owns the registrations; never released
 
     def take(self, nbytes: int, allocator: HostAllocator) -> torch.Tensor:
         capacity = 1 << max(12, (max(nbytes, 1) - 1).bit_length())
-        free = self._free.get((allocator, capacity))
-        if free:
-            return free.pop()
+        with self._lock:
+            free = self._free.get((allocator, capacity))
+            if free:
+                return free.pop()
         return self._registered.allocate(capacity, allocator)
 
     def give(self, buffer: torch.Tensor, allocator: HostAllocator) -> None:
-        self._free.setdefault((allocator, buffer.numel()), []).append(buffer)
+        with self._lock:
+            self._free.setdefault((allocator, buffer.numel()), []).append(buffer)
 
 
 _SHARED_ARENA: HostArena | None = None
