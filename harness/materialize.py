@@ -148,6 +148,7 @@ class HostArena:
 
 
 _SHARED_ARENA: HostArena | None = None
+ARENA_MIN_SIMULATED_BYTES = 1 << 18
 
 
 def shared_arena() -> HostArena:
@@ -173,7 +174,8 @@ class HostMemory:
         self._cleanups: list[Callable[[], None]] = []
 
     def allocate(self, nbytes: int, allocator: HostAllocator) -> torch.Tensor:
-        if self.arena is not None:
+        # Small simulated buffers skip the arena: malloc recycles them without page faults, and cheaper.
+        if self.arena is not None and (not self.simulate or nbytes >= ARENA_MIN_SIMULATED_BYTES):
             arena = self.arena
             kind = HostAllocator.PAGEABLE if self.simulate else allocator
             buffer = arena.take(nbytes, kind)
