@@ -466,6 +466,8 @@ def run(args: argparse.Namespace) -> int:
         "targets": [],
     }
     print(f"hicache-fuzz bench: {machine.description}; seed {args.seed}", flush=True)
+    # Read, not measured: the GPU engineer's 5-minute campaign report, when it is in the tree.
+    report["gpu_campaign_compile_share"] = campaign_compile_share(Path.cwd())
     if do_cpu:
         report["cpu"] = _run_cpu(args, machine, registry)
         _checkpoint(report, args)
@@ -537,7 +539,6 @@ def _run_gpu(args: argparse.Namespace, machine: Machine, registry: Registry, rep
         out.update(available=False, reason="no sglang backend is available")
         return
     out["available"] = True
-    out["campaign_compile_share"] = campaign_compile_share(Path.cwd())
     print("gpu: compiling the backends' menus ...", flush=True)
     warm = list({b.name: b for b in pipeline_backends + bandwidth_backends}.values())
     out["compile_seconds"] = round(warm_up_backends(warm, machine.platform, SMALL_SPACE), 2)
@@ -588,9 +589,10 @@ def _targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         value = pipeline.get("cases_per_second", 0.0)
         targets.append({"target": f"GPU small cases/s ({pipeline['backend']})", "goal": TARGET_SMALL_GPU_CASES_PER_S,
                         "measured": round(value, 1), "met": value >= TARGET_SMALL_GPU_CASES_PER_S})
-    share = (gpu.get("campaign_compile_share") or {}).get("compile_share_of_wall")
+    share = (report.get("gpu_campaign_compile_share") or {}).get("compile_share_of_wall")
     if share is not None:
-        targets.append({"target": "compile share of the 5-minute GPU campaign", "goal": TARGET_COMPILE_SHARE,
+        targets.append({"target": "compile share of the 5-minute GPU campaign (read from its report)",
+                        "goal": TARGET_COMPILE_SHARE,
                         "measured": share, "met": share < TARGET_COMPILE_SHARE})
     return targets
 
