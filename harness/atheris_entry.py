@@ -84,6 +84,7 @@ def make_target(ours: argparse.Namespace, libfuzzer_args: Sequence[str]) -> Any:
     """The TestOneInput callable (imports the harness: call it inside atheris.instrument_imports)."""
     import atheris
     import torch
+
     from hicache_fuzz.harness.corpus import reproducer_dict, write_json_atomic
     from hicache_fuzz.harness.generate import CaseSpace, draw_case
     from hicache_fuzz.harness.materialize import HostMemory

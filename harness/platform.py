@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from hicache_fuzz.oracles.contract import Platform
 
 PLATFORM_KINDS = ("cpu", "cuda", "rocm")

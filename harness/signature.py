@@ -29,6 +29,7 @@ import re
 from collections.abc import Sequence
 
 import torch
+
 from hicache_fuzz.harness.case import Case, Direction
 from hicache_fuzz.harness.outcome import Outcome, Result
 

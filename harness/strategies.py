@@ -18,13 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from hypothesis import HealthCheck, find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
+
 from hicache_fuzz.harness.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.harness.generate import CaseSpace, draw_case
 from hicache_fuzz.harness.minimize import Minimized, RunCase, minimize
 from hicache_fuzz.harness.signature import signature
-from hypothesis import HealthCheck, find, settings
-from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
 
 T = TypeVar("T")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from hicache_fuzz.harness.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
 from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized

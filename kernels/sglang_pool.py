@@ -35,6 +35,7 @@ import types
 from typing import Any
 
 import torch
+
 from hicache_fuzz.harness.case import (
     Attention,
     Case,

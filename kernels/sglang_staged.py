@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from hicache_fuzz.harness.case import Attention, Case, HostAllocator, HostLayout, IndexDevice, IndexDtype
 from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized

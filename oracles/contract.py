@@ -135,8 +135,8 @@ def _out_of_range(case: Case, semantics: Semantics) -> list[str]:
         firsts_d = d[: len(d) - len(d) % ps : ps]
         aligned_h = semantics in (Semantics.PAGE_ALIGNED_HOST, Semantics.PAGE_ALIGNED)
         aligned_d = semantics is Semantics.PAGE_ALIGNED
-        bad_h = [x for x in firsts_h if not (0 <= x and (x // ps * ps if aligned_h else x) + ps <= S)]
-        bad_d = [x for x in firsts_d if not (0 <= x and (x // ps * ps if aligned_d else x) + ps <= R)]
+        bad_h = [x for x in firsts_h if not (x >= 0 and (x // ps * ps if aligned_h else x) + ps <= S)]
+        bad_d = [x for x in firsts_d if not (x >= 0 and (x // ps * ps if aligned_d else x) + ps <= R)]
     if bad_h:
         reasons.append(f"host index {bad_h[0]} outside [0, {S})")
     if bad_d:

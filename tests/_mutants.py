@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
 from hicache_fuzz.harness.case import Case
 from hicache_fuzz.harness.materialize import HostMemory
 from hicache_fuzz.harness.outcome import Result

@@ -8,6 +8,7 @@ page-granular rules are spelled out per page. The oracle must agree with it on e
 from __future__ import annotations
 
 import numpy as np
+
 from hicache_fuzz.harness.case import Attention, Case, Direction, HostLayout, PoolSpec
 
 

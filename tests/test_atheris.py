@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hicache_fuzz.harness import atheris_entry
 from hicache_fuzz.harness.case import Case
 from hicache_fuzz.harness.generate import CaseSpace, draw_case

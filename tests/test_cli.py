@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hicache_fuzz.harness.cli import main
 
 PLUGIN = "tests._cli_plugin:backends"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from hicache_fuzz.harness.case import (
     Attention,
     Case,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from hicache_fuzz.harness.corpus import iter_case_files, load_entry
 from hicache_fuzz.harness.executor import InProcessExecutor
 from hicache_fuzz.harness.platform import Machine, detect

@@ -17,6 +17,7 @@ import pathlib
 import shutil
 
 import pytest
+
 from hicache_fuzz.harness import isa, isa_fetch
 
 SGLANG_VERSION = "0.5.23"

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.cli import main
 from hicache_fuzz.harness.generate import CaseSpace, case_for_index
@@ -15,7 +16,6 @@ from hicache_fuzz.harness.minimize import NotFailing, case_size, minimize
 from hicache_fuzz.harness.outcome import Outcome, Result
 from hicache_fuzz.harness.signature import signature
 from hicache_fuzz.kernels.reference import ReferenceBackend
-
 from tests._mutants import DropLastPage, cpu_run
 
 PLUGIN = "tests._mutants:backends"

@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 import torch
+
 from hicache_fuzz.harness.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from hicache_fuzz.harness.case import (
     Attention,
     Case,

@@ -5,13 +5,13 @@ Profiles (tests/conftest.py): `ci` is derandomized, `nightly` runs 10**4 example
 
 from __future__ import annotations
 
+from hypothesis import example, given, settings
+
 from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.outcome import Outcome
 from hicache_fuzz.harness.strategies import cases, find_and_minimize, page_patterns, pool_specs
 from hicache_fuzz.kernels.reference import ReferenceBackend
-from hypothesis import example, given, settings
-
 from tests._mutants import DropLastPage, cpu_run
 
 SMALL = CaseSpace(byte_budget=1 << 16, max_pages=70)

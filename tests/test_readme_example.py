@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hicache_fuzz.harness.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.cli import main
 from hicache_fuzz.harness.corpus import load_entry
@@ -17,7 +18,6 @@ from hicache_fuzz.harness.outcome import Outcome, Result
 from hicache_fuzz.harness.reproducer import judge_replay, save_reproducer
 from hicache_fuzz.harness.signature import normalize_error, signature, signature_key
 from hicache_fuzz.kernels.reference import ReferenceBackend
-
 from tests._mutants import DeviceRowOffByOne, DropLastPage, cpu_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,6 +11,7 @@ import sys
 import types
 
 import pytest
+
 from hicache_fuzz.harness.case import (
     Attention,
     Case,

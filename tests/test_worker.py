@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.outcome import Outcome
 from hicache_fuzz.harness.worker import WorkerError, WorkerExecutor

@@ -7,6 +7,7 @@ Run it:  hicache-fuzz fuzz --backend-plugin torch_index_copy:backends --backend 
 from __future__ import annotations
 
 import torch
+
 from hicache_fuzz.harness.case import Attention, Case, Direction, HostLayout
 from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized

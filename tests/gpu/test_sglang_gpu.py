@@ -21,6 +21,7 @@ if importlib.util.find_spec("sglang") is None:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports" / "gpu"))
 from drive import smoke_cases  # noqa: E402
+
 from hicache_fuzz.harness.outcome import Outcome  # noqa: E402
 from hicache_fuzz.harness.platform import detect  # noqa: E402
 from hicache_fuzz.harness.runner import run_case  # noqa: E402
