@@ -55,7 +55,14 @@ from hicache_fuzz.harness.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.cli import EXIT_CLEAN, add_common, machine_for, print_json_or_write, registry_for
+from hicache_fuzz.harness.cli import (
+    EXIT_CLEAN,
+    EXIT_UNAVAILABLE,
+    add_common,
+    machine_for,
+    print_json_or_write,
+    registry_for,
+)
 from hicache_fuzz.harness.compare import storages_equal
 from hicache_fuzz.harness.executor import InProcessExecutor
 from hicache_fuzz.harness.generate import CaseSpace
@@ -479,6 +486,10 @@ def run(args: argparse.Namespace) -> int:
     print_json_or_write(report, args.json)
     if args.markdown:
         Path(args.markdown).write_text(markdown_tables(report))
+    gpu = report.get("gpu", {})
+    if args.gpu and not gpu.get("available"):
+        print(f"hicache-fuzz bench: --gpu unavailable: {gpu.get('reason', 'unknown')}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     return EXIT_CLEAN
 
 

@@ -41,3 +41,14 @@ def test_bandwidth_cases_are_valid_reference_transfers() -> None:
         assert len(case.host_indices) == bench.BANDWIDTH_PAGES * bench.BANDWIDTH_PAGE_SIZE
         assert bench._accepted_variant(case, reference, machine) is not None
         assert bench.moved_bytes(case) == len(case.host_indices) * 2 * sum(pool.row_bytes(c) for c in pool.components)
+
+
+def test_bench_gpu_without_a_gpu_exits_3_and_says_why(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--gpu", "--json", str(out)]) == 3
+    report = json.loads(out.read_text())
+    assert report["gpu"]["available"] is False and report["gpu"]["reason"]
