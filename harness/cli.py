@@ -294,7 +294,7 @@ def run_replay(args: argparse.Namespace) -> int:
         for entry in entries:
             case = entry.case if not args.backend else entry.case.replace(backend=args.backend)
             row: dict[str, Any] = {"file": str(entry.path), "case_id": case.case_id, "backend": case.backend}
-            skip = _replay_skip_reason(registry, case.backend, machine)
+            skip = registry.unavailable_reason(case.backend, machine.platform)
             if skip:
                 row.update(outcome="skipped", reason=skip)
                 print(f"SKIP {entry.path}: {skip}")
@@ -322,15 +322,6 @@ def run_replay(args: argparse.Namespace) -> int:
     print(f"{len(rows) - skipped - failures} passed, {failures} failed, {skipped} skipped")
     print_json_or_write({"results": rows}, args.json)
     return EXIT_FAILURES if failures else EXIT_CLEAN
-
-
-def _replay_skip_reason(registry: Registry, name: str, machine: Machine) -> str:
-    try:
-        backend = registry.get(name)
-    except UnknownBackend:
-        return f"backend {name!r} is not installed here"
-    availability = backend.probe(machine.platform)
-    return "" if availability.available else f"backend {name} unavailable: {availability.reason}"
 
 
 # ---- wiring -----------------------------------------------------------------------------------------------

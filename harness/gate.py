@@ -70,7 +70,7 @@ from hicache_fuzz.harness.reproducer import judge_replay, save_reproducer
 from hicache_fuzz.harness.signature import signature
 from hicache_fuzz.harness.worker import WorkerError
 from hicache_fuzz.kernels.base import Backend
-from hicache_fuzz.kernels.registry import Registry, UnknownBackend
+from hicache_fuzz.kernels.registry import Registry
 
 GATE_FORMAT = "hicache-fuzz-gate"
 GATE_FORMAT_VERSION = 1
@@ -252,7 +252,8 @@ def replay_corpus(entries: list[CorpusEntry], registry: Registry, machine: Machi
     """Replay every entry; one executor (one worker process on a GPU) serves all runnable backends, so
     sglang is imported once rather than once per backend."""
     rows = [_replay_row(entry) for entry in entries]
-    skip_reasons = {name: _unavailable_reason(registry, name, machine) for name in sorted({r.backend for r in rows})}
+    backends = sorted({r.backend for r in rows})
+    skip_reasons = {name: registry.unavailable_reason(name, machine.platform) for name in backends}
     for row in rows:
         row.reason = skip_reasons[row.backend]  # stays only on the skipped rows; run rows get their own
     runnable = {name: registry.get(name) for name, reason in skip_reasons.items() if not reason}
@@ -272,15 +273,6 @@ def replay_corpus(entries: list[CorpusEntry], registry: Registry, machine: Machi
 def _replay_row(entry: CorpusEntry) -> ReplayRow:
     expected = f"fail [{entry.signature}]" if entry.expect == "fail" else ""
     return ReplayRow(str(entry.path), entry.case.case_id, entry.case.backend, SKIPPED, expected=expected)
-
-
-def _unavailable_reason(registry: Registry, name: str, machine: Machine) -> str:
-    try:
-        backend = registry.get(name)
-    except UnknownBackend:
-        return f"backend {name!r} is not installed here"
-    availability = backend.probe(machine.platform)
-    return "" if availability.available else f"backend {name} unavailable: {availability.reason}"
 
 
 def _replay_one(entry: CorpusEntry, row: ReplayRow, executor: Executor, artifacts: Path) -> None:

@@ -73,6 +73,13 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self.backends)
 
+    def unavailable_reason(self, name: str, platform: Platform) -> str:
+        """Why backend `name` cannot run on `platform` ("" if it can): what replay and the gate skip on."""
+        if name not in self.backends:
+            return f"backend {name!r} is not installed here"
+        availability = self.backends[name].probe(platform)
+        return "" if availability.available else f"backend {name} unavailable: {availability.reason}"
+
     def zoo(self) -> list[Backend]:
         return [b for b in self.backends.values() if b.models_bug]
 
