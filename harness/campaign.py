@@ -18,7 +18,7 @@ from hicache_fuzz.harness.case import Case
 from hicache_fuzz.harness.corpus import write_json_atomic
 from hicache_fuzz.harness.executor import Executor
 from hicache_fuzz.harness.generate import CaseSpace, case_for_index
-from hicache_fuzz.harness.outcome import Outcome, Result
+from hicache_fuzz.harness.outcome import Result
 from hicache_fuzz.harness.reproducer import save_reproducer
 from hicache_fuzz.harness.signature import signature
 from hicache_fuzz.kernels.base import Backend
@@ -173,10 +173,3 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
     classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
                                 result.summary.splitlines()[0][:300] if result.summary else result.error[:300], file)
 
-
-def is_clean(report: CampaignReport) -> bool:
-    return not report.failures
-
-
-__all__ = ["CampaignConfig", "CampaignReport", "FailureClass", "Outcome", "campaign_case", "is_clean",
-           "run_campaign"]

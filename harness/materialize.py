@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hicache_fuzz.harness.case import Attention, Case, HostAllocator, IndexDevice, IndexDtype, KVDtype, PoolSpec
+from hicache_fuzz.harness.case import Case, HostAllocator, IndexDevice, IndexDtype, KVDtype, PoolSpec
 from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.transfer import storage_key
 
@@ -352,6 +352,3 @@ def materialize(case: Case, device: torch.device, memory: HostMemory | None = No
         raise
     return Materialized(case, device, simulated, pools, host_idx, dev_idx, memory)
 
-
-def asymmetric(spec: PoolSpec) -> bool:
-    return spec.attention is Attention.MHA_ASYM
