@@ -16,6 +16,7 @@ from typing import Any
 
 from hicache_fuzz.harness.case import Case
 from hicache_fuzz.harness.corpus import write_json_atomic
+from hicache_fuzz.harness.coverage import Coverage
 from hicache_fuzz.harness.executor import Executor
 from hicache_fuzz.harness.generate import CaseSpace, case_for_index
 from hicache_fuzz.harness.outcome import Result
@@ -67,6 +68,7 @@ class CampaignReport:
     paths: dict[str, dict[str, int]] = field(default_factory=dict)  # backend -> path taken -> count
     failures: list[FailureClass] = field(default_factory=list)  # one per unique signature
     case_ids: list[str] = field(default_factory=list)
+    coverage: Coverage = field(default_factory=Coverage)  # what each backend really executed
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. compile seconds from backends
 
     @property
@@ -93,6 +95,8 @@ class CampaignReport:
             "failures_total": self.failure_count,
             "unique_failures": [f.__dict__ for f in self.failures],
             "case_ids": self.case_ids,
+            "coverage": self.coverage.to_dict(),
+            "coverage_gaps": {b: gaps for b in self.backends if (gaps := self.coverage.gaps(b))},
             **self.extra,
         }
 
@@ -136,6 +140,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             if record_case_ids:
                 report.case_ids.append(case.case_id)
             outcome_counts[backend.name][result.outcome.value] += 1
+            report.coverage.add(case, result)
             if result.path:
                 path_counts[backend.name][result.path] += 1
             if result.outcome.is_failure:

@@ -253,6 +253,10 @@ def print_campaign(report: CampaignReport) -> None:
     for backend, counts in sorted(report.outcomes.items()):
         listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         print(f"  {backend}: {listed}")
+    for backend in report.backends:
+        gaps = report.coverage.gaps(backend)
+        if gaps and report.outcomes.get(backend):
+            print(f"  coverage gaps of {backend} (never executed): {', '.join(gaps)}")
     if report.failures:
         print(f"{report.failure_count} failures, {len(report.failures)} unique:")
         for failure in report.failures:

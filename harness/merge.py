@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.corpus import CorpusEntry, CorpusError, load_entry, write_json_atomic
+from hicache_fuzz.harness.coverage import Coverage
 from hicache_fuzz.harness.junit import JUnitCase, write_junit
 
 EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE = 0, 1, 2
@@ -40,7 +41,7 @@ MERGED_FORMAT = "hicache-fuzz-merged-report"
 _COMBINED_KEYS = frozenset({
     "format", "seed", "seeds", "shard", "shards", "backends", "platform", "cases", "seconds",
     "cases_per_second", "first_index", "next_index", "outcomes", "paths", "failures_total",
-    "unique_failures", "case_ids", "merged_from", "overlaps", "seconds_total",
+    "unique_failures", "case_ids", "merged_from", "overlaps", "seconds_total", "coverage", "coverage_gaps",
 })
 
 
@@ -166,6 +167,7 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
     seeds = sorted({e["seed"] for e in entries if e.get("seed") is not None})
     platforms = sorted({e["platform"] for e in entries if e.get("platform")})
     merged_failures = sorted(failures.values(), key=lambda f: (-int(f["count"]), f["signature"]))
+    coverage = Coverage.from_dicts([r.get("coverage", {}) for r in reports])
     return {
         "format": MERGED_FORMAT,
         "seed": seeds[0] if len(seeds) == 1 else None,
@@ -186,6 +188,8 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
         "failures_total": sum(int(f["count"]) for f in merged_failures),
         "unique_failures": merged_failures,
         "case_ids": case_ids,
+        "coverage": coverage.to_dict(),
+        "coverage_gaps": {b: gaps for b in backends if (gaps := coverage.gaps(b))},
         "overlaps": overlaps,
         "merged_from": entries,
     }
