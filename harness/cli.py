@@ -338,7 +338,10 @@ CORE_COMMANDS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hicache-fuzz", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="hicache-fuzz",
+        description="Differential testing and fuzzing of SGLang's HiCache KV-cache transfer kernels. "
+                    "Exit codes: 0 clean, 1 failures found, 2 bad usage or input, 3 platform/backend unavailable.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, add_arguments, run, help_text in CORE_COMMANDS:
         command = sub.add_parser(name, help=help_text, description=help_text)
