@@ -85,6 +85,10 @@ class CaseSpace:
     max_pages: int = 160
     index_dtypes: tuple[IndexDtype, ...] = (IndexDtype.INT64, IndexDtype.INT32)
     index_devices: tuple[IndexDevice, ...] = (IndexDevice.DEVICE, IndexDevice.CPU, IndexDevice.PINNED)
+    # Per-side overrides of index_devices, for backends whose callers fix one side's placement (the host pools
+    # get host indices from the host allocator, on the CPU). Same number of draws either way.
+    host_index_devices: tuple[IndexDevice, ...] | None = None
+    device_index_devices: tuple[IndexDevice, ...] | None = None
     allocators: tuple[HostAllocator, ...] = (HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER,
                                              HostAllocator.PAGEABLE)
     max_pools: int = 3
@@ -195,8 +199,10 @@ def draw_case(chooser: Chooser, space: CaseSpace) -> Case:
         layer=layer,
         host_indices=tuple(host_indices),
         device_indices=tuple(device_indices),
-        host_index=IndexSpec(chooser.choice(space.index_dtypes), chooser.choice(space.index_devices)),
-        device_index=IndexSpec(chooser.choice(space.index_dtypes), chooser.choice(space.index_devices)),
+        host_index=IndexSpec(chooser.choice(space.index_dtypes),
+                             chooser.choice(space.host_index_devices or space.index_devices)),
+        device_index=IndexSpec(chooser.choice(space.index_dtypes),
+                               chooser.choice(space.device_index_devices or space.index_devices)),
         host_allocator=chooser.choice(space.allocators),
         backend=space.backend,
         tuning=make_tuning(tuning),

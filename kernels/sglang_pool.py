@@ -150,7 +150,9 @@ class SglangPoolBackend(SglangBackend):
             page_sizes=(1, 16, 4, 32, 64),
             max_pools=3,
             index_dtypes=(IndexDtype.INT64,),
-            index_devices=(IndexDevice.CPU, IndexDevice.DEVICE),
+            # what the allocators hand the controller: host indices on the CPU, device indices on the GPU
+            host_index_devices=(IndexDevice.CPU,),
+            device_index_devices=(IndexDevice.DEVICE,),
             tuning_menus=(("controller", CONTROLLERS),),
             invalid_rate=0.0,
             irregular_rate=0.0,
