@@ -321,7 +321,7 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
 
 def _start_worker(worker: Any, errors: list[BaseException]) -> None:
     try:
-        worker._ensure_started()
+        worker.start()
     except BaseException as exc:  # handed to the main thread, which raises it
         errors.append(exc)
 

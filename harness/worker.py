@@ -103,6 +103,10 @@ class WorkerExecutor:
             raise RuntimeError(f"worker failed on case {case.case_id}: {reply['error']}")
         return Result.from_dict(reply["result"])
 
+    def start(self) -> None:
+        """Start the worker now (probe, warm-up) instead of at the first case, e.g. before a campaign clock."""
+        self._ensure_started()
+
     def close(self) -> None:
         proc = self._proc
         self._proc = None
