@@ -111,16 +111,22 @@ class ReferenceBackend(Backend):
         raise AssertionError(layout)
 
     def copy(self, pool: PoolBuffers, component: str, layer: int, host: list[int], device: list[int]) -> None:
+        self.copy_rows(pool, host_component=component, host_layer=layer, device_component=component,
+                       device_layer=layer, host=host, device=device)
+
+    def copy_rows(self, pool: PoolBuffers, *, host_component: str, host_layer: int, device_component: str,
+                  device_layer: int, host: list[int], device: list[int]) -> None:
+        """Move rows between one host (component, layer) and one device (component, layer); the two are
+        chosen independently so mutants can model K/V and layer mix-ups with the same code."""
         if not host:
             return
-        case = pool.case
-        ps = case.page_size
-        rows = self.host_rows(pool, component, layer)
-        dev = pool.device_layer_typed(component, layer)
+        ps = pool.case.page_size
+        rows = self.host_rows(pool, host_component, host_layer)
+        dev = pool.device_layer_typed(device_component, device_layer)
         h = torch.tensor(host, dtype=torch.int64)
         d = torch.tensor(device, dtype=torch.int64, device=dev.device)
         page, slot = torch.div(h, ps, rounding_mode="floor"), torch.remainder(h, ps)
-        if case.direction is Direction.WRITE_BACK:
+        if pool.case.direction is Direction.WRITE_BACK:
             values = dev[d].to(rows.device)
             rows[page, slot] = values.reshape(len(host), *rows.shape[2:])
         else:

@@ -41,24 +41,6 @@ SCALED_REGISTER_CHUNK = 1 << 18  # stands for SGLANG_HICACHE_HOST_REGISTER_CHUNK
 
 # ---- helpers shared by the mutants ----------------------------------------------------------------------
 
-def copy_rows(backend: ReferenceBackend, pool: PoolBuffers, *, host_component: str, host_layer: int,
-              device_component: str, device_layer: int, host: list[int], device: list[int]) -> None:
-    """ReferenceBackend.copy with the host and device rows chosen independently (for K/V and layer mixups)."""
-    if not host:
-        return
-    case = pool.case
-    ps = case.page_size
-    rows = backend.host_rows(pool, host_component, host_layer)
-    dev = pool.device_layer_typed(device_component, device_layer)
-    h = torch.tensor(host, dtype=torch.int64)
-    d = torch.tensor(device, dtype=torch.int64, device=dev.device)
-    page, slot = h // ps, h % ps
-    if case.direction is Direction.WRITE_BACK:
-        rows[page, slot] = dev[d].to(rows.device).reshape(len(host), *rows.shape[2:])
-    else:
-        dev[d] = rows[page, slot].to(dev.device).reshape(len(device), *dev.shape[1:])
-
-
 def host_chunk_starts(backend: ReferenceBackend, pool: PoolBuffers, component: str, layer: int,
                       host: list[int]) -> torch.Tensor:
     """Byte offsets into the host payload of every contiguous chunk of each host row: shape [n, chunks].
@@ -279,8 +261,8 @@ class KVSwappedLastLayer(ReferenceBackend):
             super().copy(pool, component, layer, host, device)
             return
         other = "v" if component == "k" else "k"
-        copy_rows(self, pool, host_component=component, host_layer=layer, device_component=other,
-                  device_layer=layer, host=host, device=device)
+        self.copy_rows(pool, host_component=component, host_layer=layer, device_component=other,
+                       device_layer=layer, host=host, device=device)
 
 
 class LastPageDropped(ReferenceBackend):
@@ -443,8 +425,8 @@ class LoadFromWrongLayer(ReferenceBackend):
         if case.direction is not Direction.LOAD_BACK:
             super().copy(pool, component, layer, host, device)
             return
-        copy_rows(self, pool, host_component=component, host_layer=(layer + 1) % case.layers,
-                  device_component=component, device_layer=layer, host=host, device=device)
+        self.copy_rows(pool, host_component=component, host_layer=(layer + 1) % case.layers,
+                       device_component=component, device_layer=layer, host=host, device=device)
 
 
 class SortedHostUnpermutedDevice(ReferenceBackend):
