@@ -97,6 +97,7 @@ class CampaignReport:
             "case_ids": self.case_ids,
             "coverage": self.coverage.to_dict(),
             "coverage_gaps": {b: gaps for b in self.backends if (gaps := self.coverage.gaps(b))},
+            "coverage_exemptions": {b: dict(e) for b, e in sorted(self.coverage.exemptions.items())},
             **self.extra,
         }
 
@@ -111,6 +112,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                  record_case_ids: bool = False) -> CampaignReport:
     k, n = config.shard
     report = CampaignReport(config.seed, config.shard, [b.name for b in backends], platform.kind)
+    for backend in backends:
+        report.coverage.exempt(backend.name, dict(backend.coverage_exemptions))
     outcome_counts: dict[str, Counter[str]] = defaultdict(Counter)
     path_counts: dict[str, Counter[str]] = defaultdict(Counter)
     classes: dict[str, FailureClass] = {}

@@ -257,6 +257,8 @@ def print_campaign(report: CampaignReport) -> None:
         gaps = report.coverage.gaps(backend)
         if gaps and report.outcomes.get(backend):
             print(f"  coverage gaps of {backend} (never executed): {', '.join(gaps)}")
+        for bucket, why in report.coverage.exemptions.get(backend, {}).items():
+            print(f"  coverage of {backend}: {bucket} exempt ({why})")
     if report.failures:
         print(f"{report.failure_count} failures, {len(report.failures)} unique:")
         for failure in report.failures:

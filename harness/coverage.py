@@ -3,7 +3,10 @@
 Only cases the backend actually ran count (passed, rejected as predicted, or failed); unsupported and
 undefined cases never reached the implementation. The buckets are the dimensions bugs live in (page counts
 around the 64-page staging chunk, page size 1 vs >= 16, index dtype and placement per side, ...), and
-:data:`REQUIRED` lists the minimum every real-kernel backend must see in a campaign worth reporting.
+:data:`REQUIRED` / :data:`REQUIRED_DISTINCT` list the minimum every real-kernel backend must see in a campaign
+worth reporting. A backend can declare a required bucket out of its reach (``Backend.coverage_exemptions``,
+e.g. int32 indices for a backend that only takes what sglang's allocators produce); the exemption and its
+reason are reported instead of a gap, so an exemption is visible and never silent.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "index_device": ("cpu", "device"),
     "pages": ("63-65",),
 }
+# dimension -> how many distinct buckets a campaign must have executed per backend
+REQUIRED_DISTINCT: dict[str, int] = {"dtype": 2}
 
 
 def _pages_bucket(pages: int) -> str:
@@ -57,6 +62,11 @@ def case_features(case: Case) -> dict[str, list[str]]:
 class Coverage:
     def __init__(self) -> None:
         self.counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+        self.exemptions: dict[str, dict[str, str]] = {}  # backend -> "dimension=bucket" -> why out of reach
+
+    def exempt(self, backend: str, exemptions: dict[str, str]) -> None:
+        if exemptions:
+            self.exemptions.setdefault(backend, {}).update(exemptions)
 
     def add(self, case: Case, result: Result) -> None:
         if result.outcome in NOT_EXECUTED:
@@ -66,19 +76,30 @@ class Coverage:
                 self.counts[result.backend][dimension][bucket] += 1
 
     def gaps(self, backend: str) -> list[str]:
-        """Required buckets `backend` never executed, as 'dimension=bucket'."""
+        """Required buckets `backend` never executed, as 'dimension=bucket' (or 'dimension: k of n distinct'),
+        less the ones the backend declared out of its reach."""
         seen = self.counts.get(backend, {})
-        return [f"{dim}={bucket}" for dim, buckets in REQUIRED.items() for bucket in buckets
-                if not seen.get(dim, Counter())[bucket]]
+        exempt = self.exemptions.get(backend, {})
+        missing = [f"{dim}={bucket}" for dim, buckets in REQUIRED.items() for bucket in buckets
+                   if not seen.get(dim, Counter())[bucket] and f"{dim}={bucket}" not in exempt]
+        for dim, needed in REQUIRED_DISTINCT.items():
+            distinct = sorted(b for b, n in seen.get(dim, Counter()).items() if n)
+            if len(distinct) < needed and dim not in exempt:
+                missing.append(f"{dim}: {len(distinct)} of {needed} distinct ({', '.join(distinct) or 'none'})")
+        return missing
 
     @classmethod
-    def from_dicts(cls, parts: list[dict[str, Any]]) -> Coverage:
-        """Sum the coverage of several reports (shards, workers)."""
+    def from_dicts(cls, parts: list[dict[str, Any]], exemptions: list[dict[str, Any]] | None = None) -> Coverage:
+        """Sum the coverage of several reports (shards, workers); `exemptions` are their
+        ``coverage_exemptions`` fields."""
         total = cls()
         for part in parts:
             for backend, dims in part.items():
                 for dim, buckets in dims.items():
                     total.counts[backend][dim].update({bucket: int(n) for bucket, n in buckets.items()})
+        for declared in exemptions or []:
+            for backend, mapping in declared.items():
+                total.exempt(backend, {str(k): str(v) for k, v in mapping.items()})
         return total
 
     def to_dict(self) -> dict[str, Any]:

@@ -42,6 +42,7 @@ _COMBINED_KEYS = frozenset({
     "format", "seed", "seeds", "shard", "shards", "backends", "platform", "cases", "seconds",
     "cases_per_second", "first_index", "next_index", "outcomes", "paths", "failures_total",
     "unique_failures", "case_ids", "merged_from", "overlaps", "seconds_total", "coverage", "coverage_gaps",
+    "coverage_exemptions",
 })
 
 
@@ -167,7 +168,8 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
     seeds = sorted({e["seed"] for e in entries if e.get("seed") is not None})
     platforms = sorted({e["platform"] for e in entries if e.get("platform")})
     merged_failures = sorted(failures.values(), key=lambda f: (-int(f["count"]), f["signature"]))
-    coverage = Coverage.from_dicts([r.get("coverage", {}) for r in reports])
+    coverage = Coverage.from_dicts([r.get("coverage", {}) for r in reports],
+                                   [r.get("coverage_exemptions", {}) for r in reports])
     return {
         "format": MERGED_FORMAT,
         "seed": seeds[0] if len(seeds) == 1 else None,
@@ -190,6 +192,7 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
         "case_ids": case_ids,
         "coverage": coverage.to_dict(),
         "coverage_gaps": {b: gaps for b in backends if (gaps := coverage.gaps(b))},
+        "coverage_exemptions": {b: dict(e) for b, e in sorted(coverage.exemptions.items())},
         "overlaps": overlaps,
         "merged_from": entries,
     }

@@ -17,7 +17,9 @@ Backends never compare anything; the harness does. See README "Adding a backend"
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import ClassVar
 
 from hicache_fuzz.harness.case import Case
@@ -51,6 +53,9 @@ class Backend(ABC):
     models_bug: ClassVar[str] = ""
     #: true if crashes in this backend can take the process down (run it in a worker process)
     needs_isolation: ClassVar[bool] = False
+    #: required coverage buckets ("dimension=bucket", see harness/coverage.py) this backend cannot reach by
+    #: design, with the reason; campaign reports list them instead of a coverage gap
+    coverage_exemptions: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     @abstractmethod
     def probe(self, platform: Platform) -> Availability: ...

@@ -49,7 +49,7 @@ def test_unexecuted_cases_do_not_count_and_gaps_are_named() -> None:
     coverage.add(case, Result(case.case_id, "b", Outcome.UNSUPPORTED))
     assert coverage.gaps("b") == ["attention=mha", "attention=mla", "page_size=1", "page_size=16+",
                                   "index_dtype=int32", "index_dtype=int64", "index_device=cpu",
-                                  "index_device=device", "pages=63-65"]
+                                  "index_device=device", "pages=63-65", "dtype: 0 of 2 distinct (none)"]
     coverage.add(case, Result(case.case_id, "b", Outcome.PASS))
     assert "pages=63-65" not in coverage.gaps("b")
     assert "attention=mla" not in coverage.gaps("b")
@@ -71,3 +71,15 @@ def test_campaign_reports_coverage_and_shards_sum_to_the_whole() -> None:
         n for k, n in whole["outcomes"]["reference"].items() if k not in ("unsupported", "undefined"))
     merged = merge_reports([campaign((0, 2)), campaign((1, 2))])
     assert merged["coverage"] == whole["coverage"]
+
+
+def test_two_dtypes_are_required_and_exemptions_replace_gaps() -> None:
+    coverage = Coverage()
+    case = mla_case(64, 16)
+    coverage.add(case, Result(case.case_id, "b", Outcome.PASS))
+    assert any(g.startswith("dtype: 1 of 2 distinct") for g in coverage.gaps("b"))
+    coverage.exempt("b", {"attention=mha": "MLA-only backend"})
+    assert "attention=mha" not in coverage.gaps("b")
+    merged = Coverage.from_dicts([coverage.to_dict()], [{"b": {"attention=mha": "MLA-only backend"}}])
+    assert merged.gaps("b") == coverage.gaps("b")
+    assert merged.exemptions == {"b": {"attention=mha": "MLA-only backend"}}
