@@ -124,6 +124,7 @@ class PipelineResult:
     stage_us_per_case: dict[str, float] = field(default_factory=dict)
     outcomes: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    skipped: int = 0  # generated but left out (skip_empty)
 
 
 def storage_bytes(case: Case) -> int:
@@ -148,16 +149,27 @@ def torch_threads(count: int) -> Iterator[None]:
 
 
 def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Machine, seconds: float, seed: int,
-                     max_cases: int | None = None, warm_up_cases: int = 20) -> PipelineResult:
-    """Run generate + run_case over consecutive campaign indices for `seconds` (or `max_cases`)."""
+                     max_cases: int | None = None, warm_up_cases: int = 20,
+                     skip_empty: bool = False) -> PipelineResult:
+    """Run generate + run_case over consecutive campaign indices for `seconds` (or `max_cases`).
+
+    `skip_empty` leaves out cases with an empty index list (counted in ``skipped``, not timed): in process
+    on a GPU, sglang's zero-length register launch poisons the context (see GPU_SMALL_SPACE)."""
     result = PipelineResult(name, backend.name, str(machine.device), torch.get_num_threads())
     stages: dict[str, float] = {}
     outcomes: Counter[str] = Counter()
+
+    def wanted(case: Case) -> bool:
+        return not skip_empty or bool(case.host_indices and case.device_indices)
+
     index = 0
-    for index in range(warm_up_cases):  # first-call costs (imports, allocator growth) are not throughput
-        run_case(campaign_case(seed, index, backend, space, machine.platform), backend, machine.platform,
-                 machine.device)
-    index = warm_up_cases
+    warmed = 0
+    while warmed < warm_up_cases:  # first-call costs (imports, allocator growth) are not throughput
+        case = campaign_case(seed, index, backend, space, machine.platform)
+        index += 1
+        if wanted(case):
+            run_case(case, backend, machine.platform, machine.device)
+            warmed += 1
     started, cpu_started = time.perf_counter(), time.process_time()
     while True:
         elapsed = time.perf_counter() - started
@@ -166,6 +178,10 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
         generate_started = time.perf_counter()
         case = campaign_case(seed, index, backend, space, machine.platform)
         stages["generate"] = stages.get("generate", 0.0) + time.perf_counter() - generate_started
+        if not wanted(case):
+            result.skipped += 1
+            index += 1
+            continue
         try:
             outcome = run_case(case, backend, machine.platform, machine.device, None, stages).outcome
         except Exception as exc:  # a device error escaping the runner: counted, and the run goes on if it can
@@ -566,7 +582,7 @@ def _run_gpu(args: argparse.Namespace, machine: Machine, registry: Registry, rep
         print(f"gpu small: {backend.name} for {args.seconds:g} s ...", flush=True)
         try:
             pipelines.append(asdict(measure_pipeline("small", backend, GPU_SMALL_SPACE, machine, args.seconds,
-                                                     args.seed)))
+                                                     args.seed, skip_empty=True)))
         except Exception as exc:
             pipelines.append({"name": "small", "backend": backend.name, "errors": [f"{type(exc).__name__}: {exc}"]})
         _checkpoint(report, args)

@@ -284,7 +284,7 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
         # its own process: start it now, so that it overlaps the probes below (which import sglang here too)
         # and so that the campaign's clock, and its cases/s, start only when cases can run.
         worker = WorkerExecutor(job.backends, job.plugins, machine.platform.kind, job.case_timeout, job.journal,
-                                startup_timeout_s=600, warm_up=job.warm_up)
+                                startup_timeout_s=600, warm_up=job.warm_up, spare=machine.platform.kind != "cpu")
         starter = threading.Thread(target=_start_worker, args=(worker, starting))
         starter.start()
         executor = worker
@@ -315,7 +315,8 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
     data.update(device=job.device, device_description=machine.description, pid=os.getpid(),
                 startup_seconds=round(startup_seconds, 3))
     if isinstance(executor, WorkerExecutor):
-        data.update(compile_seconds=round(executor.compile_seconds, 3), worker_restarts=executor.restarts)
+        data.update(compile_seconds=round(executor.compile_seconds, 3), worker_restarts=executor.restarts,
+                    spare_takeovers=executor.spares_used)
     return data
 
 

@@ -14,6 +14,13 @@ result is a HANG. The worker is restarted lazily on the next case, so a campaign
 ``inflight/`` after the parent itself died is the case that was running.
 
 Worker startup (imports, sglang's ~12 s) has its own, longer timeout (``startup_timeout_s``).
+
+Spare worker (``spare=True``, what ``fuzz`` uses on a GPU): a second worker is started in the background as
+soon as the first is up, and loads the JIT modules of the backends' menus (from the on-disk cache) while the
+campaign runs. When a case kills the worker, the spare takes over at once and a new spare starts behind it,
+so a crash costs the campaign about one case instead of an import of sglang plus JIT module loads (~20 s
+each on the H200). Time a spare spends starting while the campaign runs is reported apart
+(``background_startup_seconds``), not as campaign start-up.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ class WorkerExecutor:
         warm_up: bool = False,
         python: str | None = None,
         env: dict[str, str] | None = None,
+        spare: bool = False,
     ) -> None:
         self.backend_names = list(backend_names)
         self.plugins = list(plugins)
@@ -68,13 +76,18 @@ class WorkerExecutor:
         for sub in ("inflight", "crashes", "hangs"):
             (self.journal / sub).mkdir(parents=True, exist_ok=True)
         self.log_path = self.journal / "worker.log"
+        self.spare = spare
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
-        self.restarts = 0  # workers started after the first
+        self._spare: subprocess.Popen[bytes] | None = None  # started, hello not read yet
+        self._spare_spawned = 0.0
+        self.restarts = 0  # workers that took over after the first
         self.started = 0
+        self.spares_used = 0  # restarts served by a spare
         self.hello: dict[str, Any] = {}  # the worker's greeting: probes, warm-up seconds
         self.compile_seconds = 0.0  # reported by workers: JIT compile time inside cases (and warm-up)
-        self.startup_seconds = 0.0
+        self.startup_seconds = 0.0  # waited for workers to start (on the caller's clock)
+        self.background_startup_seconds = 0.0  # spares starting while cases ran (off the caller's clock)
 
     # ---- public API ---------------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:
@@ -108,6 +121,10 @@ class WorkerExecutor:
         self._ensure_started()
 
     def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            _kill_group(spare)
+            _close_streams(spare)
         proc = self._proc
         self._proc = None
         if proc is None:
@@ -121,9 +138,7 @@ class WorkerExecutor:
             pass
         if proc.poll() is None:
             _kill_group(proc)
-        for stream in (proc.stdin, proc.stdout):
-            if stream:
-                stream.close()
+        _close_streams(proc)
 
     def __enter__(self) -> WorkerExecutor:
         return self
@@ -139,7 +154,7 @@ class WorkerExecutor:
             self._proc = None
         self._start()
 
-    def _start(self) -> None:
+    def _spawn(self, warm_up: bool, role: str) -> subprocess.Popen[bytes]:
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         args = [self.python, "-m", "hicache_fuzz.harness.worker", "--platform", self.platform_kind]
@@ -147,16 +162,29 @@ class WorkerExecutor:
             args += ["--backend", name]
         for plugin in self.plugins:
             args += ["--backend-plugin", plugin]
-        if self.warm_up and not self.started:  # later restarts find the JIT cache on disk
+        if warm_up:
             args.append("--warm-up")
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        log.write(f"\n==== worker start {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
+        log.write(f"\n==== worker start ({role}) {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
         log.flush()
-        started = time.perf_counter()
-        self._proc = subprocess.Popen(
+        proc = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
         )
         log.close()
+        return proc
+
+    def _start(self) -> None:
+        started = time.perf_counter()
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.poll() is None:
+            self._proc, from_spare = spare, True
+            self.spares_used += 1
+        else:
+            if spare is not None:  # the spare died while waiting: its log says why; start afresh
+                _close_streams(spare)
+            # Only the first worker compiles the menus; a restart without a spare loads modules as cases need them.
+            self._proc, from_spare = self._spawn(self.warm_up and not self.started, "first" if not self.started
+                                                 else "restart"), False
         self._buffer = b""
         if self.started:
             self.restarts += 1
@@ -171,15 +199,22 @@ class WorkerExecutor:
             self._kill()
             raise WorkerError(f"worker did not start: {hello.get('error', hello)}")
         self.hello = hello
-        self.compile_seconds += float(hello.get("warm_up_s", 0.0))
-        self.startup_seconds += time.perf_counter() - started
+        waited = time.perf_counter() - started
+        self.startup_seconds += waited
+        if from_spare:
+            # Its start-up and module loads ran while cases did; only the wait for its hello was on the clock.
+            self.background_startup_seconds += max(0.0, started - self._spare_spawned)
+        else:
+            self.compile_seconds += float(hello.get("warm_up_s", 0.0))
+        if self.spare:
+            # The spare loads the menus' JIT modules (compiled by now, so from the disk cache) while cases run.
+            self._spare = self._spawn(self.warm_up, "spare")
+            self._spare_spawned = time.perf_counter()
 
     def _kill(self) -> None:
         if self._proc is not None:
             _kill_group(self._proc)
-            for stream in (self._proc.stdin, self._proc.stdout):
-                if stream:
-                    stream.close()
+            _close_streams(self._proc)
         self._proc = None
 
     def _send(self, message: dict[str, Any]) -> None:
@@ -223,7 +258,7 @@ class WorkerExecutor:
         result.summary = f"worker {'died' if outcome is Outcome.CRASH else 'hung'}: {detail.splitlines()[0]}"
         result.diff = {"saved_case": str(saved)}
         result.seconds = time.perf_counter() - started
-        self._proc = None
+        self._kill()  # a dead worker: reap it, close its pipes, and kill what it left running (nvcc)
         return result
 
 
@@ -260,6 +295,12 @@ def _tail(path: Path) -> str:
             return f.read().decode(errors="replace").strip()
     except OSError:
         return ""
+
+
+def _close_streams(proc: subprocess.Popen[bytes]) -> None:
+    for stream in (proc.stdin, proc.stdout):
+        if stream:
+            stream.close()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
