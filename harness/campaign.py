@@ -37,6 +37,8 @@ class CampaignConfig:
     start_index: int = 0
     space: CaseSpace = field(default_factory=CaseSpace)
     stop_on_first_failure: bool = False
+    # Polled before every case; True ends the campaign as if its budget ran out (fuzz: SIGTERM/SIGINT).
+    should_stop: Callable[[], bool] | None = None
     # Called on the first case of each new signature before it is saved (fuzz --minimize): returns the
     # smaller case, its result (same signature) and extra JSON fields for the reproducer file.
     minimizer: Callable[[Case, Result], tuple[Case, Result, dict[str, Any]]] | None = None
@@ -70,6 +72,7 @@ class CampaignReport:
     case_ids: list[str] = field(default_factory=list)
     coverage: Coverage = field(default_factory=Coverage)  # what each backend really executed
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. compile seconds from backends
+    stopped_early: bool = False  # should_stop ended it (a signal), not the budget
 
     @property
     def failure_count(self) -> int:
@@ -88,6 +91,7 @@ class CampaignReport:
             "cases": self.cases,
             "seconds": round(self.seconds, 3),
             "cases_per_second": round(self.cases_per_second, 1),
+            "stopped_early": self.stopped_early,
             "first_index": self.first_index,
             "next_index": self.next_index,
             "outcomes": self.outcomes,
@@ -131,6 +135,10 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             if config.max_seconds is not None and time.perf_counter() - started >= config.max_seconds:
                 done = True
                 break
+            if config.should_stop is not None and config.should_stop():
+                report.stopped_early = True
+                done = True
+                break
             case = campaign_case(config.seed, index, backend, config.space, platform)
             try:
                 result = executor.run(case)
@@ -150,9 +158,12 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 _record_failure(config, classes, case, result, index)
                 if config.stop_on_first_failure:
                     done = True
-            if on_result is not None:
+            if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
                 report.seconds = time.perf_counter() - started
                 report.failures = list(classes.values())
+                report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}
+                report.paths = {b: dict(c) for b, c in path_counts.items()}
+                report.next_index = index + n if backend is backends[-1] else index
                 on_result(case, result, report)
             if done:
                 break

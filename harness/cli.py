@@ -10,8 +10,10 @@ file only wires them together and owns the three core ones (backends, fuzz, repl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -104,14 +106,57 @@ def make_executor(backends: list[Backend], registry: Registry, machine: Machine,
                   journal_dir: Path | None, warm_up: bool = False) -> Executor:
     isolate = getattr(args, "isolate", "auto")
     if isolate == "yes" or (isolate == "auto" and any(b.needs_isolation for b in backends)):
-        from hicache_fuzz.harness.worker import WorkerExecutor
+        from hicache_fuzz.harness.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
         # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder.
         journal = journal_dir if journal_dir is not None else Path(tempfile.mkdtemp(prefix="hicache-fuzz-journal-"))
-        # On a GPU a restart costs an import of sglang plus JIT module loads: keep a spare worker ready.
+        # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
+        spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
         return WorkerExecutor([b.name for b in backends], args.backend_plugin, machine.platform.kind,
-                              args.case_timeout, journal, warm_up=warm_up, spare=machine.platform.kind != "cpu")
+                              args.case_timeout, journal, warm_up=warm_up, spares=spares)
     return InProcessExecutor(registry, machine)
+
+
+class Checkpoint:
+    """Writes the campaign report (``"partial": true``) every `every` seconds and after each failure, so a
+    campaign killed from outside (a CI time limit, the OOM killer) still leaves its counts on disk. The
+    failures themselves are on disk already (saved as they are found)."""
+
+    def __init__(self, path: str | None, every: float = 10.0) -> None:
+        self.path = Path(path) if path else None
+        self.every = every
+        self.last = time.monotonic()
+
+    def __call__(self, report: CampaignReport, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.path is None or (not force and now - self.last < self.every):
+            return
+        self.last = now
+        write_json_atomic(self.path, {**report.to_dict(), "partial": True})
+
+
+class StopOnSignal:
+    """SIGTERM (what `timeout` and CI runners send) and SIGINT end the campaign after the case in flight,
+    and the final report is written as usual. A second signal falls back to the default behaviour."""
+
+    def __init__(self) -> None:
+        self.signal_name = ""
+        self._previous: dict[int, Any] = {}
+        for number in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError):  # not the main thread: no handler, budgets still apply
+                self._previous[number] = signal.signal(number, self._handle)
+
+    def _handle(self, number: int, frame: object) -> None:
+        self.signal_name = signal.Signals(number).name
+        self.restore()
+
+    def requested(self) -> bool:
+        return bool(self.signal_name)
+
+    def restore(self) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous.clear()
 
 
 class Progress:
@@ -230,15 +275,28 @@ def run_fuzz(args: argparse.Namespace) -> int:
 
         config.minimizer = campaign_minimizer(executor)
     progress = Progress(not args.no_progress)
+    checkpoint = Checkpoint(args.json)
+    stop = StopOnSignal()
+    config.should_stop = stop.requested
+
+    def on_result(case: Case, result: Result, report: CampaignReport) -> None:
+        progress(case, result, report)
+        checkpoint(report, force=result.outcome.is_failure)
+
     wall_started = time.perf_counter()
     try:
         start = getattr(executor, "start", None)
         if start is not None:  # worker start-up and JIT warm-up happen before the campaign clock starts
             start()
-        report = run_campaign(config, backends, machine.platform, executor, progress)
+        report = run_campaign(config, backends, machine.platform, executor, on_result)
     finally:
+        stop.restore()
         progress.close()
         executor.close()
+    if stop.signal_name:
+        print(f"hicache-fuzz: stopped by {stop.signal_name} after the case in flight; report complete so far",
+              flush=True)
+        report.extra["stopped_by"] = stop.signal_name
     if hasattr(executor, "compile_seconds"):  # worker executors report JIT compile and worker start-up time
         wall = time.perf_counter() - wall_started
         report.extra.update(compile_seconds=round(executor.compile_seconds, 3),

@@ -269,7 +269,7 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
     from hicache_fuzz.harness import cli
     from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
     from hicache_fuzz.harness.executor import Executor, InProcessExecutor
-    from hicache_fuzz.harness.worker import WorkerExecutor
+    from hicache_fuzz.harness.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
     args = _cli_namespace(job)
     machine = cli.machine_for(args)
@@ -284,7 +284,8 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
         # its own process: start it now, so that it overlaps the probes below (which import sglang here too)
         # and so that the campaign's clock, and its cases/s, start only when cases can run.
         worker = WorkerExecutor(job.backends, job.plugins, machine.platform.kind, job.case_timeout, job.journal,
-                                startup_timeout_s=600, warm_up=job.warm_up, spare=machine.platform.kind != "cpu")
+                                startup_timeout_s=600, warm_up=job.warm_up,
+                                spares=GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0)
         starter = threading.Thread(target=_start_worker, args=(worker, starting))
         starter.start()
         executor = worker

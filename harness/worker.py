@@ -15,12 +15,14 @@ result is a HANG. The worker is restarted lazily on the next case, so a campaign
 
 Worker startup (imports, sglang's ~12 s) has its own, longer timeout (``startup_timeout_s``).
 
-Spare worker (``spare=True``, what ``fuzz`` uses on a GPU): a second worker is started in the background as
-soon as the first is up, and loads the JIT modules of the backends' menus (from the on-disk cache) while the
-campaign runs. When a case kills the worker, the spare takes over at once and a new spare starts behind it,
-so a crash costs the campaign about one case instead of an import of sglang plus JIT module loads (~20 s
-each on the H200). Time a spare spends starting while the campaign runs is reported apart
-(``background_startup_seconds``), not as campaign start-up.
+Spare workers (``spares=N``; ``fuzz`` keeps 2 on a GPU): N more workers are started in the background as
+soon as the first is up, and load the JIT modules of the backends' menus (from the on-disk cache) while the
+campaign runs. When a case kills the worker, the oldest spare takes over at once and a new spare starts
+behind it, so a crash costs the campaign about one case instead of an import of sglang plus JIT module loads
+(~20 s each on the H200). Crashes come in runs (the JIT backends share a case space, so case i of
+sglang-jit and of sglang-jit-register is often the same crashing case): one spare is not enough, the second
+crash of a run would wait for a spare still starting. Time spares spend starting while the campaign runs is
+reported apart (``background_startup_seconds``), not as campaign start-up.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from hicache_fuzz.harness.outcome import Outcome, Result
 
 PROTOCOL = 1
 LOG_TAIL_BYTES = 4000
+# Spare workers `fuzz` keeps on a GPU: runs of crashes are two or three cases long (see the module docstring).
+GPU_SPARE_WORKERS = 2
 
 
 class WorkerError(RuntimeError):
@@ -62,7 +66,7 @@ class WorkerExecutor:
         warm_up: bool = False,
         python: str | None = None,
         env: dict[str, str] | None = None,
-        spare: bool = False,
+        spares: int = 0,
     ) -> None:
         self.backend_names = list(backend_names)
         self.plugins = list(plugins)
@@ -76,11 +80,10 @@ class WorkerExecutor:
         for sub in ("inflight", "crashes", "hangs"):
             (self.journal / sub).mkdir(parents=True, exist_ok=True)
         self.log_path = self.journal / "worker.log"
-        self.spare = spare
+        self.spares = spares
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
-        self._spare: subprocess.Popen[bytes] | None = None  # started, hello not read yet
-        self._spare_spawned = 0.0
+        self._spares: list[tuple[subprocess.Popen[bytes], float]] = []  # started (oldest first), hello unread
         self.restarts = 0  # workers that took over after the first
         self.started = 0
         self.spares_used = 0  # restarts served by a spare
@@ -121,8 +124,8 @@ class WorkerExecutor:
         self._ensure_started()
 
     def close(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
+        spares, self._spares = self._spares, []
+        for spare, _ in spares:
             _kill_group(spare)
             _close_streams(spare)
         proc = self._proc
@@ -175,16 +178,17 @@ class WorkerExecutor:
 
     def _start(self) -> None:
         started = time.perf_counter()
-        spare, self._spare = self._spare, None
-        if spare is not None and spare.poll() is None:
-            self._proc, from_spare = spare, True
-            self.spares_used += 1
-        else:
-            if spare is not None:  # the spare died while waiting: its log says why; start afresh
+        spare_spawned: float | None = None
+        while self._spares and spare_spawned is None:
+            spare, spawned = self._spares.pop(0)
+            if spare.poll() is None:
+                self._proc, spare_spawned = spare, spawned
+                self.spares_used += 1
+            else:  # a spare that died while waiting (its log says why) is dropped
                 _close_streams(spare)
+        if spare_spawned is None:
             # Only the first worker compiles the menus; a restart without a spare loads modules as cases need them.
-            self._proc, from_spare = self._spawn(self.warm_up and not self.started, "first" if not self.started
-                                                 else "restart"), False
+            self._proc = self._spawn(self.warm_up and not self.started, "restart" if self.started else "first")
         self._buffer = b""
         if self.started:
             self.restarts += 1
@@ -201,15 +205,14 @@ class WorkerExecutor:
         self.hello = hello
         waited = time.perf_counter() - started
         self.startup_seconds += waited
-        if from_spare:
+        if spare_spawned is not None:
             # Its start-up and module loads ran while cases did; only the wait for its hello was on the clock.
-            self.background_startup_seconds += max(0.0, started - self._spare_spawned)
+            self.background_startup_seconds += max(0.0, started - spare_spawned)
         else:
             self.compile_seconds += float(hello.get("warm_up_s", 0.0))
-        if self.spare:
-            # The spare loads the menus' JIT modules (compiled by now, so from the disk cache) while cases run.
-            self._spare = self._spawn(self.warm_up, "spare")
-            self._spare_spawned = time.perf_counter()
+        while len(self._spares) < self.spares:
+            # Spares load the menus' JIT modules (compiled by now, so from the disk cache) while cases run.
+            self._spares.append((self._spawn(self.warm_up, "spare"), time.perf_counter()))
 
     def _kill(self) -> None:
         if self._proc is not None:

@@ -129,7 +129,7 @@ def test_device_error_escaping_the_runner_becomes_crash(tmp_path: Path) -> None:
 
 def test_spare_worker_takes_over_after_a_crash(tmp_path: Path) -> None:
     with WorkerExecutor(["test-abort"], [PLUGIN], "cpu", 30.0, tmp_path / "journal", env=env(),
-                        startup_timeout_s=120, spare=True) as ex:
+                        startup_timeout_s=120, spares=1) as ex:
         assert ex.run(case("test-abort", 0)).outcome is Outcome.PASS
         first_pid = ex.hello["pid"]
         crashed = case("test-abort", 1)
@@ -138,18 +138,29 @@ def test_spare_worker_takes_over_after_a_crash(tmp_path: Path) -> None:
         assert ex.run(case("test-abort", 2)).outcome is Outcome.PASS
         assert ex.spares_used == 1 and ex.restarts == 1
         assert ex.hello["pid"] != first_pid
-        spare = ex._spare
-        assert spare is not None and spare.poll() is None  # a new spare waits behind the new worker
-    assert spare.poll() is not None  # close() stops the spare too
+        assert len(ex._spares) == 1
+        spare = ex._spares[0][0]
+        assert spare.poll() is None  # a new spare waits behind the new worker
+    assert spare.poll() is not None  # close() stops the spares too
 
 
 def test_dead_spare_is_replaced_by_a_fresh_start(tmp_path: Path) -> None:
     with WorkerExecutor(["test-abort"], [PLUGIN], "cpu", 30.0, tmp_path / "journal", env=env(),
-                        startup_timeout_s=120, spare=True) as ex:
+                        startup_timeout_s=120, spares=1) as ex:
         assert ex.run(case("test-abort", 0)).outcome is Outcome.PASS
-        assert ex._spare is not None
-        ex._spare.kill()
-        ex._spare.wait()
+        assert len(ex._spares) == 1
+        ex._spares[0][0].kill()
+        ex._spares[0][0].wait()
         assert ex.run(case("test-abort", 1)).outcome is Outcome.CRASH
         assert ex.run(case("test-abort", 2)).outcome is Outcome.PASS
         assert ex.spares_used == 0 and ex.restarts == 1
+
+
+def test_two_spares_serve_two_crashes_in_a_row(tmp_path: Path) -> None:
+    with WorkerExecutor(["test-abort"], [PLUGIN], "cpu", 30.0, tmp_path / "journal", env=env(),
+                        startup_timeout_s=120, spares=2) as ex:
+        assert ex.run(case("test-abort", 0)).outcome is Outcome.PASS
+        assert ex.run(case("test-abort", 1)).outcome is Outcome.CRASH
+        assert ex.run(case("test-abort", 1)).outcome is Outcome.CRASH
+        assert ex.run(case("test-abort", 2)).outcome is Outcome.PASS
+        assert ex.spares_used == 2 and ex.restarts == 2 and len(ex._spares) == 2
