@@ -117,6 +117,13 @@ def make_executor(backends: list[Backend], registry: Registry, machine: Machine,
     return InProcessExecutor(registry, machine)
 
 
+def compiled_in_cases(found: dict[str, tuple[int, float]], top: int = 40) -> list[dict[str, Any]]:
+    """The JIT modules cases had to build or load themselves (outside the warm-up), costliest first: what to
+    add to a backend's compile_jobs when the compile share is high."""
+    rows = sorted(found.items(), key=lambda item: -item[1][1])[:top]
+    return [{"module": key, "processes": count, "seconds": round(seconds, 3)} for key, (count, seconds) in rows]
+
+
 class Checkpoint:
     """Writes the campaign report (``"partial": true``) every `every` seconds and after each failure, so a
     campaign killed from outside (a CI time limit, the OOM killer) still leaves its counts on disk. The
@@ -303,6 +310,7 @@ def run_fuzz(args: argparse.Namespace) -> int:
                             worker_startup_seconds=round(executor.startup_seconds, 3),
                             worker_restarts=executor.restarts, spare_takeovers=executor.spares_used,
                             spare_startup_seconds_in_background=round(executor.background_startup_seconds, 3),
+                            compiled_in_cases=compiled_in_cases(executor.compiled_in_cases),
                             wall_seconds=round(wall, 3),
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     print_campaign(report)

@@ -89,6 +89,8 @@ class WorkerExecutor:
         self.spares_used = 0  # restarts served by a spare
         self.hello: dict[str, Any] = {}  # the worker's greeting: probes, warm-up seconds
         self.compile_seconds = 0.0  # reported by workers: JIT compile time inside cases (and warm-up)
+        # modules first needed inside a case (not by a warm-up): key -> (processes that needed it, seconds)
+        self.compiled_in_cases: dict[str, tuple[int, float]] = {}
         self.startup_seconds = 0.0  # waited for workers to start (on the caller's clock)
         self.background_startup_seconds = 0.0  # spares starting while cases ran (off the caller's clock)
 
@@ -109,6 +111,9 @@ class WorkerExecutor:
                 case, inflight, Outcome.HANG, f"no result within {self.timeout_s:g} s; worker killed", started
             )
         self.compile_seconds += float(reply.get("compile_s", 0.0))
+        for key, seconds in reply.get("compiled", {}).items():  # which modules cases had to build or load
+            count, total = self.compiled_in_cases.get(key, (0, 0.0))
+            self.compiled_in_cases[key] = (count + 1, total + float(seconds))
         if "fatal" in reply:  # a device error escaped the runner: the worker's context is unusable, it exits
             self._kill()
             return self._lost(
@@ -373,9 +378,11 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         try:
             case = Case.from_dict(request["case"])
             backend = backends.get(case.backend) or registry.get(case.backend)
-            compile_before = _compile_seconds()
+            compile_before, keys_before = _compile_seconds(), set(_compiled_keys())
             result = run_case(case, backend, machine.platform, machine.device)
-            reply({"result": result.to_dict(), "compile_s": _compile_seconds() - compile_before})
+            compiled = {k: v for k, v in _compiled_keys().items() if k not in keys_before}
+            reply({"result": result.to_dict(), "compile_s": _compile_seconds() - compile_before,
+                   "compiled": compiled})
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
             if _is_device_error(exc):
@@ -389,6 +396,12 @@ def _is_device_error(exc: BaseException) -> bool:
     """A CUDA/HIP runtime error (torch.AcceleratorError, or a RuntimeError naming one)."""
     text = f"{type(exc).__name__}: {exc}"
     return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "HIP error" in text
+
+
+def _compiled_keys() -> dict[str, float]:
+    """JIT modules this process has built or loaded so far ("factory(args)" -> seconds)."""
+    module = sys.modules.get("hicache_fuzz.kernels.sglang_common")
+    return dict(getattr(module, "compiled_keys", {})) if module else {}
 
 
 def _compile_seconds() -> float:

@@ -30,7 +30,7 @@ class SleepBackend(ReferenceBackend):
 
 
 def backends():  # type: ignore[no-untyped-def]
-    return [AbortBackend(), SleepBackend(), DeviceErrorBackend()]
+    return [AbortBackend(), SleepBackend(), DeviceErrorBackend(), CompileInCaseBackend()]
 
 
 class DeviceErrorBackend(ReferenceBackend):
@@ -43,3 +43,19 @@ class DeviceErrorBackend(ReferenceBackend):
         if case.seed % 2:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return super().plan(case, platform)
+
+
+class CompileInCaseBackend(ReferenceBackend):
+    """Records a JIT module "built" inside the case, as sglang_common's factory spy does."""
+
+    name = "test-compile"
+    needs_isolation = True
+
+    def run(self, buffers):  # type: ignore[no-untyped-def]
+        from hicache_fuzz.kernels import sglang_common
+
+        key = f"fake_module(element_size={buffers.case.seed})"
+        if key not in sglang_common.compiled_keys:
+            sglang_common.compiled_keys[key] = 0.25
+            sglang_common.compile_seconds += 0.25
+        return super().run(buffers)

@@ -164,3 +164,12 @@ def test_two_spares_serve_two_crashes_in_a_row(tmp_path: Path) -> None:
         assert ex.run(case("test-abort", 1)).outcome is Outcome.CRASH
         assert ex.run(case("test-abort", 2)).outcome is Outcome.PASS
         assert ex.spares_used == 2 and ex.restarts == 2 and len(ex._spares) == 2
+
+
+def test_modules_built_inside_cases_are_attributed(tmp_path: Path) -> None:
+    with executor(tmp_path, ["test-compile"]) as ex:
+        for seed in (1, 2, 1):
+            assert ex.run(case("test-compile", seed)).outcome is Outcome.PASS
+        assert ex.compiled_in_cases == {"fake_module(element_size=1)": (1, 0.25),
+                                        "fake_module(element_size=2)": (1, 0.25)}
+        assert ex.compile_seconds == 0.5
