@@ -140,13 +140,16 @@ class _JitBackend(SglangBackend):
                 lambda: module._jit_hicache_tma_module(block_quota=common.platform_rules(platform).tma_block_quota)
             )
         quota = common.platform_rules(platform).block_quota
+        # Every row of the menu, also those the register kernel refuses (e.g. 96 or 576 bytes on CUDA): sglang
+        # refuses them by failing the nvcc compile (a static_assert, several seconds). The memo keeps the
+        # failure per process, so paying it here, in parallel with the other compiles (and in the background
+        # for spare workers), keeps it out of the cases that confirm the rejection.
         for row in sorted(set(space.row_bytes)):
-            if common.register_row_ok(row, platform):
-                jobs.append(
-                    lambda row=row: module._jit_hicache_module(
-                        element_size=row, unroll=common.default_unroll(row), block_quota=quota
-                    )
+            jobs.append(
+                lambda row=row: module._jit_hicache_module(
+                    element_size=row, unroll=common.default_unroll(row), block_quota=quota
                 )
+            )
         return jobs
 
     def run(self, buffers: Materialized) -> str:
