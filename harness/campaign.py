@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.corpus import write_json_atomic
+from hicache_fuzz.harness.corpus import CorpusEntry, write_json_atomic
 from hicache_fuzz.harness.coverage import Coverage
 from hicache_fuzz.harness.executor import Executor
 from hicache_fuzz.harness.generate import CaseSpace, case_for_index
@@ -37,6 +37,9 @@ class CampaignConfig:
     start_index: int = 0
     space: CaseSpace = field(default_factory=CaseSpace)
     stop_on_first_failure: bool = False
+    # signature -> reproducer file of known, unfixed failures ("expect": "fail" corpus entries): a failure
+    # with one of these signatures is counted and marked known, and not saved again.
+    known_signatures: dict[str, str] = field(default_factory=dict)
     # Polled before every case; True ends the campaign as if its budget ran out (fuzz: SIGTERM/SIGINT).
     should_stop: Callable[[], bool] | None = None
     # Called on the first case of each new signature before it is saved (fuzz --minimize): returns the
@@ -54,6 +57,7 @@ class FailureClass:
     first_index: int
     summary: str
     file: str
+    known: str = ""  # the known-failure reproducer with this signature ("" = a new failure)
 
 
 @dataclass
@@ -79,6 +83,10 @@ class CampaignReport:
         return sum(f.count for f in self.failures)
 
     @property
+    def new_failures(self) -> list[FailureClass]:
+        return [f for f in self.failures if not f.known]
+
+    @property
     def cases_per_second(self) -> float:
         return self.cases / self.seconds if self.seconds > 0 else 0.0
 
@@ -97,6 +105,7 @@ class CampaignReport:
             "outcomes": self.outcomes,
             "paths": self.paths,
             "failures_total": self.failure_count,
+            "new_failure_signatures": [f.signature for f in self.new_failures],
             "unique_failures": [f.__dict__ for f in self.failures],
             "case_ids": self.case_ids,
             "coverage": self.coverage.to_dict(),
@@ -180,6 +189,14 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
 def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], case: Case, result: Result,
                     index: int) -> None:
     sig = signature(result, case)
+    known = config.known_signatures.get(sig, "")
+    if known:  # already in a corpus as an expected failure: count it, keep no second copy
+        if sig in classes:
+            classes[sig].count += 1
+        else:
+            classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
+                                        _summary(result), known, known)
+        return
     if sig in classes:
         classes[sig].count += 1
         if config.corpus_dir is not None and classes[sig].count <= 3:
@@ -190,5 +207,14 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
         case, result, extra = config.minimizer(case, result)
     file = str(save_reproducer(config.corpus_dir, case, result, extra)) if config.corpus_dir is not None else ""
     classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
-                                result.summary.splitlines()[0][:300] if result.summary else result.error[:300], file)
+                                _summary(result), file)
+
+
+def _summary(result: Result) -> str:
+    return result.summary.splitlines()[0][:300] if result.summary else result.error[:300]
+
+
+def known_failures(entries: Iterable[CorpusEntry]) -> dict[str, str]:
+    """signature -> file of the corpus entries marked as expected failures ("expect": "fail")."""
+    return {e.signature: str(e.path) for e in entries if e.expect == "fail" and e.signature}
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.campaign import CampaignConfig, CampaignReport, run_campaign
+from hicache_fuzz.harness.campaign import CampaignConfig, CampaignReport, known_failures, run_campaign
 from hicache_fuzz.harness.case import Case, CaseError
 from hicache_fuzz.harness.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
 from hicache_fuzz.harness.executor import Executor, InProcessExecutor
@@ -237,6 +237,10 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run cases in a worker process (auto: for backends that can crash the process)")
     parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
+    parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
+                        help="corpus files or folders whose expected failures (\"expect\": \"fail\") are known: "
+                             "failures with their signatures are counted and marked known, and only new ones "
+                             "make the exit status 1 (repeatable; e.g. corpus/sglang)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
     from hicache_fuzz.harness.parallel import add_worker_arguments  # --workers (one process per GPU or more)
 
@@ -274,7 +278,8 @@ def run_fuzz(args: argparse.Namespace) -> int:
     print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
           f"shard {shard[0]}/{shard[1]}; corpus {corpus}", flush=True)
     config = CampaignConfig([b.name for b in backends], seed, args.runs, args.max_total_time, corpus, shard,
-                            args.start_index, space, args.stop_on_failure)
+                            args.start_index, space, args.stop_on_failure,
+                            known_signatures=load_known_failures(args.known))
     # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
     executor = make_executor(backends, registry, machine, args, corpus / ".journal", warm_up=True)
     if args.minimize:
@@ -315,7 +320,15 @@ def run_fuzz(args: argparse.Namespace) -> int:
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     print_campaign(report)
     print_json_or_write(report.to_dict(), args.json)
-    return EXIT_FAILURES if report.failures else EXIT_CLEAN
+    return EXIT_FAILURES if report.new_failures else EXIT_CLEAN
+
+
+def load_known_failures(paths: list[Path]) -> dict[str, str]:
+    """signature -> file of every expected-failure entry under `paths` (fuzz --known)."""
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"--known {path}: no such file or folder")
+    return known_failures(load_entry(p) for p in iter_case_files(paths))
 
 
 def print_campaign(report: CampaignReport) -> None:
@@ -337,10 +350,13 @@ def print_campaign(report: CampaignReport) -> None:
         for bucket, why in report.coverage.exemptions.get(backend, {}).items():
             print(f"  coverage of {backend}: {bucket} exempt ({why})")
     if report.failures:
-        print(f"{report.failure_count} failures, {len(report.failures)} unique:")
+        new = report.new_failures
+        print(f"{report.failure_count} failures, {len(report.failures)} unique, {len(new)} new:")
         for failure in report.failures:
             print(f"  [{failure.signature}] x{failure.count} {failure.summary}")
-            if failure.file:
+            if failure.known:
+                print(f"      known: {failure.known}")
+            elif failure.file:
                 print(f"      reproducer: {failure.file}")
     else:
         print("no failures")

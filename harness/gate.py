@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness import isa, isa_fetch
-from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
+from hicache_fuzz.harness.campaign import CampaignConfig, known_failures, run_campaign
 from hicache_fuzz.harness.cli import (
     EXIT_CLEAN,
     EXIT_FAILURES,
@@ -123,7 +123,9 @@ class CampaignRow:
     cases: int
     status: str  # passed | failed | budget_exceeded
     outcomes: dict[str, int] = field(default_factory=dict)
-    failures: list[dict[str, Any]] = field(default_factory=list)  # one per unique signature
+    failures: list[dict[str, Any]] = field(default_factory=list)  # one per unique NEW signature (findings)
+    # failures whose signature a corpus entry marked "expect": "fail" already records (not findings)
+    known_failures: list[dict[str, Any]] = field(default_factory=list)
     case_ids_sha256: str = ""  # digest of the case ids run, in order: equal digests = equal cases
     first_index: int = 0
     seconds: float = 0.0
@@ -201,6 +203,7 @@ class GateReport:
             "campaign": [{"backend": r.backend, "planned_cases": r.planned_cases, "cases": r.cases,
                           "status": r.status, "outcomes": dict(sorted(r.outcomes.items())),
                           "failure_signatures": sorted(f["signature"] for f in r.failures),
+                          "known_failure_signatures": sorted(f["signature"] for f in r.known_failures),
                           "case_ids_sha256": r.case_ids_sha256} for r in self.campaign],
             "isa": [{"name": r.name, "status": r.status, "kernels": r.kernels, "failing": r.failing,
                      "sglang": r.sglang_version} for r in self.isa],
@@ -301,8 +304,11 @@ def _first_line(result: Result) -> str:
 
 def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Machine, seed: int,
                       cases_per_backend: int, budget_seconds: float, space: CaseSpace,
-                      executor_args: argparse.Namespace, artifacts: Path) -> list[CampaignRow]:
-    """One campaign per backend, each exactly `cases_per_backend` cases; the budget is a hard cap on all."""
+                      executor_args: argparse.Namespace, artifacts: Path,
+                      known: dict[str, str] | None = None) -> list[CampaignRow]:
+    """One campaign per backend, each exactly `cases_per_backend` cases; the budget is a hard cap on all.
+    Failures whose signatures are in `known` (signature -> corpus file of an expected failure) are listed
+    apart and are not findings: a known, unfixed sglang bug must not block every merge, a new one must."""
     rows: list[CampaignRow] = []
     journal = artifacts / "worker-journal" / "campaign"
     executor = make_executor(backends, registry, machine, executor_args, journal)
@@ -314,9 +320,11 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
                 rows.append(CampaignRow(backend.name, cases_per_backend, 0, BUDGET_EXCEEDED))
                 continue
             config = CampaignConfig([backend.name], seed, max_cases=cases_per_backend, max_seconds=remaining,
-                                    corpus_dir=artifacts / "campaign", space=space)
+                                    corpus_dir=artifacts / "campaign", space=space,
+                                    known_signatures=dict(known or {}))
             report = run_campaign(config, [backend], machine.platform, executor, record_case_ids=True)
-            failures = [dict(f.__dict__) for f in report.failures]
+            failures = [dict(f.__dict__) for f in report.new_failures]
+            known_found = [dict(f.__dict__) for f in report.failures if f.known]
             status = PASSED
             if report.cases < cases_per_backend:
                 status = BUDGET_EXCEEDED
@@ -325,7 +333,7 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
             digest = hashlib.sha256("\n".join(report.case_ids).encode()).hexdigest()
             rows.append(CampaignRow(backend.name, cases_per_backend, report.cases, status,
                                     dict(sorted(report.outcomes.get(backend.name, {}).items())), failures,
-                                    digest, report.first_index, round(report.seconds, 3)))
+                                    known_found, digest, report.first_index, round(report.seconds, 3)))
     finally:
         executor.close()
     return rows
@@ -457,11 +465,12 @@ def render_markdown(report: GateReport) -> str:
     for row in report.campaign:
         result = {PASSED: "PASS", FAILED: "FAIL", BUDGET_EXCEEDED: "FAIL (budget exceeded)"}[row.status]
         failing_cases = sum(f["count"] for f in row.failures)
+        known_cases = sum(f["count"] for f in row.known_failures)
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items())) or "no cases"
-        lines.append(f"| campaign `{row.backend}` | {result} | {row.cases - failing_cases} | {failing_cases} "
-                     f"| 0 | {row.planned_cases - row.cases} "
+        lines.append(f"| campaign `{row.backend}` | {result} | {row.cases - failing_cases - known_cases} "
+                     f"| {failing_cases} | {known_cases} | {row.planned_cases - row.cases} "
                      f"| {row.cases}/{row.planned_cases} cases: {outcomes}; "
-                     f"{len(row.failures)} unique failures |")
+                     f"{len(row.failures)} new unique failures, {len(row.known_failures)} known |")
     for isa_row in report.isa:
         result = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "SKIPPED"}[isa_row.status]
         detail = (_one_line(isa_row.reason, 160) if isa_row.status == SKIPPED
@@ -492,6 +501,11 @@ def render_markdown(report: GateReport) -> str:
         if unallowed:
             lines += ["", f"{len(unallowed)} ISA check(s) skipped without `--allow-skip-isa`: "
                           "the gate is not green."]
+    known = [(row.backend, f) for row in report.campaign for f in row.known_failures]
+    if known:
+        lines += ["", f"<details><summary>Known failures met by the campaign ({len(known)})</summary>", ""]
+        lines += [f"- [{backend}] `{f['signature']}` x{f['count']}: known from `{f['known']}`" for backend, f in known]
+        lines += ["", "</details>"]
     expected = [r for r in report.replay if r.status == EXPECTED]
     if expected:
         lines += ["", f"<details><summary>Expected failures reproduced ({len(expected)})</summary>", ""]
@@ -531,6 +545,8 @@ def junit_cases(report: GateReport) -> list[JUnitCase]:
         cases.append(JUnitCase(
             name=f"{campaign_row.backend} seed {report.seed}", classname="gate.campaign",
             seconds=campaign_row.seconds, failure_message=message, failure_text=text,
+            system_out="\n".join(f"known failure [{f['signature']}] x{f['count']}: {f['known']}"
+                                 for f in campaign_row.known_failures),
             properties={"cases": str(campaign_row.cases), "planned_cases": str(campaign_row.planned_cases),
                         "case_ids_sha256": campaign_row.case_ids_sha256}))
     for isa_row in report.isa:
@@ -614,11 +630,13 @@ def _run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: l
 
     phase_started = time.perf_counter()
     report.campaign = run_gate_campaign(backends, registry, machine, args.seed, cases_per_backend,
-                                        args.budget_seconds, space, executor_args, artifacts)
+                                        args.budget_seconds, space, executor_args, artifacts,
+                                        known_failures(entries))
     report.seconds["campaign"] = time.perf_counter() - phase_started
     for row in report.campaign:
         print(f"[2/3] campaign {row.backend}: {row.status}, {row.cases}/{row.planned_cases} cases, "
-              f"{len(row.failures)} unique failures, {row.seconds:.1f} s", flush=True)
+              f"{len(row.failures)} new unique failures, {len(row.known_failures)} known, {row.seconds:.1f} s",
+              flush=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ _COMBINED_KEYS = frozenset({
     "format", "seed", "seeds", "shard", "shards", "backends", "platform", "cases", "seconds",
     "cases_per_second", "first_index", "next_index", "outcomes", "paths", "failures_total",
     "unique_failures", "case_ids", "merged_from", "overlaps", "seconds_total", "coverage", "coverage_gaps",
-    "coverage_exemptions",
+    "coverage_exemptions", "new_failure_signatures",
 })
 
 
@@ -188,6 +188,7 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
         "outcomes": outcomes,
         "paths": paths,
         "failures_total": sum(int(f["count"]) for f in merged_failures),
+        "new_failure_signatures": [f["signature"] for f in merged_failures if not f.get("known")],
         "unique_failures": merged_failures,
         "case_ids": case_ids,
         "coverage": coverage.to_dict(),

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +213,7 @@ class ShardJob:
     record_case_ids: bool = False
     minimize: bool = False
     warm_up: bool = True
+    known_signatures: dict[str, str] = field(default_factory=dict)  # fuzz --known
     device: str | None = None  # the device token the worker was pinned to, for its report
 
     def to_dict(self) -> dict[str, Any]:
@@ -302,7 +303,7 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
             job.runs_total, len(backends), job.shard, job.worker, job.workers, job.start_index))
         config = CampaignConfig([b.name for b in backends], job.seed, max_cases, job.max_seconds, Path(job.corpus),
                                 worker_shard(job.shard, job.worker, job.workers), job.start_index,
-                                _case_space(job), job.stop_on_failure)
+                                _case_space(job), job.stop_on_failure, known_signatures=job.known_signatures)
         if job.minimize:
             from hicache_fuzz.harness.minimize import campaign_minimizer
 
@@ -347,7 +348,7 @@ def _worker_main(argv: list[str] | None = None) -> int:
         print(f"hicache-fuzz worker: unavailable: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     write_json_atomic(Path(job.report), data)
-    return EXIT_FAILURES if data.get("unique_failures") else EXIT_CLEAN
+    return EXIT_FAILURES if data.get("new_failure_signatures") else EXIT_CLEAN
 
 
 # ---- parent side -------------------------------------------------------------------------------------------
@@ -474,7 +475,7 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
     if merged:
         merged.update(workers=workers, devices=devices, warm_up=prepared,
                       wall_seconds=round(time.perf_counter() - started, 3))
-        if exit_code == EXIT_CLEAN and merged["unique_failures"]:
+        if exit_code == EXIT_CLEAN and merged["new_failure_signatures"]:
             exit_code = EXIT_FAILURES
     return ParallelRun(merged, prepared, exit_code, workers, devices, time.perf_counter() - started, problems)
 
@@ -504,7 +505,8 @@ def run_parallel_fuzz(args: argparse.Namespace) -> int:
                     report="", shard=node_shard, start_index=args.start_index, byte_budget=args.byte_budget,
                     isolate=args.isolate,
                     case_timeout=args.case_timeout, stop_on_failure=args.stop_on_failure,
-                    record_case_ids=args.record_case_ids, minimize=args.minimize, warm_up=not args.no_warm_up)
+                    record_case_ids=args.record_case_ids, minimize=args.minimize, warm_up=not args.no_warm_up,
+                    known_signatures=cli.load_known_failures(args.known))
     per_device = f"{workers / len(devices):g} per GPU on {', '.join(devices)}" if devices else "on the CPU"
     print(f"platform: {kind}; {workers} workers ({per_device}); corpus {corpus}", flush=True)
     outcome = run_parallel(base, workers, kind, devices, run_dir)

@@ -210,3 +210,48 @@ def test_planned_cases_depend_only_on_inputs() -> None:
     assert gate.planned_cases_per_backend(120, "cpu", 1) == 600
     assert gate.planned_cases_per_backend(900, "rocm", 6) == 37
     assert gate.planned_cases_per_backend(0.1, "cuda", 9) == 1
+
+
+def accept_as_known(failures: list[dict[str, Any]], corpus: Path) -> None:
+    """What a developer does with an upstream bug they cannot fix: mark its reproducer "expect": "fail"."""
+    for failure in failures:
+        data = json.loads(Path(failure["file"]).read_text())
+        data["expect"] = "fail"
+        write_json_atomic(corpus / "known" / Path(failure["file"]).name, data)
+
+
+def test_campaign_failures_already_in_the_corpus_are_known_not_findings(
+        tmp_path: Path, campaign_failure: tuple[int, dict[str, Any], Path]) -> None:
+    _, first, _ = campaign_failure
+    corpus = tmp_path / "corpus-with-known"
+    write_case(corpus, "reference-ok", small_case("reference"))
+    met = first["campaign"][0]["failures"] + first["campaign"][0]["known_failures"]  # the fixture knows one
+    accept_as_known(met, corpus)
+    code, report, out = run_gate(tmp_path, "known", corpus, "--backend", MUTANT)
+    assert code == 0, report["verdict"]["findings"]
+    [row] = report["campaign"]
+    assert row["status"] == "passed" and row["failures"] == []
+    assert sorted(f["signature"] for f in row["known_failures"]) == sorted(f["signature"] for f in met)
+    assert all(f["known"].startswith(str(corpus)) for f in row["known_failures"])
+    assert "Known failures met by the campaign" in (out / "summary.md").read_text()
+    assert report["verdict"]["campaign"][0]["known_failure_signatures"]
+
+
+def test_fuzz_known_failures_do_not_fail_the_run_but_new_ones_do(tmp_path: Path) -> None:
+    args = ["fuzz", "--platform", "cpu", "--backend-plugin", PLUGIN, "--backend", MUTANT, "--seed", "3",
+            "--runs", "30", "--byte-budget", "65536", "--no-progress"]
+    first_json = tmp_path / "first.json"
+    assert main([*args, "--corpus", str(tmp_path / "c1"), "--json", str(first_json)]) == 1
+    first = json.loads(first_json.read_text())
+    assert first["new_failure_signatures"]
+    known_dir = tmp_path / "known-corpus"
+    accept_as_known(first["unique_failures"], known_dir)
+    second_json = tmp_path / "second.json"
+    assert main([*args, "--corpus", str(tmp_path / "c2"), "--json", str(second_json),
+                 "--known", str(known_dir)]) == 0
+    second = json.loads(second_json.read_text())
+    assert second["new_failure_signatures"] == []
+    assert second["failures_total"] == first["failures_total"]
+    assert all(f["known"] for f in second["unique_failures"])
+    assert not (tmp_path / "c2").exists() or not any((tmp_path / "c2").glob("*/*.json"))  # nothing re-saved
+    assert main([*args, "--corpus", str(tmp_path / "c3"), "--known", str(tmp_path / "absent")]) == 2
