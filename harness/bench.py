@@ -450,7 +450,10 @@ def measure_copy_ceiling(machine: Machine, nbytes: int, repeats: int) -> dict[st
 
 def campaign_compile_share(root: Path) -> dict[str, Any] | None:
     """The compile share of the GPU engineer's 5-minute campaign, if its report is in the tree."""
-    path = root / "reports" / "gpu" / "campaign" / "report.json"
+    # the `hicache-fuzz fuzz` campaign of reports/gpu/README.md; the first session's drive.py run otherwise
+    path = root / "reports" / "gpu" / "cli-campaign" / "report.json"
+    if not path.is_file():
+        path = root / "reports" / "gpu" / "campaign" / "report.json"
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
