@@ -165,7 +165,7 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
     index = 0
     warmed = 0
     while warmed < warm_up_cases:  # first-call costs (imports, allocator growth) are not throughput
-        case = campaign_case(seed, index, backend, space, machine.platform)
+        case = campaign_case(seed, index, backend, space, machine.platform, grow=False)
         index += 1
         if wanted(case):
             run_case(case, backend, machine.platform, machine.device)
@@ -176,7 +176,7 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
         if elapsed >= seconds or (max_cases is not None and result.cases >= max_cases):
             break
         generate_started = time.perf_counter()
-        case = campaign_case(seed, index, backend, space, machine.platform)
+        case = campaign_case(seed, index, backend, space, machine.platform, grow=False)
         stages["generate"] = stages.get("generate", 0.0) + time.perf_counter() - generate_started
         if not wanted(case):
             result.skipped += 1

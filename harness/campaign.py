@@ -77,6 +77,7 @@ class CampaignReport:
     coverage: Coverage = field(default_factory=Coverage)  # what each backend really executed
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. compile seconds from backends
     stopped_early: bool = False  # should_stop ended it (a signal), not the budget
+    menu_growth: dict[str, list[int]] = field(default_factory=dict)  # backend -> rows its menu grew by
 
     @property
     def failure_count(self) -> int:
@@ -100,6 +101,7 @@ class CampaignReport:
             "seconds": round(self.seconds, 3),
             "cases_per_second": round(self.cases_per_second, 1),
             "stopped_early": self.stopped_early,
+            "menu_growth": self.menu_growth,
             "first_index": self.first_index,
             "next_index": self.next_index,
             "outcomes": self.outcomes,
@@ -115,9 +117,41 @@ class CampaignReport:
         }
 
 
-def campaign_case(seed: int, index: int, backend: Backend, base_space: CaseSpace, platform: Platform) -> Case:
-    space = backend.case_space(base_space.narrowed(backend=backend.name), platform)
+def backend_space(backend: Backend, base_space: CaseSpace, platform: Platform) -> CaseSpace:
+    """The space a campaign draws `backend`'s cases from (before menu growth is applied by index)."""
+    return backend.case_space(base_space.narrowed(backend=backend.name), platform)
+
+
+def campaign_case(seed: int, index: int, backend: Backend, base_space: CaseSpace, platform: Platform,
+                  grow: bool = True) -> Case:
+    """Case `index` of `backend`'s campaign; `grow=False` keeps the row menu at its start (benchmarks)."""
+    space = backend_space(backend, base_space, platform)
+    if not grow:
+        space = space.narrowed(row_bytes_growth=(), grow_every=0)
     return case_for_index(seed, index, space)
+
+
+class MenuGrowth:
+    """Starts each backend's next growth stage compiling (Backend.prefetch) one stage before cases can draw
+    it, and records the rows each backend's menu has grown by."""
+
+    def __init__(self, backends: list[Backend], base_space: CaseSpace, platform: Platform) -> None:
+        self.platform = platform
+        self.spaces = {b.name: backend_space(b, base_space, platform) for b in backends}
+        self.prefetched = {b.name: 0 for b in backends}  # highest stage handed to prefetch
+        self.grown: dict[str, list[int]] = {b.name: [] for b in backends}
+
+    def before(self, backend: Backend, index: int) -> None:
+        space = self.spaces[backend.name]
+        if not space.row_bytes_growth:
+            return
+        stage = space.growth_stage(index)
+        self.grown[backend.name] = [r for s in range(1, stage + 1) for r in space.rows_of_stage(s)]
+        while self.prefetched[backend.name] < min(stage + 1, len(space.row_bytes_growth)):
+            self.prefetched[backend.name] += 1
+            rows = space.rows_of_stage(self.prefetched[backend.name])
+            if rows:
+                backend.prefetch(space.narrowed(row_bytes=rows, row_bytes_growth=(), grow_every=0), self.platform)
 
 
 def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Platform, executor: Executor,
@@ -135,6 +169,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     while index % n != k:
         index += 1
     report.first_index = index
+    growth = MenuGrowth(backends, config.space, platform)
     done = False
     while not done:
         for backend in backends:
@@ -148,7 +183,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 report.stopped_early = True
                 done = True
                 break
-            case = campaign_case(config.seed, index, backend, config.space, platform)
+            growth.before(backend, index)
+            case = case_for_index(config.seed, index, growth.spaces[backend.name])
             try:
                 result = executor.run(case)
             except Exception:
@@ -179,6 +215,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
         if not done:  # a budget that ends before (or inside) this index must not skip it on resume
             index += n
     report.next_index = index
+    report.menu_growth = {name: rows for name, rows in growth.grown.items() if rows}
     report.seconds = time.perf_counter() - started
     report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}
     report.paths = {b: dict(c) for b, c in path_counts.items()}

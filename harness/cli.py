@@ -117,6 +117,12 @@ def make_executor(backends: list[Backend], registry: Registry, machine: Machine,
     return InProcessExecutor(registry, machine)
 
 
+def background_compile_seconds() -> float:
+    """Seconds this process spent building grown menu rows in the background (0 without sglang loaded)."""
+    module = sys.modules.get("hicache_fuzz.kernels.sglang_common")
+    return float(getattr(module, "background_seconds", 0.0)) if module else 0.0
+
+
 def compiled_in_cases(found: dict[str, tuple[int, float]], top: int = 40) -> list[dict[str, Any]]:
     """The JIT modules cases had to build or load themselves (outside the warm-up), costliest first: what to
     add to a backend's compile_jobs when the compile share is high."""
@@ -316,6 +322,7 @@ def run_fuzz(args: argparse.Namespace) -> int:
                             worker_restarts=executor.restarts, spare_takeovers=executor.spares_used,
                             spare_startup_seconds_in_background=round(executor.background_startup_seconds, 3),
                             compiled_in_cases=compiled_in_cases(executor.compiled_in_cases),
+                            prefetch_compile_seconds=round(background_compile_seconds(), 3),
                             wall_seconds=round(wall, 3),
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     print_campaign(report)

@@ -98,9 +98,36 @@ class CaseSpace:
     byte_budget: int = CASE_BYTE_BUDGET
     backend: str = "reference"
     tuning_menus: tuple[tuple[str, tuple[int | str | bool, ...]], ...] = ()
+    # Menu growth, for backends where every row size is a compile (sglang's JIT kernels): row_bytes_growth[k]
+    # joins row_bytes from campaign index (k + 1) * grow_every on. A pure function of the index, so shards
+    # and resumed campaigns still draw the same case i; the campaign compiles each next row in the background
+    # (Backend.prefetch) before any case can draw it.
+    row_bytes_growth: tuple[int, ...] = ()
+    grow_every: int = 0
 
     def narrowed(self, **changes: object) -> CaseSpace:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    def growth_stage(self, index: int) -> int:
+        """How many rows of row_bytes_growth case `index` may draw."""
+        if not self.row_bytes_growth or self.grow_every <= 0:
+            return 0
+        return min(len(self.row_bytes_growth), index // self.grow_every)
+
+    def at_index(self, index: int) -> CaseSpace:
+        """The space case `index` is drawn from: row_bytes plus the rows grown by then."""
+        stage = self.growth_stage(index)
+        if not stage:
+            return self
+        grown = tuple(r for r in self.row_bytes_growth[:stage] if r not in self.row_bytes)
+        return replace(self, row_bytes=self.row_bytes + grown, row_bytes_growth=(), grow_every=0)
+
+    def rows_of_stage(self, stage: int) -> tuple[int, ...]:
+        """The rows that join the menu at growth stage `stage` (1-based; empty past the end)."""
+        if not 1 <= stage <= len(self.row_bytes_growth):
+            return ()
+        row = self.row_bytes_growth[stage - 1]
+        return () if row in self.row_bytes else (row,)
 
 
 @dataclass
@@ -284,4 +311,4 @@ def case_for_index(seed: int, index: int, space: CaseSpace) -> Case:
     """The `index`-th case of a campaign with `seed`: independent of every other index, so campaigns can be
     sharded and resumed by index range without generating the cases before them."""
     rng = random.Random(f"hicache-fuzz:{seed}:{index}")
-    return draw_case(RandomChooser(rng), space)
+    return draw_case(RandomChooser(rng), space.at_index(index))

@@ -67,6 +67,12 @@ class Backend(ABC):
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         return None
 
+    def prefetch(self, space: CaseSpace, platform: Platform) -> None:
+        """Get ready, in the background, for cases drawn from `space`, whose row_bytes are rows about to join
+        this backend's menu (CaseSpace.row_bytes_growth): e.g. start their JIT compiles. Called by the
+        campaign one growth stage ahead; must return at once. Default: nothing to prepare."""
+        return None
+
     @abstractmethod
     def plan(self, case: Case, platform: Platform) -> Plan: ...
 

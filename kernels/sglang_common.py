@@ -409,6 +409,32 @@ def compile_parallel(jobs: Iterable[Callable[[], Any]], workers: int | None = No
     return time.perf_counter() - started
 
 
+_background: ThreadPoolExecutor | None = None
+_background_lock = threading.Lock()
+background_seconds = 0.0  # wall time of background (prefetch) compile batches, summed
+
+
+def compile_in_background(make_jobs: Callable[[], Iterable[Callable[[], Any]]], workers: int = 4) -> None:
+    """Build the jobs `make_jobs` returns in a background thread and return at once (menu growth: the next
+    rows compile while cases run). The jobs are made in the thread too: making them imports sglang, which a
+    crash-isolated campaign's parent process has not done yet. A failed compile is memoized like any other;
+    the built module lands in sglang's on-disk JIT cache, where the worker processes find it."""
+    global _background
+
+    def batch() -> None:
+        global background_seconds
+        started = time.perf_counter()
+        with contextlib.suppress(Exception):
+            compile_parallel(make_jobs(), workers)
+        with _background_lock:
+            background_seconds += time.perf_counter() - started
+
+    with _background_lock:
+        if _background is None:  # one batch at a time: growth stages are minutes apart
+            _background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-fuzz-prefetch")
+        _background.submit(batch)
+
+
 # ---- small tensor helpers ---------------------------------------------------------------------------------
 
 

@@ -37,6 +37,11 @@ from hicache_fuzz.oracles.contract import EntryPoint, Platform
 # few that no JIT kernel takes (rejections; compiled once, the failure is memoized).
 JIT_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048, 4096, 528, 96)
 JIT_PAGE_SIZES = (1, 16, 32, 4, 64)
+# Menu growth (CaseSpace.row_bytes_growth): one more row size every GROW_EVERY campaign indices, compiled in the
+# background one stage ahead. Multiples of 128 (the register kernel takes them on CUDA and HIP, TMA too), up
+# to 8 KiB rows, so the growth adds compiles that succeed.
+GROW_EVERY = 150
+JIT_ROW_GROWTH = (640, 768, 1280, 1536, 2560, 3072, 6144, 8192)
 # Drawn uniformly per side: weighted toward GPU indices so most cases get past the index checks.
 JIT_INDEX_DEVICES = (IndexDevice.DEVICE,) * 6 + (IndexDevice.CPU, IndexDevice.PINNED)
 
@@ -84,6 +89,10 @@ class SglangBackend(Backend):
     def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
         return []
 
+    def prefetch(self, space: CaseSpace, platform: Platform) -> None:
+        if platform.kind != "cpu" and self.probe(platform).available:
+            common.compile_in_background(lambda: self.compile_jobs(space, platform))
+
 
 def _host_layer(pool: PoolBuffers, component: str, layer: int) -> Any:
     """The host (component, layer) view as sglang's pools pass it: (S, H, D), strided for page_first."""
@@ -108,6 +117,8 @@ class _JitBackend(SglangBackend):
             rows=JIT_ROW_MENU,
             backend=self.name,
             index_devices=JIT_INDEX_DEVICES,
+            row_bytes_growth=JIT_ROW_GROWTH,
+            grow_every=GROW_EVERY,
             tuning_menus=menus,
         )
 

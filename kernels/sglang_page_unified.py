@@ -20,7 +20,7 @@ from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
-from hicache_fuzz.kernels.sglang_jit import JIT_INDEX_DEVICES, SglangBackend, gpu_space
+from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, JIT_INDEX_DEVICES, SglangBackend, gpu_space
 from hicache_fuzz.kernels.sglang_staged import (
     INDEX_DTYPES,
     STAGING_PAGES_MENU,
@@ -42,6 +42,8 @@ class SglangPageUnifiedBackend(SglangBackend):
             space,
             layouts=self.supported_layouts,
             rows=PAGE_UNIFIED_ROW_MENU,
+            row_bytes_growth=(640, 768, 1280, 1536),
+            grow_every=GROW_EVERY,
             page_sizes=(1, 16, 4),
             index_devices=JIT_INDEX_DEVICES,
             index_dtypes=INDEX_DTYPES,

@@ -55,7 +55,7 @@ from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
-from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
+from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 POOL_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048)
@@ -154,6 +154,8 @@ class SglangPoolBackend(SglangBackend):
             space,
             layouts=self.supported_layouts,
             rows=POOL_ROW_MENU,
+            row_bytes_growth=(640, 768, 1280, 1536, 2560),
+            grow_every=GROW_EVERY,
             page_sizes=(1, 16, 4, 32, 64),
             max_pools=3,
             index_dtypes=(IndexDtype.INT64,),

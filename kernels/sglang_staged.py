@@ -18,7 +18,7 @@ from hicache_fuzz.harness.generate import CaseSpace
 from hicache_fuzz.harness.materialize import Materialized
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
-from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
+from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 STAGED_ROW_MENU = (128, 256, 576, 1152, 512, 1024, 48, 96, 528, 2064)
@@ -47,6 +47,8 @@ class SglangStagedBackend(SglangBackend):
             space,
             layouts=self.supported_layouts,
             rows=STAGED_ROW_MENU,
+            row_bytes_growth=(640, 768, 1280, 1536, 2560, 3072, 144, 1040),  # E % 16: staged takes them
+            grow_every=GROW_EVERY,
             page_sizes=(1, 16, 4, 2),
             max_pools=3,
             directions=(Direction.WRITE_BACK,),
