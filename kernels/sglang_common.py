@@ -286,6 +286,7 @@ class _LaunchSpy:
 def _memo_factory(original: Callable[..., Any], path: str, label: str) -> Callable[..., Any]:
     results: dict[Any, Any] = {}
     failures: dict[Any, BaseException] = {}
+    key_locks: dict[Any, threading.Lock] = {}
 
     def factory(*args: Any, **kwargs: Any) -> Any:
         global compile_seconds
@@ -294,19 +295,28 @@ def _memo_factory(original: Callable[..., Any], path: str, label: str) -> Callab
             return results[key]
         if key in failures:
             raise failures[key]
-        started = time.perf_counter()
-        try:
-            module = original(*args, **kwargs)
-        except Exception as exc:
-            failures[key] = exc
-            raise
-        finally:
-            spent = time.perf_counter() - started
-            with _compile_lock:
-                compile_seconds += spent
-                compiled_keys[f"{label}{args or ''}{dict(kwargs)}"] = round(spent, 3)
-        results[key] = _LaunchSpy(module, path)
-        return results[key]
+        with _compile_lock:
+            key_lock = key_locks.setdefault(key, threading.Lock())
+        # One build per key: warm-up threads of several backends ask for the same modules at once, and a
+        # build that fails (rows sglang refuses at compile time) leaves nothing on disk for the others to find.
+        with key_lock:
+            if key in results:
+                return results[key]
+            if key in failures:
+                raise failures[key]
+            started = time.perf_counter()
+            try:
+                module = original(*args, **kwargs)
+            except Exception as exc:
+                failures[key] = exc
+                raise
+            finally:
+                spent = time.perf_counter() - started
+                with _compile_lock:
+                    compile_seconds += spent
+                    compiled_keys[f"{label}{args or ''}{dict(kwargs)}"] = round(spent, 3)
+            results[key] = _LaunchSpy(module, path)
+            return results[key]
 
     factory.__wrapped__ = original  # type: ignore[attr-defined]
     factory.hicache_fuzz_spy = True  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ sglang is not installed here and must not be needed; GPU runs live in tests/gpu/
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import types
@@ -359,6 +360,38 @@ def test_spies_record_launches_and_memoize_failures(monkeypatch: pytest.MonkeyPa
         assert fake.use_hicache_tma_kernel(element_size=1024, block_quota=4, page_size=None) is False
     assert gate_calls == []
     assert common.path_of(["a", "b", "a"]) == "a+b" and common.path_of([]) == "none"
+
+
+def test_concurrent_first_calls_build_a_module_once() -> None:
+    """Warm-up threads of several backends ask for the same module at once: one build, the others wait."""
+    import threading
+    import time
+
+    fake = types.ModuleType("fake_hicache_concurrent")
+    calls: list[int] = []
+
+    def _jit_hicache_module(**kw: object) -> object:
+        calls.append(int(kw["element_size"]))  # type: ignore[call-overload]
+        time.sleep(0.2)
+        if kw["element_size"] == 96:
+            raise RuntimeError("nvcc failed")
+        return object()
+
+    fake._jit_hicache_module = _jit_hicache_module  # type: ignore[attr-defined]
+    fake._jit_hicache_tma_module = lambda **kw: object()  # type: ignore[attr-defined]
+    fake.use_hicache_tma_kernel = lambda **kw: False  # type: ignore[attr-defined]
+    common._install_jit_spies(fake)
+
+    def build(row: int) -> None:
+        with contextlib.suppress(RuntimeError):
+            fake._jit_hicache_module(element_size=row, unroll=4, block_quota=2)
+
+    threads = [threading.Thread(target=build, args=(row,)) for row in (128, 96) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(calls) == [96, 128]
 
 
 def test_aot_spy_wraps_imported_ops() -> None:
