@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.campaign import CampaignConfig, campaign_case, run_campaign
+from hicache_fuzz.harness.campaign import CampaignConfig, backend_space, run_campaign
 from hicache_fuzz.harness.case import (
     Attention,
     Case,
@@ -65,7 +65,7 @@ from hicache_fuzz.harness.cli import (
 )
 from hicache_fuzz.harness.compare import storages_equal
 from hicache_fuzz.harness.executor import InProcessExecutor
-from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.generate import CaseSpace, case_for_index
 from hicache_fuzz.harness.materialize import GUARD_BYTES, Materialized, fill_pattern, index_tensor, materialize
 from hicache_fuzz.harness.outcome import Outcome
 from hicache_fuzz.harness.platform import Machine
@@ -162,10 +162,12 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
     def wanted(case: Case) -> bool:
         return not skip_empty or bool(case.host_indices and case.device_indices)
 
+    # The backend's space once, as run_campaign holds it; the menu stays at its start (no growth compiles).
+    drawn_from = backend_space(backend, space, machine.platform).narrowed(row_bytes_growth=(), grow_every=0)
     index = 0
     warmed = 0
     while warmed < warm_up_cases:  # first-call costs (imports, allocator growth) are not throughput
-        case = campaign_case(seed, index, backend, space, machine.platform, grow=False)
+        case = case_for_index(seed, index, drawn_from)
         index += 1
         if wanted(case):
             run_case(case, backend, machine.platform, machine.device)
@@ -176,7 +178,7 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
         if elapsed >= seconds or (max_cases is not None and result.cases >= max_cases):
             break
         generate_started = time.perf_counter()
-        case = campaign_case(seed, index, backend, space, machine.platform, grow=False)
+        case = case_for_index(seed, index, drawn_from)
         stages["generate"] = stages.get("generate", 0.0) + time.perf_counter() - generate_started
         if not wanted(case):
             result.skipped += 1
