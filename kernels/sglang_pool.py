@@ -134,8 +134,10 @@ class SglangPoolBackend(SglangBackend):
     supported_layouts = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)
     coverage_exemptions: ClassVar[Mapping[str, str]] = MappingProxyType({
         "index_dtype=int32": "the pools are fuzzed with production-shaped inputs (reference contract: a "
-        "rejection is a finding) and sglang's token and host allocators hand out int64 indices; int32 "
-        "index tensors are covered at the kernel entry points by sglang-jit/-tma/-staged/-page-unified",
+        "rejection is a finding) and the controller only ever gets int64 indices: the allocators hand out "
+        "int64, and the radix caches cast req_to_token's int32 rows to int64 before they become tree values "
+        "(sglang 0.5.23 radix_cache.py:472, unified_radix_cache.py:1234); int32 index tensors are covered at "
+        "the kernel entry points by sglang-jit/-tma/-staged/-page-unified",
     })
 
     def probe(self, platform: Platform) -> Availability:
