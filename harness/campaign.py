@@ -140,12 +140,16 @@ class MenuGrowth:
         self.spaces = {b.name: backend_space(b, base_space, platform) for b in backends}
         self.prefetched = {b.name: 0 for b in backends}  # highest stage handed to prefetch
         self.grown: dict[str, list[int]] = {b.name: [] for b in backends}
+        self.stage_seen: dict[str, int] = {}
 
     def before(self, backend: Backend, index: int) -> None:
         space = self.spaces[backend.name]
         if not space.row_bytes_growth:
             return
         stage = space.growth_stage(index)
+        if self.stage_seen.get(backend.name) == stage:  # once per stage, not per case
+            return
+        self.stage_seen[backend.name] = stage
         self.grown[backend.name] = [r for s in range(1, stage + 1) for r in space.rows_of_stage(s)]
         while self.prefetched[backend.name] < min(stage + 1, len(space.row_bytes_growth)):
             self.prefetched[backend.name] += 1
@@ -163,6 +167,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
         report.coverage.exempt(backend.name, dict(backend.coverage_exemptions))
     outcome_counts: dict[str, Counter[str]] = defaultdict(Counter)
     path_counts: dict[str, Counter[str]] = defaultdict(Counter)
+    # Live views for on_result hooks (Counters are dicts); replaced by plain dicts at the end.
+    report.outcomes, report.paths = outcome_counts, path_counts  # type: ignore[assignment]
     classes: dict[str, FailureClass] = {}
     started = time.perf_counter()
     index = config.start_index
@@ -206,8 +212,6 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
                 report.seconds = time.perf_counter() - started
                 report.failures = list(classes.values())
-                report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}
-                report.paths = {b: dict(c) for b, c in path_counts.items()}
                 report.next_index = index + n if backend is backends[-1] else index
                 on_result(case, result, report)
             if done:

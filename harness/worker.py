@@ -345,6 +345,7 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         from hicache_fuzz.harness import platform as platform_mod
         from hicache_fuzz.harness.materialize import HostMemory  # noqa: F401 - import cost paid up front
         from hicache_fuzz.harness.runner import run_case
+        from hicache_fuzz.kernels import sglang_common as jit_books  # JIT bookkeeping; does not import sglang
         from hicache_fuzz.kernels.registry import load_registry
 
         machine = platform_mod.require(args.platform)
@@ -378,10 +379,11 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         try:
             case = Case.from_dict(request["case"])
             backend = backends.get(case.backend) or registry.get(case.backend)
-            compile_before, keys_before = _compile_seconds(), set(_compiled_keys())
+            compile_before, known_modules = jit_books.compile_seconds, len(jit_books.compiled_keys)
             result = run_case(case, backend, machine.platform, machine.device)
-            compiled = {k: v for k, v in _compiled_keys().items() if k not in keys_before}
-            reply({"result": result.to_dict(), "compile_s": _compile_seconds() - compile_before,
+            # compiled_keys only grows, in insertion order: the modules this case built are its tail
+            compiled = dict(list(jit_books.compiled_keys.items())[known_modules:])
+            reply({"result": result.to_dict(), "compile_s": jit_books.compile_seconds - compile_before,
                    "compiled": compiled})
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
@@ -396,17 +398,6 @@ def _is_device_error(exc: BaseException) -> bool:
     """A CUDA/HIP runtime error (torch.AcceleratorError, or a RuntimeError naming one)."""
     text = f"{type(exc).__name__}: {exc}"
     return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "HIP error" in text
-
-
-def _compiled_keys() -> dict[str, float]:
-    """JIT modules this process has built or loaded so far ("factory(args)" -> seconds)."""
-    module = sys.modules.get("hicache_fuzz.kernels.sglang_common")
-    return dict(getattr(module, "compiled_keys", {})) if module else {}
-
-
-def _compile_seconds() -> float:
-    module = sys.modules.get("hicache_fuzz.kernels.sglang_common")
-    return float(getattr(module, "compile_seconds", 0.0)) if module else 0.0
 
 
 def _warm_up(backends: list[Any], platform: Any) -> float:
