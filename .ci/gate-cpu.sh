@@ -30,7 +30,7 @@ if ! command -v clang-19 >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
     || log "clang-19 could not be installed; the gate will report the ISA check as skipped"
 fi
 
-if ! "$PYTHON" -c "import hicache_fuzz.harness.gate" >/dev/null 2>&1; then
+if ! "$PYTHON" -c "import hicache_fuzz.harness.commands.gate" >/dev/null 2>&1; then
   log "hicache_fuzz is not importable; installing this checkout (editable)"
   "$PYTHON" -m pip install --quiet -e .
 fi

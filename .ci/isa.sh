@@ -31,26 +31,26 @@ fi
 log "$(clang-19 --version | head -n 1)"
 
 # --- the harness itself ----------------------------------------------------------------------------------
-if ! "$PYTHON" -c "import hicache_fuzz.harness.isa" >/dev/null 2>&1; then
+if ! "$PYTHON" -c "import hicache_fuzz.harness.isa.check" >/dev/null 2>&1; then
   log "hicache_fuzz is not importable; installing this checkout (editable, no dependencies)"
   "$PYTHON" -m pip install --quiet --no-deps -e .
 fi
 if command -v hicache-fuzz >/dev/null 2>&1 && hicache-fuzz isa --help >/dev/null 2>&1; then
   ISA=(hicache-fuzz isa)
 else
-  ISA=("$PYTHON" -m hicache_fuzz.harness.isa)
+  ISA=("$PYTHON" -m hicache_fuzz.harness.isa.check)
 fi
 CACHE_DIR=$("$PYTHON" -c "from hicache_fuzz.harness import isa_fetch; print(isa_fetch.default_cache_dir())")
 
 # --- headers, device libraries, sglang -------------------------------------------------------------------
 # Fetches everything the ROCm check needs plus the sglang wheel; a no-op when the cache has them.
-"$PYTHON" -m hicache_fuzz.harness.isa_fetch "$CACHE_DIR"
+"$PYTHON" -m hicache_fuzz.harness.isa.fetch "$CACHE_DIR"
 if [[ -n "${ISA_SGLANG_SOURCE:-}" ]]; then
   SGLANG_SOURCE=$ISA_SGLANG_SOURCE
 else
   SGLANG_SOURCE=$("$PYTHON" -c "
 import pathlib, sys
-from hicache_fuzz.harness import isa_fetch
+from hicache_fuzz.harness.isa import fetch as isa_fetch
 print(isa_fetch.fetch_sglang_archive(pathlib.Path(sys.argv[1]), sys.argv[2]))" "$CACHE_DIR" "$SGLANG_VERSION")
 fi
 log "sglang source: $SGLANG_SOURCE"

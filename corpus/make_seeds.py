@@ -22,7 +22,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -33,7 +33,7 @@ from hicache_fuzz.harness.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.reproducer import readable_case_json
+from hicache_fuzz.harness.campaign.reproducer import readable_case_json
 from hicache_fuzz.oracles.contract import Platform, Verdict, predict
 
 SEEDS = Path(__file__).resolve().parent / "seeds"

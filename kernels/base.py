@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
 
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 
@@ -53,7 +53,7 @@ class Backend(ABC):
     models_bug: ClassVar[str] = ""
     #: true if crashes in this backend can take the process down (run it in a worker process)
     needs_isolation: ClassVar[bool] = False
-    #: required coverage buckets ("dimension=bucket", see harness/coverage.py) this backend cannot reach by
+    #: required coverage buckets ("dimension=bucket", see harness/campaign/coverage.py) this backend cannot reach by
     #: design, with the reason; campaign reports list them instead of a coverage gap
     coverage_exemptions: ClassVar[Mapping[str, str]] = MappingProxyType({})
 

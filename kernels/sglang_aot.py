@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from hicache_fuzz.harness.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
+from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
+from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_jit import SglangBackend, _host_layer, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 

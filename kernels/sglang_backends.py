@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common
 from hicache_fuzz.kernels.sglang_aot import SglangAotBackend
 from hicache_fuzz.kernels.sglang_jit import SglangJitBackend, SglangJitRegisterBackend, SglangJitTmaBackend
@@ -59,7 +59,7 @@ def warm_up(
 ) -> float:
     """warm_up(space) -> seconds: compile the menus of all (or the named) sglang backends up front."""
     if platform is None:
-        from hicache_fuzz.harness.platform import detect
+        from hicache_fuzz.harness.model.platform import detect
 
         platform = detect().platform
     chosen = [cls() for cls in BACKENDS if names is None or cls.name in set(names)]

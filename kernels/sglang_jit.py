@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -27,10 +27,10 @@ from hicache_fuzz.harness.case import (
     IndexDevice,
     Scope,
 )
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.materialize import Materialized, PoolBuffers
+from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Backend, Plan
+from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 # Row sizes worth compiling: CUDA register-tiling ones, TMA-only ones (576 DeepSeek fp8 MLA, 528, 1040), and a

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
+from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
+from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, JIT_INDEX_DEVICES, SglangBackend, gpu_space
 from hicache_fuzz.kernels.sglang_staged import (
     INDEX_DTYPES,

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -51,10 +51,10 @@ from hicache_fuzz.harness.case import (
     Scope,
     page_runs_contiguous,
 )
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
+from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.case import Attention, Case, HostAllocator, HostLayout, IndexDevice, IndexDtype
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.harness.model.case import Attention, Case, HostAllocator, HostLayout, IndexDevice, IndexDtype
+from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
+from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
@@ -41,7 +41,7 @@ class SglangStagedBackend(SglangBackend):
     supported_layouts = (HostLayout.PAGE_FIRST,)
 
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
-        from hicache_fuzz.harness.case import Direction, Scope
+        from hicache_fuzz.harness.model.case import Direction, Scope
 
         return gpu_space(
             space,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -28,8 +28,8 @@ from hicache_fuzz.harness.case import (
     IndexDtype,
     Scope,
 )
-from hicache_fuzz.harness.materialize import Materialized, PoolBuffers
 from hicache_fuzz.kernels.base import BackendRejected
+from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
 from hicache_fuzz.kernels.reference import ReferenceBackend
 
 # The write-back staging buffer holds at most this many pages (sglang base.py _WRITE_BACK_STAGING_PAGE_CHUNK).

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.model.case import (
     Case,
     Direction,
     HostLayout,
@@ -25,6 +25,7 @@ from hicache_fuzz.harness.case import (
     IndexDtype,
     Scope,
 )
+from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.oracles.transfer import Semantics, token_pairs
 
 
@@ -43,22 +44,6 @@ class Verdict(str, Enum):
     ACCEPT = "accept"
     REJECT = "reject"
     UNDEFINED = "undefined"
-
-
-@dataclass(frozen=True)
-class Platform:
-    """What the contract needs to know about the machine. ``kind`` is cpu, cuda or rocm."""
-
-    kind: str = "cpu"
-    compute_capability: tuple[int, int] | None = None
-
-    @property
-    def is_hip(self) -> bool:
-        return self.kind == "rocm"
-
-    @property
-    def has_tma(self) -> bool:
-        return self.kind == "cuda" and self.compute_capability is not None and self.compute_capability >= (9, 0)
 
 
 @dataclass(frozen=True)

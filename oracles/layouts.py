@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hicache_fuzz.harness.case import Attention, Case, HostLayout, PoolSpec
+from hicache_fuzz.harness.model.case import Attention, Case, HostLayout, PoolSpec
 
 
 def component_index(pool: PoolSpec, component: str) -> int:

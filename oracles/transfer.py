@@ -24,7 +24,7 @@ from enum import Enum
 import numpy as np
 import torch
 
-from hicache_fuzz.harness.case import Case, Direction
+from hicache_fuzz.harness.model.case import Case, Direction
 from hicache_fuzz.oracles import layouts
 
 

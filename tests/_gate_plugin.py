@@ -6,8 +6,8 @@ replay and its campaign both have something to find.
 
 from __future__ import annotations
 
-from hicache_fuzz.harness.materialize import Materialized
 from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.reference import ReferenceBackend
 
 

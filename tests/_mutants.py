@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import torch
 
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.materialize import HostMemory
-from hicache_fuzz.harness.outcome import Result
-from hicache_fuzz.harness.runner import run_case
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.buffers import HostMemory
 from hicache_fuzz.kernels.reference import ReferenceBackend
 from hicache_fuzz.oracles.contract import Platform
 

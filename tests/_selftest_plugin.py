@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hicache_fuzz.harness.case import Case
+from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.reference import ReferenceBackend
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hicache_fuzz.harness.case import Attention, Case, Direction, HostLayout, PoolSpec
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
 
 
 def host_shape_and_key(case: Case, pool: PoolSpec, component: str) -> tuple[tuple[int, ...], int]:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness import atheris_entry
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.generate import CaseSpace, draw_case
+from hicache_fuzz.harness.campaign import atheris_entry
+from hicache_fuzz.harness.campaign.generate import draw_case
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.space import CaseSpace
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSING = atheris_entry.atheris_unavailable_reason()
@@ -40,7 +41,7 @@ def test_mutant_found_and_written_as_json_before_the_raise(tmp_path: Path) -> No
         (seeds / f"s{i}").write_bytes(bytes((i * 37 + j * 11) % 256 for j in range(96)))
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(
-        [sys.executable, "-m", "hicache_fuzz.harness.atheris_entry", "--backend", "test-drop-last-page",
+        [sys.executable, "-m", "hicache_fuzz.harness.campaign.atheris_entry", "--backend", "test-drop-last-page",
          "--backend-plugin", "tests._mutants:backends", "--byte-budget", "65536", "--corpus", str(tmp_path / "corpus"),
          "-runs=3000", "-seed=1", f"-artifact_prefix={tmp_path}/", str(seeds)],
         capture_output=True, text=True, env=env, timeout=120, check=False)

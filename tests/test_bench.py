@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from hicache_fuzz.harness import bench
-from hicache_fuzz.harness.case import Direction, HostLayout
-from hicache_fuzz.harness.cli import main
-from hicache_fuzz.harness.platform import require
+from hicache_fuzz.harness.commands import bench
+from hicache_fuzz.harness.commands.cli import main
+from hicache_fuzz.harness.model.case import Direction, HostLayout
+from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.kernels.registry import load_registry
 
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     CaseError,
@@ -20,7 +21,7 @@ from hicache_fuzz.harness.case import (
     Scope,
     make_tuning,
 )
-from hicache_fuzz.harness.generate import CaseSpace, case_for_index
+from hicache_fuzz.harness.model.space import CaseSpace
 
 
 def small_case(**changes: object) -> Case:

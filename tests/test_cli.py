@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.cli import main
+from hicache_fuzz.harness.commands.cli import main
 
 PLUGIN = "tests._cli_plugin:backends"
 

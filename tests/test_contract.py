@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,

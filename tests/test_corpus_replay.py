@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.corpus import iter_case_files, load_entry
-from hicache_fuzz.harness.executor import InProcessExecutor
-from hicache_fuzz.harness.platform import Machine, detect
-from hicache_fuzz.harness.reproducer import judge_replay
+from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry
+from hicache_fuzz.harness.campaign.reproducer import judge_replay
+from hicache_fuzz.harness.model.platform import Machine, detect
+from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.campaign.coverage import Coverage, case_features
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.campaign.merge import merge_reports
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -16,12 +18,10 @@ from hicache_fuzz.harness.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.coverage import Coverage, case_features
-from hicache_fuzz.harness.executor import InProcessExecutor
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.merge import merge_reports
-from hicache_fuzz.harness.outcome import Outcome, Result
-from hicache_fuzz.harness.platform import Machine
+from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.oracles.contract import Platform
 

@@ -1,4 +1,4 @@
-"""The pre-merge gate (harness/gate.py): deterministic verdict, exit codes, reproducers, JUnit and Markdown.
+"""The pre-merge gate (harness/commands/gate.py): deterministic verdict, exit codes, reproducers, JUnit and Markdown.
 
 Every run here is on the CPU with tiny cases and the ISA checks off (they compile for minutes; .ci/isa.sh
 and tests/test_isa.py cover them), so the whole module takes seconds. The failing backend is a plugin
@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from hicache_fuzz.harness import gate
-from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
-from hicache_fuzz.harness.cli import main
-from hicache_fuzz.harness.corpus import load_entry, write_json_atomic
-from hicache_fuzz.harness.executor import InProcessExecutor
-from hicache_fuzz.harness.platform import require
-from hicache_fuzz.harness.reproducer import save_reproducer
+from hicache_fuzz.harness.campaign.corpus import load_entry, write_json_atomic
+from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+from hicache_fuzz.harness.commands import gate
+from hicache_fuzz.harness.commands.cli import main
+from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
+from hicache_fuzz.harness.model.platform import require
+from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.kernels.registry import load_registry
 
 PLUGIN = "tests._gate_plugin:backends"

@@ -18,7 +18,8 @@ import shutil
 
 import pytest
 
-from hicache_fuzz.harness import isa, isa_fetch
+from hicache_fuzz.harness.isa import check as isa
+from hicache_fuzz.harness.isa import fetch as isa_fetch
 
 SGLANG_VERSION = "0.5.23"
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
-from hicache_fuzz.harness.case import Attention
-from hicache_fuzz.harness.executor import InProcessExecutor
-from hicache_fuzz.harness.generate import CaseSpace, case_for_index
-from hicache_fuzz.harness.platform import Machine
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.model.case import Attention
+from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.kernels.reference import ReferenceBackend
 from hicache_fuzz.kernels.registry import Registry
 from hicache_fuzz.oracles.contract import Platform

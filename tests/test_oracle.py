@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
     Case,
@@ -20,7 +21,7 @@ from hicache_fuzz.harness.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.generate import CaseSpace, case_for_index
+from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.contract import EntryPoint, Platform, Verdict, predict, semantics_of
 from hicache_fuzz.oracles.transfer import Semantics, expected_storages, storage_key

@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hicache_fuzz.harness.case import Case, Direction
-from hicache_fuzz.harness.generate import CaseSpace, case_for_index
-from hicache_fuzz.harness.materialize import fill_pattern
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.model.case import Case, Direction
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.fill import fill_pattern
 from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.contract import EntryPoint, Platform, Verdict, predict
 from hicache_fuzz.oracles.transfer import (
@@ -103,7 +104,7 @@ def test_every_semantics_matches_on_page_granular_cases(semantics: Semantics) ->
 def test_misaligned_pool_base_falls_back_to_narrower_words() -> None:
     # An asymmetric pool's V half starts after layers*rows*E_k bytes, which need not be a multiple of E_v: the
     # oracle must then move narrower words (down to bytes) and still equal the naive form.
-    from hicache_fuzz.harness.case import Attention, HostLayout, KVDtype, PoolSpec, Scope
+    from hicache_fuzz.harness.model.case import Attention, HostLayout, KVDtype, PoolSpec, Scope
 
     pool = PoolSpec(attention=Attention.MHA_ASYM, dtype=KVDtype.FP8, heads=1, head_dim=12, v_head_dim=20)
     case = Case(direction=Direction.LOAD_BACK, scope=Scope.ALL_LAYERS, layout=HostLayout.LAYER_FIRST, pools=(pool,),

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness import cli, parallel
-from hicache_fuzz.harness.campaign import CampaignConfig, CampaignReport, run_campaign
-from hicache_fuzz.harness.executor import InProcessExecutor
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.platform import require
+from hicache_fuzz.harness.campaign import parallel
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
+from hicache_fuzz.harness.commands import cli
+from hicache_fuzz.harness.model.platform import require
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.kernels.registry import load_registry
 
 SMALL = CaseSpace(byte_budget=64 << 10)  # small cases keep the CPU campaign fast

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -13,11 +14,12 @@ from hicache_fuzz.harness.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.generate import CaseSpace, case_for_index
-from hicache_fuzz.harness.materialize import GUARD_BYTES, materialize
-from hicache_fuzz.harness.outcome import Outcome
-from hicache_fuzz.harness.runner import run_case
+from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.materialize import materialize
+from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels.base import Plan
+from hicache_fuzz.kernels.buffers import GUARD_BYTES
 from hicache_fuzz.kernels.reference import ReferenceBackend
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 

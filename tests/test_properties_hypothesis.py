@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from hypothesis import example, given, settings
 
-from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.outcome import Outcome
-from hicache_fuzz.harness.strategies import cases, find_and_minimize, page_patterns, pool_specs
+from hicache_fuzz.harness.campaign.strategies import cases, find_and_minimize, page_patterns, pool_specs
+from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
+from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.reference import ReferenceBackend
 from tests._mutants import DropLastPage, cpu_run
 

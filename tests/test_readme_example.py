@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.cli import main
+from hicache_fuzz.harness.commands.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 

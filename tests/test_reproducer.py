@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
-from hicache_fuzz.harness.cli import main
-from hicache_fuzz.harness.corpus import load_entry
-from hicache_fuzz.harness.outcome import Outcome, Result
-from hicache_fuzz.harness.reproducer import judge_replay, save_reproducer
-from hicache_fuzz.harness.signature import normalize_error, signature, signature_key
+from hicache_fuzz.harness.campaign.corpus import load_entry
+from hicache_fuzz.harness.campaign.reproducer import judge_replay, save_reproducer
+from hicache_fuzz.harness.campaign.signature import normalize_error, signature, signature_key
+from hicache_fuzz.harness.commands.cli import main
+from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.kernels.reference import ReferenceBackend
 from tests._mutants import DeviceRowOffByOne, DropLastPage, cpu_run
 

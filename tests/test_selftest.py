@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hicache_fuzz.harness.cli import main
+from hicache_fuzz.harness.commands.cli import main
 
 FAST_MUTANTS = ["zoo-cpu-indices-rejected", "zoo-silent-fallback", "zoo-last-page-dropped", "zoo-row-tail-truncated"]
 SMALL = ["--platform", "cpu", "--byte-budget", "65536", "--reference-cases", "5", "--seed", "3"]

@@ -13,7 +13,8 @@ import types
 
 import pytest
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -27,7 +28,7 @@ from hicache_fuzz.harness.case import (
     Scope,
     make_tuning,
 )
-from hicache_fuzz.harness.generate import CaseSpace, case_for_index
+from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels import sglang_pool
 from hicache_fuzz.kernels.registry import load_registry

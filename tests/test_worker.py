@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.case import Case, Direction, HostLayout, PoolSpec, Scope
-from hicache_fuzz.harness.outcome import Outcome
-from hicache_fuzz.harness.worker import WorkerError, WorkerExecutor
+from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
+from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 
 TESTS = str(Path(__file__).parent)
 PLUGIN = "_worker_plugin:backends"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -25,8 +25,8 @@ from hicache_fuzz.harness.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.outcome import Outcome
-from hicache_fuzz.harness.runner import run_case
+from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels import zoo
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.reference import ReferenceBackend

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from hicache_fuzz.harness.case import Attention, Case, Direction, HostLayout
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.materialize import Materialized
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout
+from hicache_fuzz.harness.campaign.generate import CaseSpace
+from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.base import Availability, Backend, BackendRejected, Plan
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from hicache_fuzz.harness.cli import main
+from hicache_fuzz.harness.commands.cli import main
 
 sys.exit(main())

@@ -13,9 +13,9 @@ for d in harness oracles kernels; do ln -s "$old/$d" "$old/pkg/hicache_fuzz/$d";
 cat > "$old/measure.py" <<'PY'
 import sys, time, torch
 torch.set_num_threads(1)
-from hicache_fuzz.harness.campaign import campaign_case
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.runner import run_case
+from hicache_fuzz.harness.campaign.loop import campaign_case
+from hicache_fuzz.harness.campaign.generate import CaseSpace
+from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels.reference import ReferenceBackend
 from hicache_fuzz.oracles.contract import Platform
 spaces = {"small": CaseSpace(byte_budget=64 << 10, layer_counts=(1, 2, 3, 4), page_counts=(1, 2, 3, 4, 8), max_pages=8),

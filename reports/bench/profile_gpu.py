@@ -12,9 +12,9 @@ import cProfile
 import io
 import pstats
 
-from hicache_fuzz.harness.bench import GPU_SMALL_SPACE, measure_pipeline
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.platform import require
+from hicache_fuzz.harness.commands.bench import GPU_SMALL_SPACE, measure_pipeline
+from hicache_fuzz.harness.campaign.generate import CaseSpace
+from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.kernels.sglang_backends import warm_up_backends
 

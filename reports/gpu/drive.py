@@ -15,8 +15,8 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -30,9 +30,9 @@ from hicache_fuzz.harness.case import (
     Scope,
     make_tuning,
 )
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.platform import detect
-from hicache_fuzz.harness.worker import WorkerExecutor
+from hicache_fuzz.harness.campaign.generate import CaseSpace
+from hicache_fuzz.harness.model.platform import detect
+from hicache_fuzz.harness.pipeline.worker import WorkerExecutor
 from hicache_fuzz.kernels.registry import load_registry
 
 SGLANG = ["sglang-jit", "sglang-jit-register", "sglang-jit-tma", "sglang-staged", "sglang-page-unified",

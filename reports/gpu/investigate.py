@@ -13,9 +13,9 @@ import sys
 
 CHILD = r"""
 import json, sys, torch
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.materialize import materialize
-from hicache_fuzz.harness.platform import detect
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.pipeline.materialize import materialize
+from hicache_fuzz.harness.model.platform import detect
 from hicache_fuzz.kernels.registry import load_registry
 case = Case.from_dict(json.loads(sys.argv[1]))
 m = detect()

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.corpus import write_json_atomic
-from hicache_fuzz.harness.parallel import (
+from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+from hicache_fuzz.harness.campaign.parallel import (
     ShardJob,
     accelerator_kind,
     run_parallel,

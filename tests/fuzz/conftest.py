@@ -8,7 +8,7 @@ file was imported, the environment no longer applies: the ``fuzz_machine`` fixtu
 device with ``torch.cuda.set_device`` instead.
 
 ``pytest tests/fuzz -n auto`` starts GPUs x workers-per-GPU workers on a GPU machine (see
-:data:`hicache_fuzz.harness.parallel.AUTO_WORKERS_PER_GPU`, override with HICACHE_FUZZ_WORKERS_PER_GPU) and
+:data:`hicache_fuzz.harness.campaign.parallel.AUTO_WORKERS_PER_GPU`, override with HICACHE_FUZZ_WORKERS_PER_GPU) and
 pytest-xdist's usual CPU count elsewhere; ``-n N`` overrides it.
 
 Environment:
@@ -38,10 +38,10 @@ from typing import NoReturn
 import pytest
 import torch  # importing torch does not initialize CUDA; the pinning below must happen before that
 
-from hicache_fuzz.harness import parallel
-from hicache_fuzz.harness.executor import Executor, InProcessExecutor
-from hicache_fuzz.harness.platform import Machine, PlatformUnavailable, detect, require
-from hicache_fuzz.harness.worker import WorkerExecutor
+from hicache_fuzz.harness.campaign import parallel
+from hicache_fuzz.harness.model.platform import Machine, PlatformUnavailable, detect, require
+from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
+from hicache_fuzz.harness.pipeline.worker import WorkerExecutor
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
 

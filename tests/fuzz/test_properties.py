@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hicache_fuzz.harness.campaign import campaign_case
-from hicache_fuzz.harness.corpus import save_failure
-from hicache_fuzz.harness.executor import Executor
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.strategies import cases
+from hicache_fuzz.harness.campaign.corpus import save_failure
+from hicache_fuzz.harness.campaign.loop import campaign_case
+from hicache_fuzz.harness.campaign.strategies import cases
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import Executor
 
 from .conftest import FuzzTarget
 

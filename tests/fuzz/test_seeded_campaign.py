@@ -11,10 +11,10 @@ import os
 
 import pytest
 
-from hicache_fuzz.harness.campaign import CampaignConfig, CampaignReport, run_campaign
-from hicache_fuzz.harness.corpus import write_json_atomic
-from hicache_fuzz.harness.executor import Executor
-from hicache_fuzz.harness.generate import CaseSpace
+from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import Executor
 
 from .conftest import FuzzTarget
 

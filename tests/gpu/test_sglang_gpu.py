@@ -22,9 +22,9 @@ if importlib.util.find_spec("sglang") is None:
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports" / "gpu"))
 from drive import smoke_cases  # noqa: E402
 
-from hicache_fuzz.harness.outcome import Outcome  # noqa: E402
-from hicache_fuzz.harness.platform import detect  # noqa: E402
-from hicache_fuzz.harness.runner import run_case  # noqa: E402
+from hicache_fuzz.harness.model.outcome import Outcome  # noqa: E402
+from hicache_fuzz.harness.model.platform import detect  # noqa: E402
+from hicache_fuzz.harness.pipeline.runner import run_case  # noqa: E402
 from hicache_fuzz.kernels.registry import load_registry  # noqa: E402
 
 MACHINE = detect()

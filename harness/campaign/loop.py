@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.corpus import CorpusEntry, write_json_atomic
-from hicache_fuzz.harness.coverage import Coverage
-from hicache_fuzz.harness.executor import Executor
-from hicache_fuzz.harness.generate import CaseSpace, case_for_index
-from hicache_fuzz.harness.outcome import Result
-from hicache_fuzz.harness.reproducer import save_reproducer
-from hicache_fuzz.harness.signature import signature
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry, write_json_atomic
+from hicache_fuzz.harness.campaign.coverage import Coverage
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import Executor
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
 

@@ -6,11 +6,11 @@ One command a CI job runs and trusts. It does, in order:
    replayed on the backend it names. An entry whose backend cannot run here is *skipped* with the reason;
    an entry marked as an expected-failing regression (``"expect": "fail"``, docs/reproducers.md) counts as
    *expected* when it still fails with its recorded signature, and as a finding when it passes or fails
-   differently (judged by :func:`hicache_fuzz.harness.reproducer.judge_replay`).
+   differently (judged by :func:`hicache_fuzz.harness.campaign.reproducer.judge_replay`).
 2. **Fixed-seed campaign.** ``--seed`` (default :data:`DEFAULT_SEED`) over every backend reachable on the
    platform: the CPU reference on ``cpu``; every available real-kernel backend on ``cuda``/``rocm``, in a
    worker process so a GPU fault becomes a CRASH result instead of killing the gate.
-3. **ISA checks** (:mod:`hicache_fuzz.harness.isa`): ``rocm`` and ``cpu`` run the ROCm static check (strict
+3. **ISA checks** (:mod:`hicache_fuzz.harness.isa.check`): ``rocm`` and ``cpu`` run the ROCm static check (strict
    and production flags, gfx90a + gfx942, with clang-19 and no GPU); ``cuda`` runs the SASS check. A check
    that cannot run (no compiler, no sglang source) is *skipped* with the reason, and a skipped ISA check
    keeps the gate from being green unless ``--allow-skip-isa`` is given.
@@ -46,9 +46,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness import isa, isa_fetch
-from hicache_fuzz.harness.campaign import CampaignConfig, known_failures, run_campaign
-from hicache_fuzz.harness.cli import (
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry, iter_case_files, load_entry, write_json_atomic
+from hicache_fuzz.harness.campaign.junit import JUnitCase, write_junit
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, known_failures, run_campaign
+from hicache_fuzz.harness.campaign.reproducer import judge_replay, save_reproducer
+from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.commands.cli import (
     EXIT_CLEAN,
     EXIT_FAILURES,
     EXIT_UNAVAILABLE,
@@ -60,15 +63,13 @@ from hicache_fuzz.harness.cli import (
     make_executor,
     registry_for,
 )
-from hicache_fuzz.harness.corpus import CorpusEntry, iter_case_files, load_entry, write_json_atomic
-from hicache_fuzz.harness.executor import Executor
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.junit import JUnitCase, write_junit
-from hicache_fuzz.harness.outcome import Result
-from hicache_fuzz.harness.platform import Machine
-from hicache_fuzz.harness.reproducer import judge_replay, save_reproducer
-from hicache_fuzz.harness.signature import signature
-from hicache_fuzz.harness.worker import WorkerError
+from hicache_fuzz.harness.isa import check as isa
+from hicache_fuzz.harness.isa import fetch as isa_fetch
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import Executor
+from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry
 

@@ -1,6 +1,6 @@
 """Hypothesis strategies over the one case generator, and Hypothesis-first failure search.
 
-``cases(space)`` runs :func:`hicache_fuzz.harness.generate.draw_case` with a :class:`HypothesisChooser`, so
+``cases(space)`` runs :func:`hicache_fuzz.harness.campaign.generate.draw_case` with a :class:`HypothesisChooser`, so
 property tests draw exactly what campaigns draw, and Hypothesis' shrinker works on the decisions: menus
 shrink to their first (simplest) entry, integers to their lower bound, chances to "no" (the plain case).
 draw_case decides sizes (geometry, page count) before contents (index patterns), so shrinking moves toward
@@ -10,7 +10,7 @@ Small composable strategies for tests that want one concept: :func:`pool_specs` 
 :func:`page_patterns` (an ordering of page ids).
 
 :func:`find_failure` lets Hypothesis search and shrink first; :func:`find_and_minimize` then applies the
-domain passes of :mod:`hicache_fuzz.harness.minimize` keeping the shrunk failure's signature.
+domain passes of :mod:`hicache_fuzz.harness.campaign.minimize` keeping the shrunk failure's signature.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from hypothesis import HealthCheck, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from hicache_fuzz.harness.case import Attention, Case, KVDtype, PoolSpec
-from hicache_fuzz.harness.generate import CaseSpace, draw_case
-from hicache_fuzz.harness.minimize import Minimized, RunCase, minimize
-from hicache_fuzz.harness.signature import signature
+from hicache_fuzz.harness.campaign.generate import draw_case
+from hicache_fuzz.harness.campaign.minimize import Minimized, RunCase, minimize
+from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
+from hicache_fuzz.harness.model.space import CaseSpace
 
 T = TypeVar("T")
 

@@ -3,11 +3,11 @@ a corpus entry is judged against what the entry expects.
 
 Files, side by side in ``<corpus>/<signature>/``:
 
-* ``<case_id>.json``: the reproducer (format in :mod:`hicache_fuzz.harness.corpus`), plus optional fields
+* ``<case_id>.json``: the reproducer (format in :mod:`hicache_fuzz.harness.campaign.corpus`), plus optional fields
   ``"expect"`` (``"pass"`` by default; ``"fail"`` marks a known, unfixed bug), ``"signature_key"`` (the
   readable key the signature hashes) and ``"minimized"`` (original vs minimized size);
 * ``repro_<case_id>.py``: the case embedded as a JSON literal; it needs torch, hicache_fuzz's core (case,
-  materialize, oracle, compare: :func:`hicache_fuzz.harness.runner.run_case`) and the backend's own class,
+  materialize, oracle, compare: :func:`hicache_fuzz.harness.pipeline.runner.run_case`) and the backend's own class,
   imported directly (not through the registry, so no other backend family is imported). It prints PASS or
   FAIL with the diff summary and exits 0 (pass) or 1 (fail); 3 if the backend cannot run here.
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.corpus import reproducer_dict, write_json_atomic
-from hicache_fuzz.harness.outcome import Result
-from hicache_fuzz.harness.signature import signature, signature_key
+from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
+from hicache_fuzz.harness.campaign.signature import signature, signature_key
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Result
 
 # ---- judging a replay against the entry's expectation -----------------------------------------------------
 
@@ -160,11 +160,11 @@ def load_backend(name, plugins):
 def main(argv):
     import torch
 
-    from hicache_fuzz.harness.case import Case
-    from hicache_fuzz.harness.materialize import HostMemory
-    from hicache_fuzz.harness.platform import detect
-    from hicache_fuzz.harness.runner import run_case
-    from hicache_fuzz.harness.signature import signature
+    from hicache_fuzz.harness.model.case import Case
+    from hicache_fuzz.kernels.buffers import HostMemory
+    from hicache_fuzz.harness.model.platform import detect
+    from hicache_fuzz.harness.pipeline.runner import run_case
+    from hicache_fuzz.harness.campaign.signature import signature
 
     plugins = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--backend-plugin"]
     case = Case.from_dict(json.loads(CASE_JSON))

@@ -1,7 +1,7 @@
 """Crash isolation: run cases in a persistent worker process; a dead or stuck worker becomes a result.
 
 :class:`WorkerExecutor` has the API of the in-process executor (``run(case) -> Result``, ``close()``).
-It starts ``python -m hicache_fuzz.harness.worker`` and talks JSON lines over pipes: one request line per
+It starts ``python -m hicache_fuzz.harness.pipeline.worker`` and talks JSON lines over pipes: one request line per
 case, one response line per result. The worker's own stdout is redirected to its stderr before any backend
 is imported (sglang and nvcc print), so the protocol channel stays clean; stderr goes to
 ``<journal_dir>/worker.log``.
@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.outcome import Outcome, Result
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 
 PROTOCOL = 1
 LOG_TAIL_BYTES = 4000
@@ -165,7 +165,7 @@ class WorkerExecutor:
     def _spawn(self, warm_up: bool, role: str) -> subprocess.Popen[bytes]:
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        args = [self.python, "-m", "hicache_fuzz.harness.worker", "--platform", self.platform_kind]
+        args = [self.python, "-m", "hicache_fuzz.harness.pipeline.worker", "--platform", self.platform_kind]
         for name in self.backend_names:
             args += ["--backend", name]
         for plugin in self.plugins:
@@ -325,7 +325,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def _serve(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="hicache_fuzz.harness.worker")
+    parser = argparse.ArgumentParser(prog="hicache_fuzz.harness.pipeline.worker")
     parser.add_argument("--platform", default="cpu")
     parser.add_argument("--backend", action="append", default=[])
     parser.add_argument("--backend-plugin", action="append", default=[])
@@ -342,10 +342,10 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         proto.flush()
 
     try:
-        from hicache_fuzz.harness import platform as platform_mod
-        from hicache_fuzz.harness.materialize import HostMemory  # noqa: F401 - import cost paid up front
-        from hicache_fuzz.harness.runner import run_case
+        from hicache_fuzz.harness.model import platform as platform_mod
+        from hicache_fuzz.harness.pipeline.runner import run_case
         from hicache_fuzz.kernels import sglang_common as jit_books  # JIT bookkeeping; does not import sglang
+        from hicache_fuzz.kernels.buffers import HostMemory  # noqa: F401 - import cost paid up front
         from hicache_fuzz.kernels.registry import load_registry
 
         machine = platform_mod.require(args.platform)

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign import CampaignConfig, campaign_case, run_campaign
-from hicache_fuzz.harness.cli import (
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, campaign_case, run_campaign
+from hicache_fuzz.harness.commands.cli import (
     EXIT_CLEAN,
     EXIT_FAILURES,
     UsageError,
@@ -31,9 +31,9 @@ from hicache_fuzz.harness.cli import (
     print_json_or_write,
     registry_for,
 )
-from hicache_fuzz.harness.executor import Executor
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.platform import Machine
+from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import Executor
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry
 

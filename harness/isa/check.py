@@ -50,7 +50,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hicache_fuzz.harness import isa_fetch
+from hicache_fuzz.harness.isa import fetch as isa_fetch
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -1530,7 +1530,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m hicache_fuzz.harness.isa``: the same as ``hicache-fuzz isa``."""
+    """``python -m hicache_fuzz.harness.isa.check``: the same as ``hicache-fuzz isa``."""
     parser = argparse.ArgumentParser(prog="hicache-fuzz isa", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     arguments = list(sys.argv[1:] if argv is None else argv)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.case import Case, CaseError
-from hicache_fuzz.harness.outcome import Result
-from hicache_fuzz.harness.signature import signature
+from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.model.case import Case, CaseError
+from hicache_fuzz.harness.model.outcome import Result
 
 REPRODUCER_FORMAT = "hicache-fuzz-reproducer"
 REPRODUCER_VERSION = 1

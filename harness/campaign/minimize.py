@@ -17,7 +17,7 @@ they violate when pools or pages shrink, so "one past the end" stays one past th
 
 A candidate must also be strictly smaller by :func:`cost` (bytes, index entries, layers, pools, then a
 count of non-plain features), which makes the loop terminate. Failures found by Hypothesis are first shrunk
-by Hypothesis itself (:func:`hicache_fuzz.harness.strategies.find_failure`) and then go through the same
+by Hypothesis itself (:func:`hicache_fuzz.harness.campaign.strategies.find_failure`) and then go through the same
 passes.
 
 Also the ``minimize`` subcommand: ``hicache-fuzz minimize <reproducer files or dirs> [--json report]``.
@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
     Case,
@@ -45,8 +46,7 @@ from hicache_fuzz.harness.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.outcome import Result
-from hicache_fuzz.harness.signature import signature
+from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.oracles import layouts
 
 RunCase = Callable[[Case], Result]
@@ -444,7 +444,7 @@ def campaign_minimizer(executor: Any, max_runs: int = DEFAULT_MAX_RUNS,
 # ---- the `minimize` subcommand ----------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from hicache_fuzz.harness.cli import add_common
+    from hicache_fuzz.harness.commands.cli import add_common
 
     add_common(parser)
     parser.add_argument("paths", nargs="+", type=Path, help="reproducer files, or directories of them")
@@ -486,10 +486,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0: every input reproduced its failure and was minimized; 1: some input no longer fails."""
-    from hicache_fuzz.harness import cli
-    from hicache_fuzz.harness.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
-    from hicache_fuzz.harness.executor import Executor
-    from hicache_fuzz.harness.reproducer import save_reproducer
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
+    from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+    from hicache_fuzz.harness.commands import cli
+    from hicache_fuzz.harness.pipeline.executor import Executor
 
     machine = cli.machine_for(args)
     registry = cli.registry_for(args)

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.materialize import GUARD_BYTES
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.kernels.buffers import GUARD_BYTES
 from hicache_fuzz.oracles import layouts
 
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.corpus import CorpusEntry, CorpusError, load_entry, write_json_atomic
-from hicache_fuzz.harness.coverage import Coverage
-from hicache_fuzz.harness.junit import JUnitCase, write_junit
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry, CorpusError, load_entry, write_json_atomic
+from hicache_fuzz.harness.campaign.coverage import Coverage
+from hicache_fuzz.harness.campaign.junit import JUnitCase, write_junit
 
 EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE = 0, 1, 2
 MERGED_FORMAT = "hicache-fuzz-merged-report"

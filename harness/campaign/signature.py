@@ -30,8 +30,8 @@ from collections.abc import Sequence
 
 import torch
 
-from hicache_fuzz.harness.case import Case, Direction
-from hicache_fuzz.harness.outcome import Outcome, Result
+from hicache_fuzz.harness.model.case import Case, Direction
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 
 _ADDRESSES = re.compile(r"0x[0-9a-fA-F]+")
 _PATHS = re.compile(r"(?:/[\w.+-]+){2,}")
@@ -109,7 +109,7 @@ def _splitmix_byte(raw_offset: int, salt: int) -> int:
 
 def _written_role(case: Case, pool_number: int, side: str, raw_offset: int, actual_byte: int) -> str:
     """'stale' if the differing destination byte still holds its pre-transfer fill, else 'overwritten'."""
-    from hicache_fuzz.harness.materialize import _salt  # the fill's salt recipe: one definition, reused
+    from hicache_fuzz.harness.pipeline.fill import salt as _salt  # the fill's salt recipe: one definition, reused
 
     source_side = "device" if case.direction is Direction.WRITE_BACK else "host"
     role = "source" if side == source_side else "destination"

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from hicache_fuzz.oracles.contract import Platform
+if TYPE_CHECKING:  # torch is imported where a machine is detected, so the vocabulary imports light
+    import torch
 
 PLATFORM_KINDS = ("cpu", "cuda", "rocm")
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the contract needs to know about the machine. ``kind`` is cpu, cuda or rocm."""
+
+    kind: str = "cpu"
+    compute_capability: tuple[int, int] | None = None
+
+    @property
+    def is_hip(self) -> bool:
+        return self.kind == "rocm"
+
+    @property
+    def has_tma(self) -> bool:
+        return self.kind == "cuda" and self.compute_capability is not None and self.compute_capability >= (9, 0)
 
 
 class PlatformUnavailable(RuntimeError):
@@ -24,6 +40,8 @@ class Machine:
 
 def detect() -> Machine:
     """The best platform present: a CUDA or ROCm GPU if torch sees one, else the CPU."""
+    import torch
+
     if torch.cuda.is_available():
         index = torch.cuda.current_device()
         kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
@@ -37,6 +55,8 @@ def detect() -> Machine:
 
 def require(kind: str) -> Machine:
     """The machine if it is of `kind`; PlatformUnavailable saying what was found otherwise."""
+    import torch
+
     if kind not in PLATFORM_KINDS:
         raise ValueError(f"unknown platform {kind!r}; choose one of {', '.join(PLATFORM_KINDS)}")
     machine = detect()

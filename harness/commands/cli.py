@@ -22,15 +22,15 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.campaign import CampaignConfig, CampaignReport, known_failures, run_campaign
-from hicache_fuzz.harness.case import Case, CaseError
-from hicache_fuzz.harness.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
-from hicache_fuzz.harness.executor import Executor, InProcessExecutor
-from hicache_fuzz.harness.generate import CaseSpace
-from hicache_fuzz.harness.outcome import Result
-from hicache_fuzz.harness.platform import Machine, PlatformUnavailable, detect, require
-from hicache_fuzz.harness.reproducer import judge_replay
-from hicache_fuzz.harness.signature import signature
+from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
+from hicache_fuzz.harness.campaign.reproducer import judge_replay
+from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.model.case import Case, CaseError
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.platform import Machine, PlatformUnavailable, detect, require
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
 
@@ -38,13 +38,13 @@ EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 # (name, module, help): modules expose add_arguments(parser) and run(args) -> int.
 SUBCOMMAND_MODULES: list[tuple[str, str, str]] = [
-    ("merge", "hicache_fuzz.harness.merge", "merge reports and corpora of workers or shards; write JUnit XML"),
-    ("isa", "hicache_fuzz.harness.isa", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
-    ("selftest", "hicache_fuzz.harness.selftest", "the campaign must kill every bug-zoo mutant; reference clean"),
-    ("bench", "hicache_fuzz.harness.bench", "harness throughput, zoo time-to-kill, kernel bandwidth (CPU/GPU)"),
-    ("minimize", "hicache_fuzz.harness.minimize", "shrink reproducers while keeping their failure signature"),
-    ("atheris", "hicache_fuzz.harness.atheris_entry", "coverage-guided fuzzing with atheris (libFuzzer flags)"),
-    ("gate", "hicache_fuzz.harness.gate", "pre-merge gate: corpus replay + fixed-seed campaign + ISA checks"),
+    ("merge", "hicache_fuzz.harness.campaign.merge", "merge reports and corpora of workers or shards; write JUnit XML"),
+    ("isa", "hicache_fuzz.harness.isa.check", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
+    ("selftest", "hicache_fuzz.harness.commands.selftest", "every bug-zoo mutant must be killed; reference clean"),
+    ("bench", "hicache_fuzz.harness.commands.bench", "throughput, zoo time-to-kill, kernel bandwidth"),
+    ("minimize", "hicache_fuzz.harness.campaign.minimize", "shrink reproducers while keeping their failure signature"),
+    ("atheris", "hicache_fuzz.harness.campaign.atheris_entry", "coverage-guided fuzzing (atheris, libFuzzer flags)"),
+    ("gate", "hicache_fuzz.harness.commands.gate", "pre-merge gate: corpus replay + fixed-seed campaign + ISA checks"),
 ]
 
 
@@ -106,7 +106,7 @@ def make_executor(backends: list[Backend], registry: Registry, machine: Machine,
                   journal_dir: Path | None, warm_up: bool = False) -> Executor:
     isolate = getattr(args, "isolate", "auto")
     if isolate == "yes" or (isolate == "auto" and any(b.needs_isolation for b in backends)):
-        from hicache_fuzz.harness.worker import GPU_SPARE_WORKERS, WorkerExecutor
+        from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
         # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder.
         journal = journal_dir if journal_dir is not None else Path(tempfile.mkdtemp(prefix="hicache-fuzz-journal-"))
@@ -249,7 +249,7 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
                              "failures with their signatures are counted and marked known, and only new ones "
                              "make the exit status 1 (repeatable; e.g. corpus/sglang)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
-    from hicache_fuzz.harness.parallel import add_worker_arguments  # --workers (one process per GPU or more)
+    from hicache_fuzz.harness.campaign.parallel import add_worker_arguments  # --workers (one process per GPU or more)
 
     add_worker_arguments(parser)
     parser.add_argument("--minimize", action="store_true",
@@ -269,7 +269,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def run_fuzz(args: argparse.Namespace) -> int:
     if getattr(args, "workers", "1") != "1":
-        from hicache_fuzz.harness.parallel import run_parallel_fuzz
+        from hicache_fuzz.harness.campaign.parallel import run_parallel_fuzz
 
         return run_parallel_fuzz(args)
     machine = machine_for(args)
@@ -290,7 +290,7 @@ def run_fuzz(args: argparse.Namespace) -> int:
     # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
     executor = make_executor(backends, registry, machine, args, corpus / ".journal", warm_up=True)
     if args.minimize:
-        from hicache_fuzz.harness.minimize import campaign_minimizer
+        from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
 
         config.minimizer = campaign_minimizer(executor)
     progress = Progress(not args.no_progress)

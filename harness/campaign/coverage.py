@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.outcome import Outcome, Result
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 
 NOT_EXECUTED = frozenset({Outcome.UNSUPPORTED, Outcome.UNDEFINED})
 

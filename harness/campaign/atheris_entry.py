@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing with atheris (libFuzzer): bytes -> case -> backend -> raise on failure.
 
 The bytes libFuzzer mutates drive the same decision procedure as every other generator
-(:func:`hicache_fuzz.harness.generate.draw_case`) through a :class:`FuzzedDataChooser`; when the data runs
+(:func:`hicache_fuzz.harness.campaign.generate.draw_case`) through a :class:`FuzzedDataChooser`; when the data runs
 out, every choice falls to its lowest value, i.e. the first (simplest) menu entry. A failing case is written
 as a JSON reproducer *before* the exception is raised: ``<artifact_prefix>case-<case_id>.json`` (next to
 libFuzzer's own ``crash-<sha1>``), and with ``--corpus`` also ``<corpus>/<signature>/<case_id>.json`` plus
@@ -9,7 +9,8 @@ its ``repro_<case_id>.py``.
 
 Run either form (our options take two dashes, libFuzzer's one):
 
-    python -m hicache_fuzz.harness.atheris_entry --backend reference -runs=1000 -seed=1 -artifact_prefix=out/ corpus_dir
+    python -m hicache_fuzz.harness.campaign.atheris_entry --backend reference -runs=1000 -seed=1 \
+        -artifact_prefix=out/ corpus_dir
     hicache-fuzz atheris --backend reference -- -max_total_time=60 -minimize_crash=1 crash-file
 
 libFuzzer flags (-runs, -max_total_time, -seed, -artifact_prefix, -minimize_crash, corpus directories, ...)
@@ -85,13 +86,14 @@ def make_target(ours: argparse.Namespace, libfuzzer_args: Sequence[str]) -> Any:
     import atheris
     import torch
 
-    from hicache_fuzz.harness.corpus import reproducer_dict, write_json_atomic
-    from hicache_fuzz.harness.generate import CaseSpace, draw_case
-    from hicache_fuzz.harness.materialize import HostMemory
-    from hicache_fuzz.harness.platform import detect, require
-    from hicache_fuzz.harness.reproducer import save_reproducer
-    from hicache_fuzz.harness.runner import run_case
-    from hicache_fuzz.harness.signature import signature, signature_key
+    from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
+    from hicache_fuzz.harness.campaign.generate import draw_case
+    from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+    from hicache_fuzz.harness.campaign.signature import signature, signature_key
+    from hicache_fuzz.harness.model.platform import detect, require
+    from hicache_fuzz.harness.model.space import CaseSpace
+    from hicache_fuzz.harness.pipeline.runner import run_case
+    from hicache_fuzz.kernels.buffers import HostMemory
     from hicache_fuzz.kernels.registry import load_registry
 
     machine = detect() if ours.platform == "auto" else require(ours.platform)
@@ -128,7 +130,7 @@ def make_target(ours: argparse.Namespace, libfuzzer_args: Sequence[str]) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.atheris_entry",
+    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.campaign.atheris_entry",
                                      description="atheris fuzz target over hicache-fuzz cases")
     add_our_arguments(parser)
     ours, libfuzzer_args = parser.parse_known_args(argv)
@@ -166,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         forwarded += ["--corpus", str(args.corpus)]
     libfuzzer_args = [a for a in args.libfuzzer_args if a != "--"]
     # A child process, so that hicache_fuzz's modules are imported under atheris' coverage instrumentation.
-    command = [sys.executable, "-m", "hicache_fuzz.harness.atheris_entry", *forwarded, *libfuzzer_args]
+    command = [sys.executable, "-m", "hicache_fuzz.harness.campaign.atheris_entry", *forwarded, *libfuzzer_args]
     return subprocess.run(command, check=False).returncode
 
 

@@ -21,7 +21,7 @@ Flow of the parent (it never initializes CUDA itself: it only counts devices, th
    Each runs its shard through the usual executor (crash-isolating worker process for GPU backends), writes
    failures straight into the shared corpus (one file per case id, written atomically, so workers do not
    collide) and its report to ``<corpus>/.parallel/``.
-3. The reports are merged (:mod:`hicache_fuzz.harness.merge`) into the one written by ``--json``.
+3. The reports are merged (:mod:`hicache_fuzz.harness.campaign.merge`) into the one written by ``--json``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.corpus import write_json_atomic
+from hicache_fuzz.harness.campaign.corpus import write_json_atomic
 
 # Workers per GPU for `--workers auto`. Measured on 2x H200 (reports/parallel/README.md): 2 workers per GPU ran
 # the same 406 cases at 21.5 cases/s against 22.6 with 1 per GPU, so a second worker on a GPU does not pay.
@@ -235,7 +235,7 @@ def _cli_namespace(job: ShardJob) -> argparse.Namespace:
 
 
 def _case_space(job: ShardJob) -> Any:
-    from hicache_fuzz.harness.generate import CaseSpace
+    from hicache_fuzz.harness.model.space import CaseSpace
 
     return CaseSpace() if job.byte_budget is None else CaseSpace(byte_budget=job.byte_budget)
 
@@ -244,7 +244,7 @@ def _case_space(job: ShardJob) -> Any:
 
 def prepare(job: ShardJob) -> dict[str, Any]:
     """Resolve the backends and warm sglang's JIT cache; runs in a child pinned to the first device."""
-    from hicache_fuzz.harness import cli
+    from hicache_fuzz.harness.commands import cli
 
     args = _cli_namespace(job)
     machine = cli.machine_for(args)
@@ -267,10 +267,10 @@ def prepare(job: ShardJob) -> dict[str, Any]:
 
 def run_shard(job: ShardJob) -> dict[str, Any]:
     """Run one shard of the campaign in this process and return its report (as JSON data)."""
-    from hicache_fuzz.harness import cli
-    from hicache_fuzz.harness.campaign import CampaignConfig, run_campaign
-    from hicache_fuzz.harness.executor import Executor, InProcessExecutor
-    from hicache_fuzz.harness.worker import GPU_SPARE_WORKERS, WorkerExecutor
+    from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+    from hicache_fuzz.harness.commands import cli
+    from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
+    from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
     args = _cli_namespace(job)
     machine = cli.machine_for(args)
@@ -305,7 +305,7 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
                                 worker_shard(job.shard, job.worker, job.workers), job.start_index,
                                 _case_space(job), job.stop_on_failure, known_signatures=job.known_signatures)
         if job.minimize:
-            from hicache_fuzz.harness.minimize import campaign_minimizer
+            from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
 
             config.minimizer = campaign_minimizer(executor)
         report = run_campaign(config, backends, machine.platform, executor, record_case_ids=job.record_case_ids)
@@ -330,11 +330,11 @@ def _start_worker(worker: Any, errors: list[BaseException]) -> None:
 
 
 def _worker_main(argv: list[str] | None = None) -> int:
-    """``python -m hicache_fuzz.harness.parallel {prepare,shard} JOB.json``: writes the job's report file."""
-    from hicache_fuzz.harness import cli
-    from hicache_fuzz.harness.worker import WorkerError
+    """``python -m hicache_fuzz.harness.campaign.parallel {prepare,shard} JOB.json``: writes the job's report file."""
+    from hicache_fuzz.harness.commands import cli
+    from hicache_fuzz.harness.pipeline.worker import WorkerError
 
-    parser = argparse.ArgumentParser(prog="hicache_fuzz.harness.parallel")
+    parser = argparse.ArgumentParser(prog="hicache_fuzz.harness.campaign.parallel")
     parser.add_argument("step", choices=["prepare", "shard"])
     parser.add_argument("job", type=Path)
     parsed = parser.parse_args(argv)
@@ -371,7 +371,7 @@ def _spawn(step: str, job: ShardJob, job_file: Path, log: Path, kind: str,
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as handle:
         # Its own session: the worker and what it starts (isolating worker, nvcc) can be stopped as a group.
-        return subprocess.Popen([sys.executable, "-m", "hicache_fuzz.harness.parallel", step, str(job_file)],
+        return subprocess.Popen([sys.executable, "-m", "hicache_fuzz.harness.campaign.parallel", step, str(job_file)],
                                 stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
 
@@ -425,7 +425,7 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
                  echo: bool = True, prepared: dict[str, Any] | None = None) -> ParallelRun:
     """Prepare once (unless `prepared`, an earlier run's prepare result, is given), run `workers` shards side
     by side, merge their reports."""
-    from hicache_fuzz.harness.merge import merge_reports
+    from hicache_fuzz.harness.campaign.merge import merge_reports
 
     say = print if echo else (lambda *_, **__: None)
     started = time.perf_counter()
@@ -482,8 +482,8 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
 
 def run_parallel_fuzz(args: argparse.Namespace) -> int:
     """The fuzz subcommand with --workers other than 1 (cli.run_fuzz hands over here)."""
-    from hicache_fuzz.harness import cli
-    from hicache_fuzz.harness.merge import describe
+    from hicache_fuzz.harness.campaign.merge import describe
+    from hicache_fuzz.harness.commands import cli
 
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     print(f"hicache-fuzz: seed {seed}", flush=True)

@@ -41,8 +41,17 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.campaign import CampaignConfig, backend_space, run_campaign
-from hicache_fuzz.harness.case import (
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, backend_space, run_campaign
+from hicache_fuzz.harness.commands.cli import (
+    EXIT_CLEAN,
+    EXIT_UNAVAILABLE,
+    add_common,
+    machine_for,
+    print_json_or_write,
+    registry_for,
+)
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -55,22 +64,16 @@ from hicache_fuzz.harness.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.cli import (
-    EXIT_CLEAN,
-    EXIT_UNAVAILABLE,
-    add_common,
-    machine_for,
-    print_json_or_write,
-    registry_for,
-)
-from hicache_fuzz.harness.compare import storages_equal
-from hicache_fuzz.harness.executor import InProcessExecutor
-from hicache_fuzz.harness.generate import CaseSpace, case_for_index
-from hicache_fuzz.harness.materialize import GUARD_BYTES, Materialized, fill_pattern, index_tensor, materialize
-from hicache_fuzz.harness.outcome import Outcome
-from hicache_fuzz.harness.platform import Machine
-from hicache_fuzz.harness.runner import run_case
+from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.compare import storages_equal
+from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
+from hicache_fuzz.harness.pipeline.fill import fill_pattern
+from hicache_fuzz.harness.pipeline.materialize import index_tensor, materialize
+from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.buffers import GUARD_BYTES, Materialized
 from hicache_fuzz.kernels.registry import Registry
 from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.contract import Verdict, predict
@@ -224,7 +227,7 @@ def measure_zoo(machine_args: argparse.Namespace, seconds_per_mutant: float, max
                 seed: int) -> dict[str, Any]:
     """Time-to-kill per zoo mutant via ``hicache-fuzz selftest`` (its table is printed as it runs)."""
     try:
-        from hicache_fuzz.harness import selftest
+        from hicache_fuzz.harness.commands import selftest
     except ImportError:
         selftest = None
     if selftest is not None:
@@ -390,7 +393,7 @@ def measure_bandwidth(machine: Machine, registry: Registry, repeats: int, seed: 
 
 
 def _layouts(pool: PoolSpec) -> frozenset[HostLayout]:
-    from hicache_fuzz.harness.case import LAYOUTS_BY_ATTENTION
+    from hicache_fuzz.harness.model.case import LAYOUTS_BY_ATTENTION
 
     return LAYOUTS_BY_ATTENTION[pool.attention]
 

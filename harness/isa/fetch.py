@@ -45,7 +45,7 @@ DEVICE_LIBS_PACKAGE = "rocm-device-libs-17"
 # overlay declares them; it is searched before the real headers and includes them with #include_next.
 HIP_RUNTIME_OVERLAY = """\
 #pragma once
-// Written by hicache-fuzz (harness/isa_fetch.py): HIP 5.7 headers + the two HIP 6.2 launch types
+// Written by hicache-fuzz (harness/isa/fetch.py): HIP 5.7 headers + the two HIP 6.2 launch types
 // sglang's utils.cuh names. Device code generation does not depend on them.
 #include_next <hip/hip_runtime.h>
 #if HIP_VERSION < 60200000
@@ -370,7 +370,7 @@ def find_cached_sglang_archive(cache_dir: pathlib.Path, version: str) -> pathlib
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m hicache_fuzz.harness.isa_fetch [CACHE_DIR]``: fetch everything ahead of time (CI)."""
+    """``python -m hicache_fuzz.harness.isa.fetch [CACHE_DIR]``: fetch everything ahead of time (CI)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     cache_dir = pathlib.Path(arguments[0]) if arguments else default_cache_dir()
     try:

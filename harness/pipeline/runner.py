@@ -2,7 +2,7 @@
 
 This is the whole per-case data flow; everything else (campaigns, selftest, replay, workers) calls
 :func:`run_case`. It runs in the current process; crash isolation wraps it in a worker process
-(:mod:`hicache_fuzz.harness.worker`).
+(:mod:`hicache_fuzz.harness.pipeline.worker`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import time
 
 import torch
 
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.compare import compare_storages, storages_equal
-from hicache_fuzz.harness.materialize import GUARD_BYTES, HostMemory, materialize
-from hicache_fuzz.harness.outcome import Outcome, Result
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.pipeline.compare import compare_storages, storages_equal
+from hicache_fuzz.harness.pipeline.materialize import materialize
 from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.buffers import GUARD_BYTES, HostMemory
 from hicache_fuzz.oracles.contract import Platform, Verdict, predict
 from hicache_fuzz.oracles.transfer import (
     Semantics,

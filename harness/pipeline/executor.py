@@ -2,7 +2,7 @@
 
 :class:`InProcessExecutor` calls the runner directly: right for the CPU reference and the bug zoo, whose
 failures are Python exceptions. Backends that can take the process down (real GPU kernels: illegal
-addresses, aborts) go through :class:`hicache_fuzz.harness.worker.WorkerExecutor`, which has the same two
+addresses, aborts) go through :class:`hicache_fuzz.harness.pipeline.worker.WorkerExecutor`, which has the same two
 methods and runs each case in a persistent child process.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from hicache_fuzz.harness.case import Case
-from hicache_fuzz.harness.materialize import HostMemory
-from hicache_fuzz.harness.outcome import Result
-from hicache_fuzz.harness.platform import Machine
-from hicache_fuzz.harness.runner import run_case
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.pipeline.runner import run_case
+from hicache_fuzz.kernels.buffers import HostMemory
 from hicache_fuzz.kernels.registry import Registry
 
 
