@@ -149,12 +149,12 @@ def import_cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
-@pytest.mark.xfail(strict=True, reason="commands split pending: campaign/minimize, campaign/parallel and the commands import CLI helpers")
+@pytest.mark.xfail(strict=True, reason="commands split pending: modules import CLI helpers")
 def test_no_upward_imports_and_no_cli_imports() -> None:
     assert layering_violations(import_graph()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="commands split pending: campaign/minimize, campaign/parallel and the commands import CLI helpers")
+@pytest.mark.xfail(strict=True, reason="commands split pending: modules import CLI helpers")
 def test_no_import_cycles() -> None:
     assert import_cycles(import_graph()) == []
 
