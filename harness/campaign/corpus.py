@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.campaign.signature import signature
-from hicache_fuzz.harness.model.case import Case, CaseError
+from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import (
     InputError,
     child_path,

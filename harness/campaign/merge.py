@@ -22,7 +22,6 @@ per failure signature, in the campaign's own layout ``<signature>/<case_id>.json
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
 import sys

@@ -35,7 +35,7 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
 
 _STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
-_NUMBER_RUNS = re.compile(r"[-+0-9.eE]{%d,}" % (MAX_NUMBER_CHARS + 1))
+_NUMBER_RUNS = re.compile(r"[-+0-9.eE]{" + str(MAX_NUMBER_CHARS + 1) + ",}")
 _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
