@@ -7,6 +7,7 @@ Every failure is written to the corpus directory as soon as it is classified, be
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -14,15 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry, write_json_atomic
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry, reproducer_dict, write_json_atomic
 from hicache_fuzz.harness.campaign.coverage import Coverage
 from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
 from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.json_input import InputError
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor
+from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
 
@@ -78,6 +81,11 @@ class CampaignReport:
     coverage: Coverage = field(default_factory=Coverage)  # what each backend really executed
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. compile seconds from backends
     stopped_early: bool = False  # should_stop ended it (a signal), not the budget
+    # Faults of the machine, not findings: the campaign stops cleanly and the CLI exits 3 with the reason.
+    storage_error: str = ""  # the corpus could not be written (full or read-only disk)
+    environment_error: str = ""  # e.g. the worker process could not be (re)started
+    # Reproducers the corpus could not take: kept here, so the report (or the terminal) still holds them.
+    unsaved_reproducers: list[dict[str, Any]] = field(default_factory=list)
     menu_growth: dict[str, list[int]] = field(default_factory=dict)  # backend -> rows its menu grew by
 
     @property
@@ -114,6 +122,9 @@ class CampaignReport:
             "coverage": self.coverage.to_dict(),
             "coverage_gaps": {b: gaps for b in self.backends if (gaps := self.coverage.gaps(b))},
             "coverage_exemptions": {b: dict(e) for b, e in sorted(self.coverage.exemptions.items())},
+            **({"storage_error": self.storage_error} if self.storage_error else {}),
+            **({"environment_error": self.environment_error} if self.environment_error else {}),
+            **({"unsaved_reproducers": self.unsaved_reproducers} if self.unsaved_reproducers else {}),
             **self.extra,
         }
 
@@ -194,10 +205,17 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             case = case_for_index(config.seed, index, growth.spaces[backend.name])
             try:
                 result = executor.run(case)
+            except WorkerError as exc:  # the machine failed us (no worker can start): stop, keep the report
+                report.environment_error = f"case {case.case_id} at index {index}: {exc}"
+                done = True
+                break
+            except OSError as exc:  # the executor's own files (the worker journal) could not be written
+                report.storage_error = f"case {case.case_id} at index {index} not run: {_os_reason(exc)}"
+                done = True
+                break
             except Exception:
                 # A harness bug: keep the case that exposed it before the exception ends the campaign.
-                if config.corpus_dir is not None:
-                    write_json_atomic(config.corpus_dir / "harness-error" / f"{case.case_id}.json", case.to_dict())
+                _keep_harness_error_case(config, case)
                 raise
             report.cases += 1
             if record_case_ids:
@@ -207,9 +225,9 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             if result.path:
                 path_counts[backend.name][result.path] += 1
             if result.outcome.is_failure:
-                _record_failure(config, classes, case, result, index)
-                if config.stop_on_first_failure:
-                    done = True
+                _record_failure(config, classes, case, result, index, report)
+                if config.stop_on_first_failure or report.storage_error:
+                    done = True  # a corpus that cannot take failures ends the campaign; what was found is kept
             if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
                 report.seconds = time.perf_counter() - started
                 report.failures = list(classes.values())
@@ -229,7 +247,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
 
 
 def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], case: Case, result: Result,
-                    index: int) -> None:
+                    index: int, report: CampaignReport) -> None:
     sig = signature(result, case)
     known = config.known_signatures.get(sig, "")
     if known:  # already in a corpus as an expected failure: count it, keep no second copy
@@ -242,14 +260,43 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
     if sig in classes:
         classes[sig].count += 1
         if config.corpus_dir is not None and classes[sig].count <= 3:
-            save_reproducer(config.corpus_dir, case, result)  # a few examples per class, not thousands
+            _save(config.corpus_dir, case, result, {}, report)  # a few examples per class, not thousands
         return
     extra: dict[str, Any] = {}
     if config.minimizer is not None:
         case, result, extra = config.minimizer(case, result)
-    file = str(save_reproducer(config.corpus_dir, case, result, extra)) if config.corpus_dir is not None else ""
-    classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
-                                _summary(result), file)
+    # Counted before the write: a full disk must not make the failure vanish from the report.
+    failure = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index, _summary(result), "")
+    classes[sig] = failure
+    if config.corpus_dir is not None:
+        failure.file = _save(config.corpus_dir, case, result, extra, report)
+
+
+def _save(corpus_dir: Path, case: Case, result: Result, extra: dict[str, Any], report: CampaignReport) -> str:
+    """Write the reproducer; if the corpus cannot take it (full, read-only, not a folder), keep it in the report
+    instead, note why, and return "" (the campaign then stops)."""
+    try:
+        return str(save_reproducer(corpus_dir, case, result, extra))
+    except (OSError, InputError) as exc:
+        report.storage_error = report.storage_error or f"cannot write to the corpus {corpus_dir}: {_os_reason(exc)}"
+        report.unsaved_reproducers.append({**reproducer_dict(case, result), **extra})
+        return ""
+
+
+def _os_reason(exc: Exception) -> str:
+    return f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _keep_harness_error_case(config: CampaignConfig, case: Case) -> None:
+    """Save the case that exposed a harness bug; if even that write fails, print it (the bug's traceback
+    follows either way)."""
+    if config.corpus_dir is None:
+        return
+    try:
+        write_json_atomic(config.corpus_dir / "harness-error" / f"{case.case_id}.json", case.to_dict())
+    except OSError as exc:
+        print(f"hicache-fuzz: could not save the case of a harness error ({_os_reason(exc)}); the case:\n"
+              f"{case.to_json()}", file=sys.stderr)
 
 
 def _summary(result: Result) -> str:

@@ -7,6 +7,7 @@ This is the whole per-case data flow; everything else (campaigns, selftest, repl
 
 from __future__ import annotations
 
+import re
 import time
 
 import torch
@@ -68,9 +69,15 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
 
     # Everything is compared where the device storages live (the CPU when simulated): "before" is a copy,
     # "after" is the storage itself where it lives there, so only host storages cross to a GPU.
-    buffers = materialize(case, device, memory)
     try:
-        before = buffers.snapshot_on(device)
+        buffers = materialize(case, device, memory)
+    except (MemoryError, RuntimeError) as exc:
+        return _not_allocated(base, exc, clock)
+    try:
+        try:
+            before = buffers.snapshot_on(device)
+        except (MemoryError, RuntimeError) as exc:
+            return _not_allocated(base, exc, clock)
         clock.lap("materialize")
         try:
             base.path = backend.run(buffers)
@@ -121,6 +128,22 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
         base.summary = f"expected path {plan.path!r} but {base.path!r} ran (bytes correct)"
     else:
         base.outcome, base.summary = Outcome.PASS, "all storages byte-identical"
+    clock.lap("classify")
+    return base
+
+
+_ALLOCATION_FAILED = re.compile(r"out of memory|can't allocate|cannot allocate|failed to allocate|cudaHostRegister|"
+                                r"hipHostRegister", re.IGNORECASE)
+
+
+def _not_allocated(base: Result, exc: BaseException, clock: _StageClock) -> Result:
+    """The case's storages could not be allocated on this machine: not a finding about the backend (it never
+    ran), so the case is UNSUPPORTED here, with the allocator's words; anything else escapes as a harness bug."""
+    if not isinstance(exc, MemoryError) and not _ALLOCATION_FAILED.search(str(exc)):
+        raise exc
+    base.outcome = Outcome.UNSUPPORTED
+    base.error = f"{type(exc).__name__}: {exc}".strip()[:2000]
+    base.summary = f"not run: this machine could not allocate the case's storages ({base.error[:200]})"
     clock.lap("classify")
     return base
 

@@ -172,14 +172,16 @@ class WorkerExecutor:
             args += ["--backend-plugin", plugin]
         if warm_up:
             args.append("--warm-up")
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        log.write(f"\n==== worker start ({role}) {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
-        )
-        log.close()
-        return proc
+        try:  # no log file or no process (full disk, no memory, missing interpreter): the machine, not a finding
+            log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+            with log:
+                log.write(f"\n==== worker start ({role}) {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
+                log.flush()
+                return subprocess.Popen(
+                    args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
+                )
+        except OSError as exc:
+            raise WorkerError(f"worker did not start: {exc.strerror or exc} ({exc.filename or args[0]})") from None
 
     def _start(self) -> None:
         started = time.perf_counter()
@@ -200,13 +202,15 @@ class WorkerExecutor:
         self.started += 1
         try:
             hello = self._receive(self.startup_timeout_s)
-        except (_WorkerDied, _WorkerTimeout) as exc:
+        except (_WorkerDied, _WorkerTimeout, ValueError) as exc:  # ValueError: it printed something not JSON
             self._kill()
-            detail = exc.describe() if isinstance(exc, _WorkerDied) else "startup timed out"
+            detail = "startup timed out" if isinstance(exc, _WorkerTimeout) else (
+                exc.describe() if isinstance(exc, _WorkerDied) else f"unreadable greeting ({exc})")
             raise WorkerError(f"worker did not start: {detail}") from None
-        if hello.get("op") != "hello":
+        if not isinstance(hello, dict) or hello.get("op") != "hello":
             self._kill()
-            raise WorkerError(f"worker did not start: {hello.get('error', hello)}")
+            detail = hello.get("error", hello) if isinstance(hello, dict) else hello
+            raise WorkerError(f"worker did not start: {detail}")
         self.hello = hello
         waited = time.perf_counter() - started
         self.startup_seconds += waited
