@@ -170,7 +170,7 @@ def iter_case_files(paths: Iterable[Path]) -> Iterator[Path]:
     for path in paths:
         if path.is_dir():
             yield from sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
-        elif path.exists():
+        elif os.path.lexists(path):  # the loader says what is wrong with anything but a regular file
             yield path
         else:
             raise CorpusError(f"{path}: no such file or directory")

@@ -450,6 +450,10 @@ def run(args: argparse.Namespace) -> int:
     for folder in corpus.missing:
         print(f"  no corpus folder {folder} (a campaign without failures writes none)", file=sys.stderr)
     print(f"report: {args.out / 'report.json'}; junit: {junit_path}")
+    if corpus.unreadable:  # bad input: exit 2, after everything that could be merged was written
+        print(f"hicache-fuzz merge: error: {len(corpus.unreadable)} corpus file(s) refused (listed above)",
+              file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_FAILURES if merged["unique_failures"] else EXIT_CLEAN
 
 
