@@ -33,6 +33,7 @@ from typing import Any
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry, CorpusError, load_entry, write_json_atomic
 from hicache_fuzz.harness.campaign.coverage import Coverage
 from hicache_fuzz.harness.campaign.junit import JUnitCase, write_junit
+from hicache_fuzz.harness.campaign.options import non_negative_int
 from hicache_fuzz.harness.model.json_input import (
     MAX_REPORT_FILE_BYTES,
     InputError,
@@ -420,7 +421,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", type=Path, metavar="PATH", help="JUnit XML path (default: OUT/junit.xml)")
     parser.add_argument("--suite-name", default="hicache-fuzz",
                         help="JUnit testsuite name (default: %(default)s)")
-    parser.add_argument("--max-per-signature", type=int, default=3,
+    parser.add_argument("--max-per-signature", type=non_negative_int, default=3,
                         help="reproducers kept per failure signature, 0 for all (default: %(default)s)")
     parser.add_argument("--allow-overlap", action="store_true",
                         help="merge even if inputs ran the same cases (counts then include repeats)")

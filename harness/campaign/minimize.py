@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hicache_fuzz.harness.campaign.options import finite_positive_float, positive_int
 from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
@@ -450,11 +451,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="reproducer files, or directories of them")
     parser.add_argument("--corpus", default="fuzz-out/minimized",
                         help="minimized reproducers (JSON + repro script) go here (default: %(default)s)")
-    parser.add_argument("--max-runs", type=int, default=DEFAULT_MAX_RUNS, help="candidate runs per case")
-    parser.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS, help="seconds per case")
+    parser.add_argument("--max-runs", type=positive_int, default=DEFAULT_MAX_RUNS, help="candidate runs per case")
+    parser.add_argument("--max-seconds", type=finite_positive_float, default=DEFAULT_MAX_SECONDS,
+                        help="seconds per case")
     parser.add_argument("--json", metavar="PATH", help="write sizes before/after and ratios as JSON")
     parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto")
-    parser.add_argument("--case-timeout", type=float, default=60.0)
+    parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -486,7 +488,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0: every input reproduced its failure and was minimized; 1: some input no longer fails."""
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entries
     from hicache_fuzz.harness.campaign.reproducer import save_reproducer
     from hicache_fuzz.harness.commands import cli
     from hicache_fuzz.harness.pipeline.executor import Executor
@@ -494,7 +496,7 @@ def run(args: argparse.Namespace) -> int:
     machine = cli.machine_for(args)
     registry = cli.registry_for(args)
     try:
-        entries = [load_entry(path) for path in iter_case_files(args.paths)]
+        entries = [entry for path in iter_case_files(args.paths) for entry in load_entries(path)]
     except CorpusError as exc:
         raise cli.UsageError(str(exc)) from None
     if not entries:
@@ -528,8 +530,8 @@ def run(args: argparse.Namespace) -> int:
                   f"{done.size.indices}, bytes {done.original_size.bytes} -> {done.size.bytes} "
                   f"({done.runs} runs, {done.seconds:.1f} s{'' if done.fixpoint else ', budget spent'}) -> {out}")
     finally:
-        for executor in executors.values():
-            executor.close()
-    if args.json:
-        write_json_atomic(Path(args.json), {"summary": summarize(rows), "results": rows})
-    return cli.EXIT_FAILURES if not_failing else cli.EXIT_CLEAN
+        cli.close_executors(list(executors.values()))
+    written = cli.print_json_or_write({"summary": summarize(rows), "results": rows}, args.json)
+    if not_failing:
+        return cli.EXIT_FAILURES
+    return cli.EXIT_CLEAN if written else cli.EXIT_UNAVAILABLE

@@ -67,7 +67,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-warm-up", action="store_true",
                         help="with --workers: skip compiling the JIT modules before the workers start")
     parser.add_argument("--record-case-ids", action="store_true",
-                        help="with --workers: list every case id in the report (to compare case sets)")
+                        help="list every case id in the report (to compare case sets)")
 
 
 # ---- devices, without initializing CUDA --------------------------------------------------------------------

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -22,16 +23,24 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
+from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entries, write_json_atomic
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
+from hicache_fuzz.harness.campaign.options import (
+    finite_positive_float,
+    non_negative_int,
+    positive_int,
+)
 from hicache_fuzz.harness.campaign.reproducer import judge_replay
 from hicache_fuzz.harness.campaign.signature import signature
-from hicache_fuzz.harness.model.case import Case, CaseError
+from hicache_fuzz.harness.commands.output import flush_unsaved_reproducers, os_reason, write_report
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.json_input import InputError
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine, PlatformUnavailable, detect, require
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
-from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.harness.pipeline.worker import WorkerError
+from hicache_fuzz.kernels.base import Availability, Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
 
 EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -75,10 +84,27 @@ def machine_for(args: argparse.Namespace) -> Machine:
 
 
 def registry_for(args: argparse.Namespace) -> Registry:
+    for spec in args.backend_plugin:
+        if ":" not in spec:
+            raise UsageError(f"--backend-plugin {spec!r}: expected MODULE:CALLABLE")
     try:
         return load_registry(args.backend_plugin)
-    except (ImportError, ValueError, TypeError) as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name in {spec.partition(":")[0] for spec in args.backend_plugin}:  # a misspelt name: usage
+            raise UsageError(f"--backend-plugin: {exc}") from None
+        raise Unavailable(f"--backend-plugin {' '.join(args.backend_plugin)}: {type(exc).__name__}: {exc}") from None
+    except ValueError as exc:  # module:callable whose callable does not exist
         raise UsageError(f"--backend-plugin: {exc}") from None
+    except Exception as exc:  # the plugin's import or factory raised: it cannot provide backends here
+        raise Unavailable(f"--backend-plugin {' '.join(args.backend_plugin)}: {type(exc).__name__}: {exc}") from None
+
+
+def probe(backend: Backend, machine: Machine) -> Availability:
+    """backend.probe, where a probe that raises (a plugin's) is the backend being unavailable: exit 3."""
+    try:
+        return backend.probe(machine.platform)
+    except Exception as exc:
+        raise Unavailable(f"backend {backend.name}: its probe raised {type(exc).__name__}: {exc}") from None
 
 
 def available_backend(registry: Registry, name: str, machine: Machine) -> Backend:
@@ -86,7 +112,7 @@ def available_backend(registry: Registry, name: str, machine: Machine) -> Backen
         backend = registry.get(name)
     except UnknownBackend as exc:
         raise UsageError(str(exc)) from None
-    availability = backend.probe(machine.platform)
+    availability = probe(backend, machine)
     if not availability.available:
         raise Unavailable(f"backend {name} is unavailable on {machine.description}: {availability.reason}")
     return backend
@@ -96,7 +122,7 @@ def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
     """The best backends present: every available real-kernel backend on a GPU, else the CPU reference."""
     if machine.platform.kind != "cpu":
         real = [b for name in registry.names() if not (b := registry.get(name)).models_bug
-                and name != "reference" and b.probe(machine.platform).available]
+                and name != "reference" and probe(b, machine).available]
         if real:
             return real
     return [registry.get("reference")]
@@ -108,13 +134,31 @@ def make_executor(backends: list[Backend], registry: Registry, machine: Machine,
     if isolate == "yes" or (isolate == "auto" and any(b.needs_isolation for b in backends)):
         from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
-        # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder.
+        # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder
+        # (removed by close_executors). A corpus that cannot hold one is a storage fault: exit 3 with the reason.
         journal = journal_dir if journal_dir is not None else Path(tempfile.mkdtemp(prefix="hicache-fuzz-journal-"))
+        if journal_dir is None:
+            TEMPORARY_JOURNALS.append(journal)
+        try:
+            journal.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise Unavailable(f"cannot create the worker journal {journal}: {os_reason(exc)}") from None
         # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
         spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
         return WorkerExecutor([b.name for b in backends], args.backend_plugin, machine.platform.kind,
                               args.case_timeout, journal, warm_up=warm_up, spares=spares)
     return InProcessExecutor(registry, machine)
+
+
+TEMPORARY_JOURNALS: list[Path] = []  # made by make_executor for commands without a corpus (replay, minimize)
+
+
+def close_executors(executors: list[Executor]) -> None:
+    """Close the executors, then remove the temporary journals they used (nothing under /tmp is left)."""
+    for executor in executors:
+        executor.close()
+    while TEMPORARY_JOURNALS:
+        shutil.rmtree(TEMPORARY_JOURNALS.pop(), ignore_errors=True)
 
 
 def background_compile_seconds() -> float:
@@ -146,7 +190,12 @@ class Checkpoint:
         if self.path is None or (not force and now - self.last < self.every):
             return
         self.last = now
-        write_json_atomic(self.path, {**report.to_dict(), "partial": True})
+        try:
+            write_json_atomic(self.path, {**report.to_dict(), "partial": True})
+        except OSError as exc:  # the final report has its own fallback; a checkpoint is not worth a campaign
+            print(f"hicache-fuzz: cannot write the checkpoint {self.path} ({os_reason(exc)}); "
+                  "checkpoints stop, the final report will still be written", file=sys.stderr, flush=True)
+            self.path = None
 
 
 class StopOnSignal:
@@ -195,9 +244,9 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def print_json_or_write(data: Any, path: str | None) -> None:
-    if path:
-        write_json_atomic(Path(path), data)
+def print_json_or_write(data: Any, path: str | Path | None) -> bool:
+    """Write a computed result; never lose it (output.write_report). False if it went elsewhere."""
+    return write_report(path, data)
 
 
 # ---- backends ---------------------------------------------------------------------------------------------
@@ -213,7 +262,10 @@ def run_backends(args: argparse.Namespace) -> int:
     rows = []
     for name in registry.names():
         backend = registry.get(name)
-        availability = backend.probe(machine.platform)
+        try:
+            availability = backend.probe(machine.platform)
+        except Exception as exc:  # listed, with the reason; commands that need the backend exit 3
+            availability = Availability(False, f"its probe raised {type(exc).__name__}: {exc}")
         rows.append({"name": name, "available": availability.available, "reason": availability.reason,
                      "models_bug": backend.models_bug, "description": backend.description})
     print(f"platform: {machine.description}")
@@ -222,8 +274,8 @@ def run_backends(args: argparse.Namespace) -> int:
         state = "available  " if row["available"] else "unavailable"
         detail = row["reason"] if not row["models_bug"] else f"zoo mutant: {row['models_bug']}"
         print(f"  {row['name']:<{width}}  {state}  {detail}")
-    print_json_or_write({"platform": machine.description, "backends": rows}, args.json)
-    return EXIT_CLEAN
+    written = print_json_or_write({"platform": machine.description, "backends": rows}, args.json)
+    return EXIT_CLEAN if written else EXIT_UNAVAILABLE
 
 
 # ---- fuzz -------------------------------------------------------------------------------------------------
@@ -233,16 +285,18 @@ def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", default=[], metavar="NAME",
                         help="backend to fuzz (repeatable); default: the best backends present")
     parser.add_argument("--seed", type=int, help="campaign seed (default: random; always printed)")
-    parser.add_argument("--runs", type=int, help="stop after this many cases")
-    parser.add_argument("--max-total-time", type=float, help="stop after this many seconds")
+    parser.add_argument("--runs", type=positive_int, help="stop after this many cases")
+    parser.add_argument("--max-total-time", type=finite_positive_float, help="stop after this many seconds")
     parser.add_argument("--corpus", default="fuzz-out/corpus", help="failures are written here (default: %(default)s)")
     parser.add_argument("--json", metavar="PATH", help="write the campaign report as JSON")
     parser.add_argument("--shard", default="0/1", metavar="K/N", help="run shard K of N of the seed's case space")
-    parser.add_argument("--start-index", type=int, default=0, help="first case index (resume a campaign)")
-    parser.add_argument("--byte-budget", type=int, help="largest case in bytes (all storages)")
+    parser.add_argument("--start-index", type=non_negative_int, default=0,
+                        help="first case index (resume a campaign)")
+    parser.add_argument("--byte-budget", type=positive_int, help="largest case in bytes (all storages)")
     parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto",
                         help="run cases in a worker process (auto: for backends that can crash the process)")
-    parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
+    parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0,
+                        help="seconds before a case counts as a hang")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
     parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
                         help="corpus files or folders whose expected failures (\"expect\": \"fail\") are known: "
@@ -307,7 +361,8 @@ def run_fuzz(args: argparse.Namespace) -> int:
         start = getattr(executor, "start", None)
         if start is not None:  # worker start-up and JIT warm-up happen before the campaign clock starts
             start()
-        report = run_campaign(config, backends, machine.platform, executor, on_result)
+        report = run_campaign(config, backends, machine.platform, executor, on_result,
+                              record_case_ids=args.record_case_ids)
     finally:
         stop.restore()
         progress.close()
@@ -327,16 +382,31 @@ def run_fuzz(args: argparse.Namespace) -> int:
                             wall_seconds=round(wall, 3),
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     print_campaign(report)
-    print_json_or_write(report.to_dict(), args.json)
-    return EXIT_FAILURES if report.new_failures else EXIT_CLEAN
+    return finish_campaign(report, args.json)
+
+
+def finish_campaign(report: CampaignReport, json_path: str | None) -> int:
+    """Say why a campaign stopped early on a fault, keep what the corpus could not take, write the report
+    (elsewhere if it must) and choose the exit code: 1 if new failures were found, else 3 if a fault (storage,
+    worker, the report's own write) cut the run short or moved its report, else 0."""
+    if report.storage_error:
+        print(f"hicache-fuzz: storage fault, campaign stopped: {report.storage_error}", file=sys.stderr, flush=True)
+        flush_unsaved_reproducers(report.unsaved_reproducers, report.storage_error)
+    if report.environment_error:
+        print(f"hicache-fuzz: unavailable: campaign stopped: {report.environment_error}", file=sys.stderr,
+              flush=True)
+    written = print_json_or_write(report.to_dict(), json_path)
+    if report.new_failures:
+        return EXIT_FAILURES
+    return EXIT_UNAVAILABLE if (report.storage_error or report.environment_error or not written) else EXIT_CLEAN
 
 
 def load_known_failures(paths: list[Path]) -> dict[str, str]:
     """signature -> file of every expected-failure entry under `paths` (fuzz --known)."""
     for path in paths:
-        if not path.exists():
+        if not os.path.lexists(path):
             raise UsageError(f"--known {path}: no such file or folder")
-    return known_failures(load_entry(p) for p in iter_case_files(paths))
+    return known_failures(entry for p in iter_case_files(paths) for entry in load_entries(p))
 
 
 def print_campaign(report: CampaignReport) -> None:
@@ -378,7 +448,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", help="run every case on this backend instead of the one it names")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto")
-    parser.add_argument("--case-timeout", type=float, default=60.0)
+    parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0)
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -387,7 +457,7 @@ def run_replay(args: argparse.Namespace) -> int:
     entries = []
     try:
         for path in iter_case_files(args.paths):
-            entries.append(load_entry(path))
+            entries.extend(load_entries(path))
     except CorpusError as exc:
         raise UsageError(str(exc)) from None
     if not entries:
@@ -423,12 +493,17 @@ def run_replay(args: argparse.Namespace) -> int:
             print(f"{verdict} {entry.path} [{case.backend}] {result.outcome.value}: {first_line}")
             rows.append(row)
     finally:
-        for executor in executors.values():
-            executor.close()
+        close_executors(list(executors.values()))
     skipped = sum(1 for r in rows if r.get("outcome") == "skipped")
     print(f"{len(rows) - skipped - failures} passed, {failures} failed, {skipped} skipped")
-    print_json_or_write({"results": rows}, args.json)
-    return EXIT_FAILURES if failures else EXIT_CLEAN
+    written = print_json_or_write({"results": rows}, args.json)
+    if failures:
+        return EXIT_FAILURES
+    if skipped:  # cases that could not run here were not checked: the backend is unavailable (README)
+        print(f"hicache-fuzz: unavailable: {skipped} case(s) not replayed, their backend cannot run here",
+              file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return EXIT_CLEAN if written else EXIT_UNAVAILABLE
 
 
 # ---- wiring -----------------------------------------------------------------------------------------------
@@ -470,7 +545,10 @@ def _broken(module_name: str, exc: ImportError) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: 2 for bad usage (its message names the option), 0 for --help
+        return int(exc.code or 0) if isinstance(exc.code, int | None) else EXIT_USAGE
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
@@ -479,12 +557,20 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(int(os.environ.get("HICACHE_FUZZ_TORCH_THREADS", "1")))
     try:
         return int(args.run(args))
-    except (UsageError, CaseError, CorpusError) as exc:
+    except (UsageError, InputError) as exc:  # InputError: CaseError, CorpusError, MergeError, ...
         print(f"hicache-fuzz: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Unavailable as exc:
+    except (Unavailable, WorkerError) as exc:
         print(f"hicache-fuzz: unavailable: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except BrokenPipeError:
+        # The reader of our output went away (`hicache-fuzz backends | head`): not an error of ours. Point
+        # stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLEAN
+    except KeyboardInterrupt:  # a second SIGINT, or one outside a campaign: stop without a traceback
+        print("hicache-fuzz: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

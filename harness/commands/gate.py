@@ -46,9 +46,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry, iter_case_files, load_entry, write_json_atomic
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry, iter_case_files, load_entries, write_json_atomic
 from hicache_fuzz.harness.campaign.junit import JUnitCase, write_junit
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, known_failures, run_campaign
+from hicache_fuzz.harness.campaign.options import finite_positive_float, positive_int
 from hicache_fuzz.harness.campaign.reproducer import judge_replay, save_reproducer
 from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.commands.cli import (
@@ -566,11 +567,11 @@ def junit_cases(report: GateReport) -> list[JUnitCase]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", required=True, choices=["cpu", "cuda", "rocm"],
                         help="the platform gated; absent -> exit 3 with the reason")
-    parser.add_argument("--budget-seconds", type=float, default=DEFAULT_BUDGET_SECONDS,
+    parser.add_argument("--budget-seconds", type=finite_positive_float, default=DEFAULT_BUDGET_SECONDS,
                         help="campaign budget: sets the fixed case count per backend and is a hard "
                              "wall-clock cap (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="campaign seed (default: %(default)s)")
-    parser.add_argument("--cases-per-backend", type=int, default=None,
+    parser.add_argument("--cases-per-backend", type=positive_int, default=None,
                         help="override the case count derived from the budget (the budget stays the cap)")
     parser.add_argument("--corpus", action="append", type=Path, default=None, metavar="DIR",
                         help="corpus folder to replay, repeatable (default: corpus/)")
@@ -578,8 +579,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="campaign these backends instead of the platform's default set; repeatable")
     parser.add_argument("--backend-plugin", action="append", default=[], metavar="MODULE:CALLABLE",
                         help="load extra backends from a callable returning Backend(s); repeatable")
-    parser.add_argument("--byte-budget", type=int, default=None, help="largest campaign case in bytes")
-    parser.add_argument("--case-timeout", type=float, default=120.0,
+    parser.add_argument("--byte-budget", type=positive_int, default=None, help="largest campaign case in bytes")
+    parser.add_argument("--case-timeout", type=finite_positive_float, default=120.0,
                         help="seconds before a case in a worker counts as a hang (default: %(default)s)")
     parser.add_argument("--no-isa", action="store_true",
                         help="do not run the ISA checks (they count as skipped)")
@@ -653,7 +654,7 @@ def run(args: argparse.Namespace) -> int:
         if not folder.exists():
             raise UsageError(f"corpus folder {folder} does not exist")
     # The default corpus/ may be absent (git keeps no empty folders); the report then shows 0 entries.
-    entries = [load_entry(path) for path in iter_case_files(d for d in corpus_dirs if d.exists())]
+    entries = [entry for path in iter_case_files(d for d in corpus_dirs if d.exists()) for entry in load_entries(path)]
     backends = campaign_backends(registry, machine, args.backend)
     cases_per_backend = args.cases_per_backend or planned_cases_per_backend(
         args.budget_seconds, machine.platform.kind, len(backends))

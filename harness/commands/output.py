@@ -8,6 +8,7 @@ The caller learns whether the report reached the path that was asked for (exit 3
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -62,10 +63,8 @@ def _write_fallback(data: Any, what: str) -> Path | None:
             handle.write("\n")
         return Path(name)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(name)
-        except OSError:
-            pass
         return None
 
 

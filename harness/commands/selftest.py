@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, campaign_case, run_campaign
+from hicache_fuzz.harness.campaign.options import finite_positive_float, non_negative_int, positive_int
 from hicache_fuzz.harness.commands.cli import (
     EXIT_CLEAN,
     EXIT_FAILURES,
@@ -66,20 +67,21 @@ class MutantRow:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="campaign seed (default: %(default)s)")
-    parser.add_argument("--max-cases-per-mutant", type=int, default=DEFAULT_MAX_CASES_PER_MUTANT,
+    parser.add_argument("--max-cases-per-mutant", type=positive_int, default=DEFAULT_MAX_CASES_PER_MUTANT,
                         help="give up on a mutant after this many cases (default: %(default)s)")
-    parser.add_argument("--max-seconds-per-mutant", type=float, default=DEFAULT_MAX_SECONDS_PER_MUTANT,
+    parser.add_argument("--max-seconds-per-mutant", type=finite_positive_float, default=DEFAULT_MAX_SECONDS_PER_MUTANT,
                         help="give up on a mutant after this many seconds (default: %(default)s)")
-    parser.add_argument("--reference-cases", type=int, default=DEFAULT_REFERENCE_CASES,
+    parser.add_argument("--reference-cases", type=non_negative_int, default=DEFAULT_REFERENCE_CASES,
                         help="the reference must be clean over this many cases (default: %(default)s)")
     parser.add_argument("--mutant", action="append", default=[], metavar="NAME",
                         help="run only this zoo mutant (repeatable; default: every registered mutant)")
-    parser.add_argument("--byte-budget", type=int, help="largest case in bytes (default: the generator's)")
+    parser.add_argument("--byte-budget", type=positive_int, help="largest case in bytes (default: the generator's)")
     parser.add_argument("--corpus", type=Path, help="save the killing cases here as reproducers")
     parser.add_argument("--json", metavar="PATH", help="write the table and summary as JSON")
     parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto",
                         help="run cases in a worker process (auto: for backends that can crash the process)")
-    parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
+    parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0,
+                        help="seconds before a case counts as a hang")
 
 
 def _bug_class(models_bug: str) -> str:

@@ -168,8 +168,8 @@ def bad_inputs() -> list[BadInput]:
         BadInput("nesting:deep-note", _json(_case_with(_set("tuning", value=_deep(100)))), ("nested",)),
         BadInput("number:5000-digit-layers", _text(json.dumps(valid_case()).replace('"layers": 2', '"layers": '
                                                                                    + "9" * 5000)), ("number",)),
-        BadInput("number:5000-digit-index", _text(json.dumps(valid_case()).replace("[1, 2]", "[1" + "0" * 5000 + ", 2]")),
-                 ("number",)),
+        BadInput("number:5000-digit-index",
+                 _text(json.dumps(valid_case()).replace("[1, 2]", "[1" + "0" * 5000 + ", 2]")), ("number",)),
         BadInput("number:long-float", _text(json.dumps(valid_case()).replace('"seed": 7', '"seed": 0.' + "1" * 100)),
                  ("number",)),
         BadInput("encoding:latin-1", _text(json.dumps(valid_case()).replace('"note": ""', '"note": "\xe9"')
