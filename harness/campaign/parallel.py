@@ -308,12 +308,20 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
             from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
 
             config.minimizer = campaign_minimizer(executor)
-        report = run_campaign(config, backends, machine.platform, executor, record_case_ids=job.record_case_ids)
+        # SIGTERM from the parent (itself stopped by a signal) ends the shard after its case in flight.
+        stop = cli.StopOnSignal()
+        config.should_stop = stop.requested
+        try:
+            report = run_campaign(config, backends, machine.platform, executor, record_case_ids=job.record_case_ids)
+        finally:
+            stop.restore()
     finally:
         if isolate:
             starter.join()
         executor.close()
     data = report.to_dict()
+    if stop.signal_name:
+        data["stopped_by"] = stop.signal_name
     data.update(device=job.device, device_description=machine.description, pid=os.getpid(),
                 startup_seconds=round(startup_seconds, 3))
     if isinstance(executor, WorkerExecutor):
@@ -398,12 +406,58 @@ def _stop(children: list[_Child]) -> None:
             child.process.wait()
 
 
-def run_prepare_step(base: ShardJob, kind: str, devices: list[str],
-                     run_dir: Path) -> tuple[dict[str, Any] | None, int, str]:
+class ForwardSignals:
+    """SIGTERM/SIGINT to the parent of a parallel campaign: each running child gets SIGTERM (it ends after its
+    case in flight and writes its report), the parent keeps waiting and merges what they wrote. A second
+    signal kills the children's process groups at once and raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.signal_name = ""
+        self.children: list[subprocess.Popen[bytes]] = []
+        self._previous: dict[int, Any] = {}
+        for number in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError):  # not the main thread: no forwarding
+                self._previous[number] = signal.signal(number, self._handle)
+
+    def add(self, process: subprocess.Popen[bytes]) -> None:
+        self.children.append(process)
+        if self.signal_name:  # the signal came while it was starting
+            self._terminate(process)
+
+    def _handle(self, number: int, frame: object) -> None:
+        if self.signal_name:
+            for process in self.children:
+                if process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(process.pid, signal.SIGKILL)
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(number).name
+        for process in self.children:
+            self._terminate(process)
+
+    @staticmethod
+    def _terminate(process: subprocess.Popen[bytes]) -> None:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+
+    def restore(self) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous.clear()
+
+
+def run_prepare_step(base: ShardJob, kind: str, devices: list[str], run_dir: Path,
+                     forward: ForwardSignals | None = None) -> tuple[dict[str, Any] | None, int, str]:
     """(the prepare step's result, EXIT_CLEAN, "") or (None, exit code, what went wrong)."""
     job = dataclasses.replace(base, report=str(run_dir / "prepare.json"), device=device_for_worker(0, devices))
     log = run_dir / "prepare.log"
-    code = _spawn("prepare", job, run_dir / "prepare-job.json", log, kind, cpu_count()).wait()
+    process = _spawn("prepare", job, run_dir / "prepare-job.json", log, kind, cpu_count())
+    if forward is not None:
+        forward.add(process)
+    code = process.wait()
+    if forward is not None and forward.signal_name:
+        return None, EXIT_UNAVAILABLE, f"stopped by {forward.signal_name} while preparing; no case ran"
     if code != EXIT_CLEAN:
         exit_code = code if code in (EXIT_USAGE, EXIT_UNAVAILABLE) else EXIT_USAGE
         return None, exit_code, f"prepare step failed (exit {code}), log {log}:\n{_log_tail(log)}"
@@ -424,14 +478,24 @@ class ParallelRun:
 def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], run_dir: Path,
                  echo: bool = True, prepared: dict[str, Any] | None = None) -> ParallelRun:
     """Prepare once (unless `prepared`, an earlier run's prepare result, is given), run `workers` shards side
-    by side, merge their reports."""
-    from hicache_fuzz.harness.campaign.merge import merge_reports
-
+    by side, merge their reports. SIGTERM/SIGINT meanwhile: see ForwardSignals."""
     say = print if echo else (lambda *_, **__: None)
     started = time.perf_counter()
     threads = max(1, cpu_count() // workers)
+    forward = ForwardSignals()
+    try:
+        return _run_parallel(base, workers, kind, devices, run_dir, say, prepared, forward, started, threads)
+    finally:
+        forward.restore()
+
+
+def _run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], run_dir: Path, say: Any,
+                  prepared: dict[str, Any] | None, forward: ForwardSignals, started: float,
+                  threads: int) -> ParallelRun:
+    from hicache_fuzz.harness.campaign.merge import merge_reports
+
     if prepared is None:
-        prepared, code, problem = run_prepare_step(base, kind, devices, run_dir)
+        prepared, code, problem = run_prepare_step(base, kind, devices, run_dir, forward)
         if prepared is None:
             return ParallelRun({}, {}, code, workers, devices, time.perf_counter() - started, [problem])
     warmed = (f"; JIT warm-up {prepared['warm_up_seconds']:.1f} s ({len(prepared['compiled_modules'])} modules)"
@@ -448,9 +512,12 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
             if job.runs_total is not None and not worker_case_budget(job.runs_total, len(job.backends), job.shard,
                                                                      worker, workers, job.start_index):
                 continue  # fewer cases than workers: this one has none
+            if forward.signal_name:
+                break  # stopped while starting: no more workers
             log = run_dir / f"worker-{worker}.log"
             process = _spawn("shard", job, run_dir / f"job-{worker}.json", log, kind, threads)
             children.append(_Child(worker, job, log, process))
+            forward.add(process)
         where = ", ".join(f"{c.worker}->{'gpu ' + c.job.device if c.job.device else 'cpu'}" for c in children)
         say(f"{len(children)} workers started ({where}); logs and reports in {run_dir}", flush=True)
         for child in children:
@@ -475,6 +542,8 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
     if merged:
         merged.update(workers=workers, devices=devices, warm_up=prepared,
                       wall_seconds=round(time.perf_counter() - started, 3))
+        if forward.signal_name:
+            merged.update(stopped_early=True, stopped_by=forward.signal_name)
         if exit_code == EXIT_CLEAN and merged["new_failure_signatures"]:
             exit_code = EXIT_FAILURES
     return ParallelRun(merged, prepared, exit_code, workers, devices, time.perf_counter() - started, problems)
@@ -513,8 +582,12 @@ def run_parallel_fuzz(args: argparse.Namespace) -> int:
     for problem in outcome.problems:
         print(f"hicache-fuzz: {problem}", file=sys.stderr)
     if outcome.merged:
+        if outcome.merged.get("stopped_by"):
+            print(f"hicache-fuzz: stopped by {outcome.merged['stopped_by']}: the workers ended after their cases in "
+                  "flight; merged report complete so far", flush=True)
         print(describe(outcome.merged))
-        cli.print_json_or_write(outcome.merged, args.json)
+        if not cli.print_json_or_write(outcome.merged, args.json) and outcome.exit_code == EXIT_CLEAN:
+            return EXIT_UNAVAILABLE  # the report was written elsewhere (the message says where)
     return outcome.exit_code
 
 
