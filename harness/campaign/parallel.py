@@ -272,6 +272,9 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
     from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
     from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
+    # SIGTERM from the parent (itself stopped by a signal) ends the shard after its case in flight; from here
+    # on, a signal during start-up ends it before its first case, with a report of 0 cases.
+    stop = cli.StopOnSignal()
     args = _cli_namespace(job)
     machine = cli.machine_for(args)
     registry = cli.registry_for(args)
@@ -308,14 +311,11 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
             from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
 
             config.minimizer = campaign_minimizer(executor)
-        # SIGTERM from the parent (itself stopped by a signal) ends the shard after its case in flight.
-        stop = cli.StopOnSignal()
         config.should_stop = stop.requested
-        try:
-            report = run_campaign(config, backends, machine.platform, executor, record_case_ids=job.record_case_ids)
-        finally:
-            stop.restore()
+        print(f"shard worker {job.worker} of {job.workers}: running cases", flush=True)  # to its log
+        report = run_campaign(config, backends, machine.platform, executor, record_case_ids=job.record_case_ids)
     finally:
+        stop.restore()
         if isolate:
             starter.join()
         executor.close()
@@ -535,10 +535,15 @@ def _run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], r
             reports.append(json.loads(report_path.read_text()))
             sources.append(str(report_path))
             continue
+        if forward.signal_name and code == -signal.SIGTERM:  # stopped while importing, before any case ran
+            say(f"worker {child.worker} was stopped before its first case", flush=True)
+            continue
         problems.append(f"worker {child.worker} of {workers} exited {code} without a report; "
                         f"log {child.log}:\n{_log_tail(child.log)}")
         exit_code = max(exit_code, code if code in (EXIT_USAGE, EXIT_UNAVAILABLE) else EXIT_USAGE)
     merged = merge_reports(reports, sources) if reports else {}
+    if forward.signal_name and not reports and not problems:
+        problems.append(f"stopped by {forward.signal_name} before any worker ran a case: no report")
     if merged:
         merged.update(workers=workers, devices=devices, warm_up=prepared,
                       wall_seconds=round(time.perf_counter() - started, 3))

@@ -39,6 +39,7 @@ from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine, PlatformUnavailable, detect, require
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
+from hicache_fuzz.harness.pipeline.runner import NOT_RUN
 from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.base import Availability, Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
@@ -481,6 +482,11 @@ def run_replay(args: argparse.Namespace) -> int:
             if case.backend not in executors:
                 executors[case.backend] = make_executor([backend], registry, machine, args, None)
             result = executors[case.backend].run(case)
+            if result.summary.startswith(NOT_RUN):  # e.g. its storages could not be allocated here
+                row.update(outcome="skipped", reason=result.summary)
+                print(f"SKIP {entry.path}: {result.summary}")
+                rows.append(row)
+                continue
             row.update(result.to_dict(), signature=signature(result, case) if result.outcome.is_failure else "")
             if entry.observed is not None:
                 row["observed_before"] = entry.observed.outcome.value
@@ -500,7 +506,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if failures:
         return EXIT_FAILURES
     if skipped:  # cases that could not run here were not checked: the backend is unavailable (README)
-        print(f"hicache-fuzz: unavailable: {skipped} case(s) not replayed, their backend cannot run here",
+        print(f"hicache-fuzz: unavailable: {skipped} case(s) not replayed: they cannot run here (see SKIP lines)",
               file=sys.stderr)
         return EXIT_UNAVAILABLE
     return EXIT_CLEAN if written else EXIT_UNAVAILABLE

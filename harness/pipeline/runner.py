@@ -132,6 +132,7 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
     return base
 
 
+NOT_RUN = "not run:"  # summary prefix of a case this machine could not run at all (replay counts it skipped)
 _ALLOCATION_FAILED = re.compile(r"out of memory|can't allocate|cannot allocate|failed to allocate|cudaHostRegister|"
                                 r"hipHostRegister", re.IGNORECASE)
 
@@ -143,7 +144,7 @@ def _not_allocated(base: Result, exc: BaseException, clock: _StageClock) -> Resu
         raise exc
     base.outcome = Outcome.UNSUPPORTED
     base.error = f"{type(exc).__name__}: {exc}".strip()[:2000]
-    base.summary = f"not run: this machine could not allocate the case's storages ({base.error[:200]})"
+    base.summary = f"{NOT_RUN} this machine could not allocate the case's storages ({base.error[:200]})"
     clock.lap("classify")
     return base
 
