@@ -74,7 +74,7 @@ from hicache_fuzz.kernels.registry import Registry
 
 GATE_FORMAT = "hicache-fuzz-gate"
 GATE_FORMAT_VERSION = 1
-# A fixed default so that a PR gate is derandomized (anchors.md 4: "do derandomize PR CI"); the nightly
+# A fixed default so that a PR gate is derandomized (Hypothesis' and ClusterFuzz's advice: derandomize PR CI); the nightly
 # campaign is where random seeds belong.
 DEFAULT_SEED = 20260610
 DEFAULT_CORPUS = Path("corpus")
