@@ -74,8 +74,8 @@ from hicache_fuzz.kernels.registry import Registry
 
 GATE_FORMAT = "hicache-fuzz-gate"
 GATE_FORMAT_VERSION = 1
-# A fixed default so that a PR gate is derandomized (Hypothesis' and ClusterFuzz's advice: derandomize PR CI); the nightly
-# campaign is where random seeds belong.
+# A fixed default so that a PR gate is derandomized (as Hypothesis and ClusterFuzz advise for PR CI); the
+# nightly campaign is where random seeds belong.
 DEFAULT_SEED = 20260610
 DEFAULT_CORPUS = Path("corpus")
 DEFAULT_ARTIFACTS = Path("gate-artifacts")

@@ -144,8 +144,9 @@ def test_make_bundle_downloads_exactly_the_wheel_list(tmp_path: Path) -> None:
         """))
     (fake_bin / "python3").chmod(0o755)
     out = tmp_path / "bundle"
+    path = f"{fake_bin}{os.pathsep}{os.environ['PATH']}"
     done = subprocess.run(["bash", str(BUNDLE_SCRIPT), "--python", "3.11", "--out", str(out)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}"})
+                          text=True, timeout=120, env={**os.environ, "PATH": path})
     assert done.returncode == 0, done.stderr
     args = record.read_text().split("\n")
     assert args[:3] == ["-m", "pip", "download"] and "--no-deps" in args
