@@ -115,3 +115,26 @@ def test_tox_fuzz_rocm_on_a_cpu_machine_exits_3_with_the_reason(tmp_path: Path) 
     assert done.returncode == envcheck.UNAVAILABLE, output[-3000:]
     assert "hicache-fuzz envcheck: unavailable:" in output
     assert f"fuzz reports in {tmp_path / '.tox'}/fuzz-reports/rocm" in output
+
+
+def test_a_virtualenv_torch_is_linked_into_the_env_with_a_pth_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_site = tmp_path / "tox-env-site-packages"
+    env_site.mkdir()
+    torch_site = tmp_path / "venv-site-packages"
+    (torch_site / "fake_torch_marker").mkdir(parents=True)
+    monkeypatch.setattr(envcheck.sysconfig, "get_paths", lambda: {"purelib": str(env_site)})
+    monkeypatch.setattr(envcheck.sys, "prefix", str(tmp_path / "env"))
+    monkeypatch.setattr(envcheck.sys, "base_prefix", str(tmp_path / "base"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    written = envcheck.link_torch_site(str(torch_site))
+    assert written == env_site / envcheck.PTH_NAME
+    assert written.read_text() == f"{torch_site.resolve()}\n"
+    assert str(torch_site.resolve()) in sys.path  # this process sees it too, for the torch check that follows
+
+
+def test_linking_refuses_to_write_into_a_base_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(envcheck.sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(envcheck.sys, "base_prefix", str(tmp_path))
+    with pytest.raises(envcheck.EnvironmentMissing, match="not a virtual environment"):
+        envcheck.link_torch_site(str(tmp_path))
