@@ -178,3 +178,16 @@ def test_the_sgl_kernel_stand_in_imports_raises_and_is_reported_as_such() -> Non
     assert done.returncode == 0, done.stderr
     assert "raised: sgl_kernel.kvcacheio.transfer_kv_per_layer is not available" in done.stdout
     assert "aot: (False, 'only the import-only sgl_kernel stand-in is installed" in done.stdout
+
+
+def test_device_setup_refuses_a_python_without_torch(tmp_path: Path) -> None:
+    bundle = tmp_path / ".gpu-bundle"
+    bundle.mkdir()
+    (bundle / "device-setup.sh").write_text((ROOT / "docs/gpu/device-setup.sh").read_text())
+    no_torch = tmp_path / "python-without-torch"
+    no_torch.write_text("#!/bin/sh\nexit 1\n")  # every `python -c ...` fails, as `import torch` would
+    no_torch.chmod(0o755)
+    done = subprocess.run(["bash", "-c", f"source {bundle / 'device-setup.sh'}"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60, env={**os.environ, "PYTHON": str(no_torch)})
+    assert done.returncode == 3
+    assert "has no torch: the bundle keeps the machine's torch and brings none" in done.stderr
