@@ -1,51 +1,84 @@
-"""Argument types for the command line: a budget of 0, a negative index or NaN seconds is bad usage (exit 2
-at parse time, naming the option), not a run of nothing that exits 0.
+"""Campaign from options: the one place a campaign is set up from what a command was asked.
 
-argparse turns the ArgumentTypeError of a ``type=`` function into ``error: argument --runs: ...`` and exit 2.
+fuzz, a parallel shard, gate, selftest and bench all describe their campaign as :class:`CampaignOptions`
+and run it with :func:`run_from_options`, which builds the case space, the :class:`CampaignConfig` and, with
+``minimize``, the minimizer hook.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entries
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.exit_codes import UsageError
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import Executor
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.oracles.contract import Platform
+
+OnResult = Callable[[Case, Result, CampaignReport], None]
 
 
-def _integer(text: str) -> int:
+@dataclass
+class CampaignOptions:
+    """What a campaign runs: seed, budgets, shard, case space, where failures go and what is known."""
+
+    seed: int
+    max_cases: int | None = None  # all backends together; None = until the time budget
+    max_seconds: float | None = None
+    corpus: Path | None = None  # failures go here; None keeps them in the report only
+    shard: tuple[int, int] = (0, 1)
+    start_index: int = 0
+    byte_budget: int | None = None  # largest case in bytes; None = the generator's default
+    stop_on_first_failure: bool = False
+    known_signatures: dict[str, str] = field(default_factory=dict)  # signature -> reproducer file
+    minimize: bool = False  # minimize the first case of each new signature before saving it
+    record_case_ids: bool = False
+
+    def space(self) -> CaseSpace:
+        return CaseSpace() if self.byte_budget is None else CaseSpace(byte_budget=self.byte_budget)
+
+    def config(self, backend_names: list[str], executor: Executor) -> CampaignConfig:
+        config = CampaignConfig(list(backend_names), self.seed, self.max_cases, self.max_seconds, self.corpus,
+                                self.shard, self.start_index, self.space(), self.stop_on_first_failure,
+                                known_signatures=dict(self.known_signatures))
+        if self.minimize:
+            from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
+
+            config.minimizer = campaign_minimizer(executor)
+        return config
+
+
+def run_from_options(options: CampaignOptions, backends: list[Backend], platform: Platform, executor: Executor,
+                     on_result: OnResult | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> CampaignReport:
+    config = options.config([b.name for b in backends], executor)
+    config.should_stop = should_stop
+    return run_campaign(config, backends, platform, executor, on_result, record_case_ids=options.record_case_ids)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """--shard K/N -> (K, N)."""
     try:
-        return int(text, 10)
+        k_text, n_text = text.split("/")
+        k, n = int(k_text), int(n_text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise UsageError(f"--shard {text!r}: expected K/N, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= k < n):
+        raise UsageError(f"--shard {text!r}: need 0 <= K < N")
+    return k, n
 
 
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """An integer >= 1 (case counts, byte budgets, run budgets)."""
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (indices; caps where 0 means "no cap")."""
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def finite_positive_float(text: str) -> float:
-    """A finite number > 0 (seconds: time budgets, timeouts)."""
-    value = _finite(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
-    return value
+def load_known_failures(paths: Iterable[Path]) -> dict[str, str]:
+    """signature -> file of every expected-failure entry under `paths` (fuzz --known)."""
+    paths = list(paths)
+    for path in paths:
+        if not os.path.lexists(path):  # anything else there (a FIFO, a symlink loop) is named by the loader
+            raise UsageError(f"--known {path}: no such file or folder")
+    return known_failures(entry for p in iter_case_files(paths) for entry in load_entries(p))

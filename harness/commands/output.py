@@ -16,8 +16,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import write_json_atomic
-
 STDOUT_BEGIN = "---- hicache-fuzz report (could not be written to a file) ----"
 STDOUT_END = "---- end of hicache-fuzz report ----"
 
@@ -32,6 +30,8 @@ def write_report(path: Path | str | None, data: Any, what: str = "report") -> bo
     is returned."""
     if path is None or path == "":
         return True
+    from hicache_fuzz.harness.campaign.corpus import write_json_atomic  # imports torch: not at --help time
+
     target = Path(path)
     try:
         write_json_atomic(target, data)
