@@ -37,13 +37,15 @@ from __future__ import annotations
 import argparse
 import math
 import shutil
+import sys
 import time
 from pathlib import Path
 
 from hicache_fuzz.harness.campaign.junit import write_junit
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
+from hicache_fuzz.harness.commands.common import write_json_report
 from hicache_fuzz.harness.commands.gate_report import GateReport, junit_cases, one_line, render_markdown
-from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_UNAVAILABLE, Unavailable, UsageError
 
 # A fixed default so that a PR gate is derandomized (as Hypothesis and ClusterFuzz advise for PR CI); the nightly
 # campaign is where random seeds belong.
@@ -127,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--budget-seconds must be positive")
     if args.cases_per_backend is not None and args.cases_per_backend < 1:
         raise UsageError("--cases-per-backend must be >= 1")
-    from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entries, write_json_atomic
+    from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entries
     from hicache_fuzz.harness.campaign.loop import known_failures
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.commands.gate_phases import campaign_backends, run_fuzz_phases, run_isa_checks
@@ -178,13 +180,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"[3/3] ISA {isa_row.name}: {isa_row.status} {one_line(isa_row.reason, 200)}", flush=True)
     report.seconds["total"] = sum(report.seconds.values())
 
-    if args.json:
-        write_json_atomic(args.json, report.to_dict())
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(render_markdown(report))
-    if args.junit:
-        write_junit(args.junit, f"hicache-fuzz gate ({report.platform})", junit_cases(report))
+    written = write_json_report(report.to_dict(), args.json)  # elsewhere if it must: never lost
+    try:
+        if args.markdown:
+            args.markdown.parent.mkdir(parents=True, exist_ok=True)
+            args.markdown.write_text(render_markdown(report))
+        if args.junit:
+            write_junit(args.junit, f"hicache-fuzz gate ({report.platform})", junit_cases(report))
+    except OSError as exc:
+        print(f"hicache-fuzz gate: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        written = False
     for line in report.findings():
         print(f"FINDING {one_line(line, 300)}")
     for skipped_row in report.isa_skipped_unallowed():
@@ -192,4 +197,6 @@ def run(args: argparse.Namespace) -> int:
               "pass --allow-skip-isa to accept")
     print(f"gate: {report.status.upper()} (exit {report.exit_code}) in {report.seconds['total']:.1f} s",
           flush=True)
+    if report.exit_code == EXIT_CLEAN and not written:
+        return EXIT_UNAVAILABLE  # green, but an output is not where it was asked (the message says where)
     return report.exit_code
