@@ -93,6 +93,7 @@ class SglangAotBackend(SglangBackend):
         return Plan(EntryPoint.AOT, f"aot:{aot_op(case)}")
 
     def run(self, buffers: Materialized) -> str:
+        aot_status()  # in a fresh worker process: load the build and route sgl_kernel.kvcacheio first
         import sgl_kernel.kvcacheio as ops
 
         case = buffers.case
