@@ -84,9 +84,14 @@ def describe(directory: Path, info: dict[str, Any]) -> str:
     )
 
 
+def _is_ours(module: ModuleType) -> bool:
+    # look in the module's own namespace: import-only stand-ins answer every getattr with a (truthy) placeholder
+    return vars(module).get("HICACHE_FUZZ_STANDIN") is True
+
+
 def _is_standin(module: ModuleType) -> bool:
     """True for this project's stand-in and for other import-only stand-ins (placeholder attributes)."""
-    if getattr(module, "HICACHE_FUZZ_STANDIN", False):
+    if _is_ours(module):
         return True
     kvcacheio = sys.modules.get(f"{module.__name__}.kvcacheio")
     op = getattr(kvcacheio, PROBE_OP, None) if kvcacheio is not None else None
@@ -131,7 +136,7 @@ def _route_kvcacheio(package: ModuleType | None) -> None:
         importlib.import_module("sgl_kernel")
         importlib.import_module("sgl_kernel.kvcacheio")
         return
-    if getattr(package, "HICACHE_FUZZ_STANDIN", False):
+    if _is_ours(package):
         importlib.import_module("sgl_kernel.kvcacheio")
         return
     module = _standin_kvcacheio()  # another stand-in package: replace only its kvcacheio submodule
