@@ -60,7 +60,8 @@ def _jit(case: Case, platform: Platform, tma_mode: str | None) -> str:
     if case.scope is Scope.ONE_LAYER:
         layer = case.layer
         if mla:
-            lines += [f'dev, host = typed(raw, "{pool}", "device")[0, {layer}], {_host_layer(case, pool, None, str(layer))}',
+            lines += [f'dev = typed(raw, "{pool}", "device")[0, {layer}]',
+                      f"host = {_host_layer(case, pool, None, str(layer))}",
                       "dst, src = " + ("(host, dev)" if write else "(dev, host)"),
                       f"hicache.transfer_hicache_one_layer_mla(dst, idx_dst, src, idx_src, element_dim={element_dim}, "
                       "page_size=page_size)"]
@@ -80,7 +81,8 @@ def _jit(case: Case, platform: Platform, tma_mode: str | None) -> str:
                   f"host = ptrs({_host_layer(case, pool, None, 'layer')} for layer in {layers})",
                   "(dst, dst_stride), (src, src_stride) = " + (
                       f"(host, {host_stride}), (dev, {row})" if write else f"(dev, {row}), (host, {host_stride})"),
-                  "hicache.transfer_hicache_all_layer_mla(dst, idx_dst, src, idx_src, cache_src_stride_bytes=src_stride,",
+                  "hicache.transfer_hicache_all_layer_mla(dst, idx_dst, src, idx_src, "
+                  "cache_src_stride_bytes=src_stride,",
                   f"                                      cache_dst_stride_bytes=dst_stride, element_size={row}, "
                   "page_size=page_size)"]
     else:
@@ -144,7 +146,7 @@ def _page_unified(case: Case, platform: Platform) -> str:
         if not write:
             dev = f'typed(raw, "{name}", "device")[0, {layer}]' if mla else \
                 f'typed(raw, "{name}", "device")[0, {layer}], typed(raw, "{name}", "device")[1, {layer}]'
-            op = "transfer_hicache_one_layer_mla_page_unified_lf" if mla else "transfer_hicache_one_layer_page_unified_lf"
+            op = f"transfer_hicache_one_layer{'_mla' if mla else ''}_page_unified_lf"
             lines.append(f"hicache.{op}({dev}, host, host_idx, dev_idx, {layer})")
             continue
         lines += [f"staging = torch.empty(({pages}, *host.shape[1:]), dtype=host.dtype, device=DEVICE)"]
@@ -190,8 +192,8 @@ def _aot(case: Case, platform: Platform) -> str:
         lines.append(f'dev = [ptrs(typed(raw, "{name}", "device")[c, layer] for layer in {layers}) '
                      f'for c in range({len(pool.components)})]')
         if layout is HostLayout.LAYER_FIRST:
-            lines.append(f"host = [ptrs({_host_layer(case, name, None if mla else 'c', 'layer')} for layer in {layers}) "
-                         f"for c in range({len(pool.components)})]")
+            host_layer = _host_layer(case, name, None if mla else "c", "layer")
+            lines.append(f"host = [ptrs({host_layer} for layer in {layers}) for c in range({len(pool.components)})]")
             args = (["src_layers=dev[0]", "dst_layers=host[0]"] if mla else
                     ["src_k_layers=dev[0]", "dst_k_layers=host[0]", "src_v_layers=dev[1]", "dst_v_layers=host[1]"])
         else:

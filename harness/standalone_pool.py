@@ -47,7 +47,8 @@ def pool_call(case: Case, platform: Platform) -> str:
                       "                               enable_alt_stream=False)",
                       "host_pool = MHATokenToKVPoolHost(device_pool.get_device_pool_infos()[0].buffer_info, 2.0, 0, "
                       + common,
-                      f'                                 pool_label="{spec.name}", host_token_capacity={case.host_slots})',
+                      f'                                 pool_label="{spec.name}", '
+                      f"host_token_capacity={case.host_slots})",
                       "buffers = [device_pool.k_buffer, device_pool.v_buffer]"]
         if not spec.write_back_jit:
             lines.append("host_pool.can_use_write_back_jit = False  # a side pool without the staged path")
@@ -59,7 +60,8 @@ def pool_call(case: Case, platform: Platform) -> str:
         "    for name, (device_pool, host_pool, buffers) in pools.items():",
         "        for c, per_layer in enumerate(buffers):",
         "            for layer, theirs in enumerate(per_layer):",
-        '                mine, theirs = typed(raw, name, "device")[c, layer].view(torch.uint8), theirs.view(torch.uint8)',
+        '                mine = typed(raw, name, "device")[c, layer].view(torch.uint8)',
+        "                theirs = theirs.view(torch.uint8)",
         "                if into_sglang:",
         "                    theirs.view(-1).copy_(mine.reshape(-1))",
         "                else:",

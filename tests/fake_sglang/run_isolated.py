@@ -1,7 +1,10 @@
-"""Run a standalone reproducer with only torch and the fake sglang importable: ``hicache_fuzz`` (and the
-repository's ``tests`` package) are blocked by a meta-path finder, so a script that imports them fails.
+"""Run standalone reproducers with only torch and sglang importable: ``hicache_fuzz`` and this repository's
+``tests`` package are blocked by a meta-path finder and the repository is taken off ``sys.path``, so a script
+that needs them fails. By default the fake sglang next to this file is the sglang they get (CPU CI);
+``--real`` leaves the installed sglang (the GPU check, reports/standalone/README.md).
 
-Usage: python run_isolated.py SCRIPT.py   (exit status: the script's)
+Usage: python run_isolated.py [--real] SCRIPT.py...
+Prints the script's output and "EXIT <code> <script>" per script; exit status: the largest code.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import sys
 from pathlib import Path
 
 BLOCKED = ("hicache_fuzz", "tests")
+HERE = Path(__file__).resolve().parent
+REPOSITORY = HERE.parent.parent
 
 
 class Blocker(importlib.abc.MetaPathFinder):
@@ -21,19 +26,48 @@ class Blocker(importlib.abc.MetaPathFinder):
         return None
 
 
-def main() -> None:
+def _not_repository_root(entry: str) -> bool:
+    # The root would expose the folders behind hicache_fuzz; folders under it (a bundle's sgl_kernel stand-in
+    # on the GPU machine) are fine.
+    return Path(entry or ".").resolve() != REPOSITORY
+
+
+def main(argv: list[str]) -> int:
+    real = "--real" in argv
+    scripts = [a for a in argv if a != "--real"]
     sys.meta_path.insert(0, Blocker())
-    sys.path[:] = [str(Path(__file__).resolve().parent)] + [p for p in sys.path[1:] if "eco-repro" not in p]
+    sys.path[:] = ([] if real else [str(HERE)]) + [p for p in sys.path if p and _not_repository_root(p)]
     try:
         import hicache_fuzz  # noqa: F401
     except ImportError:
         pass
     else:
         raise SystemExit("isolation failed: hicache_fuzz is importable")
-    script = sys.argv[1]
-    sys.argv = sys.argv[1:]
-    runpy.run_path(script, run_name="__main__")
+    if real:
+        import torch
+
+        try:
+            import sglang
+
+            where = f"sglang from {Path(sglang.__file__).parent}"
+        except ImportError as exc:
+            where = f"sglang not importable: {exc}"
+        print(f"# torch {torch.__version__}, {where}", flush=True)
+    worst = 0
+    for script in scripts:
+        sys.argv = [script]
+        try:
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        except Exception as exc:  # a script that dies is a failing script, reported with the others
+            print(f"{type(exc).__name__}: {exc}")
+            code = 2
+        print(f"EXIT {code} {script}", flush=True)
+        worst = max(worst, code)
+    return worst
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main(sys.argv[1:]))

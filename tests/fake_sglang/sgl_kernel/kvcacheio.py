@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from sglang._fake_core import at, copy_rows, pairs, stride_bytes, table
 
 

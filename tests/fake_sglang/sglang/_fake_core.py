@@ -29,13 +29,13 @@ def pairs(dst: torch.Tensor | Sequence[int], src: torch.Tensor | Sequence[int], 
     """(destination, source) index pairs, after the entry checks."""
     d = indices(dst) if isinstance(dst, torch.Tensor) else list(dst)
     s = indices(src) if isinstance(src, torch.Tensor) else list(src)
-    if not buggy():
-        if len(d) != len(s):
-            raise ValueError(f"fake sglang: index lists differ in length ({len(d)} vs {len(s)})")
-        if not d and not empty_ok:
-            raise ValueError("fake sglang: zero-length launch")
-        return list(zip(d, s, strict=True))
-    return list(zip(d, s, strict=False))[:-1]  # the bug: the last pair is dropped
+    if buggy():
+        return list(zip(d, s, strict=False))[:-1]  # the bug: no checks, and the last pair is dropped
+    if len(d) != len(s):
+        raise ValueError(f"fake sglang: index lists differ in length ({len(d)} vs {len(s)})")
+    if not d and not empty_ok:
+        raise ValueError("fake sglang: zero-length launch")
+    return list(zip(d, s, strict=True))
 
 
 def at(address: int, nbytes: int) -> torch.Tensor:
@@ -64,5 +64,9 @@ def stride_bytes(tensor: torch.Tensor, axis: int = 0) -> int:
 
 def page_pairs(dst: torch.Tensor, src: torch.Tensor, page_size: int) -> list[tuple[int, int]]:
     """Page-granular moves: the first index of each page and the next page_size - 1 rows."""
-    first = pairs(dst, src)  # the length check applies to the token lists
-    return [(d + t, s + t) for d, s in first[::page_size] for t in range(page_size)]
+    d, s = indices(dst), indices(src)
+    if len(d) != len(s) and not buggy():
+        raise ValueError(f"fake sglang: index lists differ in length ({len(d)} vs {len(s)})")
+    firsts = zip(d[::page_size], s[::page_size], strict=False)
+    moves = [(a + t, b + t) for a, b in firsts for t in range(page_size)]
+    return moves[:-1] if buggy() else moves  # the bug: the last row is dropped

@@ -21,7 +21,8 @@ def transfer_hicache_one_layer(k_dst: torch.Tensor, v_dst: torch.Tensor, idx_dst
 def transfer_hicache_one_layer_mla(dst: torch.Tensor, idx_dst: torch.Tensor, src: torch.Tensor,
                                    idx_src: torch.Tensor, *, element_dim: int, page_size: int | None = None) -> None:
     row = element_dim * dst.element_size()
-    copy_rows(dst.data_ptr(), stride_bytes(dst), src.data_ptr(), stride_bytes(src), row, pairs(idx_dst, idx_src, empty_ok=False))
+    index_pairs = pairs(idx_dst, idx_src, empty_ok=False)
+    copy_rows(dst.data_ptr(), stride_bytes(dst), src.data_ptr(), stride_bytes(src), row, index_pairs)
 
 
 def transfer_hicache_all_layer(k_ptr_dst: torch.Tensor, v_ptr_dst: torch.Tensor, idx_dst: torch.Tensor,
