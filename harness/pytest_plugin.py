@@ -267,7 +267,9 @@ class CampaignItem(_HicacheItem):
             for failure in report.new_failures:
                 script = Path(failure.file).with_name(Path(failure.file).stem + ".standalone.py")
                 lines.append(f"  {failure.signature} x{failure.count}: {failure.summary}")
-                lines.append(f"    reproducer {failure.file}" + (f"\n    standalone {script}" if script.exists() else ""))
+                lines.append(f"    reproducer {failure.file}")
+                if script.exists():
+                    lines.append(f"    standalone {script}")
             raise HicacheFailure("\n".join(lines))
 
 
