@@ -334,8 +334,16 @@ def as_bytes(raw, pool, side):  # the payload in sglang's shape, last axis in by
     return payload(raw, pool, side).view(*shape[:-1], shape[-1] * dtype.itemsize)
 
 
-def ptrs(tensors):  # a uint64 device table of base addresses (host memory: CUDA maps it at the same address)
-    return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.uint64, device=DEVICE)
+def ptrs(tensors):  # a uint64 device table of base addresses
+    return torch.tensor([address(t) for t in tensors], dtype=torch.uint64, device=DEVICE)
+
+
+def address(t):  # host memory: CUDA maps it at the same address; ROCm may need its device alias
+    if t.device.type == "cpu" and torch.version.hip:
+        from sgl_kernel.kvcacheio import get_device_accessible_ptr
+
+        return int(get_device_accessible_ptr(t))
+    return t.data_ptr()
 
 
 def make_storages():

@@ -40,6 +40,8 @@ def _host_layer(case: Case, pool: str, component: int | str | None, layer: str) 
 
 def _jit(case: Case, platform: Platform, tma_mode: str | None) -> str:
     lines = ["from sglang.kernels.ops.kvcache import hicache", ""]
+    if tma_mode is None:
+        lines.insert(0, f"# sglang's own TMA gate decides: {sglang_common.TMA_ENV} as in your environment (unset: on)")
     if tma_mode is not None:
         value = "0" if tma_mode == "off" else "1"
         what = "off: the register kernel" if tma_mode == "off" else "on (the row/page rule still applies)"
