@@ -105,11 +105,13 @@ def save_reproducer(corpus_dir: Path, case: Case, result: Result, extra: dict[st
 def _write_standalone(json_path: Path, case: Case) -> None:
     """``<case_id>.standalone.py`` (torch + sglang only) beside the reproducer, for sglang backends. A case the
     generator cannot express (e.g. one the contract leaves undefined) keeps only the harness script."""
-    from hicache_fuzz.harness.standalone import StandaloneUnsupported, supports, write_standalone
+    from hicache_fuzz.harness.platform import detect
+    from hicache_fuzz.harness.standalone import DEFAULT_PLATFORM, StandaloneUnsupported, supports, write_standalone
 
     if supports(case.backend):
+        here = detect().platform  # the contract's verdict depends on the platform the failure was seen on
         with contextlib.suppress(StandaloneUnsupported):
-            write_standalone(json_path)
+            write_standalone(json_path, here if here.kind != "cpu" else DEFAULT_PLATFORM)
 
 
 def readable_case_json(case: Case) -> str:

@@ -30,25 +30,25 @@ def pool_call(case: Case, platform: Platform) -> str:
     ]
     for spec in case.pools:
         dtype = _SGLANG_DTYPES[spec.dtype]
-        common = (f'{ps}, "{case.layout.value}", pin_memory=True, device="cpu", device_capacity_tokens=size, '
-                  f'start_layer=0, end_layer={layers - 1},')
+        indent = " " * 33
+        info = "device_pool.get_device_pool_infos()[0].buffer_info"
+        host_args = [f'{info}, 2.0, 0, {ps}, "{case.layout.value}",',
+                     f'{indent}pin_memory=True, device="cpu", device_capacity_tokens=size, start_layer=0, '
+                     f"end_layer={layers - 1},"]
         if spec.attention is Attention.MLA:
             rope = 64 if spec.head_dim > 64 else 0
             lines += [f"device_pool = MLATokenToKVPool(size, {ps}, {dtype}, {spec.head_dim - rope}, {rope}, {layers}, "
                       "str(DEVICE), False)",
-                      "host_pool = MLATokenToKVPoolHost(device_pool.get_device_pool_infos()[0].buffer_info, 2.0, 0, "
-                      + common,
-                      f'                                 target_layer_num={layers}, pool_label="{spec.name}", '
+                      "host_pool = MLATokenToKVPoolHost(" + host_args[0], host_args[1],
+                      f'{indent}target_layer_num={layers}, pool_label="{spec.name}", '
                       f"host_token_capacity={case.host_slots})",
                       "buffers = [device_pool.kv_buffer]"]
         else:
             lines += [f"device_pool = MHATokenToKVPool(size, {ps}, {dtype}, {spec.heads}, {spec.head_dim}, {layers}, "
                       "str(DEVICE), False,",
                       "                               enable_alt_stream=False)",
-                      "host_pool = MHATokenToKVPoolHost(device_pool.get_device_pool_infos()[0].buffer_info, 2.0, 0, "
-                      + common,
-                      f'                                 pool_label="{spec.name}", '
-                      f"host_token_capacity={case.host_slots})",
+                      "host_pool = MHATokenToKVPoolHost(" + host_args[0], host_args[1],
+                      f'{indent}pool_label="{spec.name}", host_token_capacity={case.host_slots})',
                       "buffers = [device_pool.k_buffer, device_pool.v_buffer]"]
         if not spec.write_back_jit:
             lines.append("host_pool.can_use_write_back_jit = False  # a side pool without the staged path")
@@ -111,5 +111,8 @@ def pool_call(case: Case, platform: Platform) -> str:
     lines += ["finally:",
               '    if DEVICE.type == "cuda":',
               "        torch.cuda.synchronize()",
-              "    copy_bytes(into_sglang=False)"]
+              "    copy_bytes(into_sglang=False)",
+              "    for _, host_pool, _ in pools.values():  # unregister the pinned host buffers",
+              '        if hasattr(host_pool, "destroy"):',
+              "            host_pool.destroy()"]
     return "\n".join(lines)

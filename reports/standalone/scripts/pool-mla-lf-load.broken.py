@@ -108,7 +108,8 @@ def call_sglang(raw, host_idx, dev_idx):
     size = 14  # device pool rows = size + page_size (rows [0, page_size) are the padding page)
     pools = {}  # name: (device pool, host pool, the device pool's per-layer buffers per K/V)
     device_pool = MLATokenToKVPool(size, 2, torch.bfloat16, 64, 64, 3, str(DEVICE), False)
-    host_pool = MLATokenToKVPoolHost(device_pool.get_device_pool_infos()[0].buffer_info, 2.0, 0, 2, "layer_first", pin_memory=True, device="cpu", device_capacity_tokens=size, start_layer=0, end_layer=2,
+    host_pool = MLATokenToKVPoolHost(device_pool.get_device_pool_infos()[0].buffer_info, 2.0, 0, 2, "layer_first",
+                                     pin_memory=True, device="cpu", device_capacity_tokens=size, start_layer=0, end_layer=2,
                                      target_layer_num=3, pool_label="kv", host_token_capacity=16)
     buffers = [device_pool.kv_buffer]
     pools["kv"] = (device_pool, host_pool, buffers)
@@ -146,6 +147,9 @@ def call_sglang(raw, host_idx, dev_idx):
         if DEVICE.type == "cuda":
             torch.cuda.synchronize()
         copy_bytes(into_sglang=False)
+        for _, host_pool, _ in pools.values():  # unregister the pinned host buffers
+            if hasattr(host_pool, "destroy"):
+                host_pool.destroy()
 
 
 def expected_after(before):
