@@ -80,7 +80,14 @@ class _State:
         self._machine: Machine | None = None
         self._registry: Registry | None = None
         self._executors: dict[str, Executor] = {}
-        self.workdir = Path(tempfile.mkdtemp(prefix="hicache-fuzz-pytest-"))
+        self._workdir: Path | None = None
+
+    @property
+    def workdir(self) -> Path:
+        """Where failures, worker journals and the campaign report go (created on first use only)."""
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="hicache-fuzz-pytest-"))
+        return self._workdir
 
     def machine(self) -> Machine:
         if self._machine is None:
