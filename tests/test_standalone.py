@@ -191,3 +191,14 @@ def test_gpu_check_scripts_are_up_to_date() -> None:
     for name, body in SYNTHETIC.items():
         assert (folder / f"{name}.py").read_text() == standalone_script(body), name
         assert (folder / f"{name}.broken.py").read_text() == standalone_script(body, broken_call=True), name
+
+
+def test_real_mode_never_sees_the_fake(tmp_path: Path) -> None:
+    # --real (the GPU check) must import the installed sglang, never tests/fake_sglang; none is installed here.
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("a real sglang is installed here: the check needs a machine without one")
+    script = tmp_path / "which_sglang.py"
+    script.write_text("import sys\ntry:\n    import sglang\nexcept ImportError:\n    sys.exit(3)\nsys.exit(0)\n")
+    done = subprocess.run([sys.executable, str(FAKE / "run_isolated.py"), "--real", str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert "sglang not importable" in done.stdout and f"EXIT 3 {script}" in done.stdout, done.stdout + done.stderr

@@ -26,17 +26,17 @@ class Blocker(importlib.abc.MetaPathFinder):
         return None
 
 
-def _not_repository_root(entry: str) -> bool:
-    # The root would expose the folders behind hicache_fuzz; folders under it (a bundle's sgl_kernel stand-in
-    # on the GPU machine) are fine.
-    return Path(entry or ".").resolve() != REPOSITORY
+def _keep(entry: str) -> bool:
+    # The root would expose the folders behind hicache_fuzz, this folder the fake sglang (added back first
+    # unless --real); other folders under the root (a bundle's sgl_kernel stand-in on the GPU machine) stay.
+    return Path(entry or ".").resolve() not in (REPOSITORY, HERE)
 
 
 def main(argv: list[str]) -> int:
     real = "--real" in argv
     scripts = [a for a in argv if a != "--real"]
     sys.meta_path.insert(0, Blocker())
-    sys.path[:] = ([] if real else [str(HERE)]) + [p for p in sys.path if p and _not_repository_root(p)]
+    sys.path[:] = ([] if real else [str(HERE)]) + [p for p in sys.path if p and _keep(p)]
     try:
         import hicache_fuzz  # noqa: F401
     except ImportError:
