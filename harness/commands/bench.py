@@ -11,7 +11,6 @@ compile share of a GPU campaign (a ``fuzz --json`` report) to the targets.
 from __future__ import annotations
 
 import argparse
-import json
 import platform as host_platform
 import sys
 from dataclasses import asdict
@@ -39,10 +38,12 @@ CAMPAIGN_COMPILE_KEYS = ("wall_seconds", "seconds", "compile_seconds", "worker_s
 
 def campaign_compile_share(path: Path) -> dict[str, Any]:
     """The compile share of a GPU campaign, from its report (``fuzz --json``; --campaign-report)."""
+    from hicache_fuzz.harness.model.json_input import MAX_REPORT_FILE_BYTES, InputError, read_json_file
+
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"--campaign-report {path}: {exc}") from None
+        data = read_json_file(path, MAX_REPORT_FILE_BYTES)
+    except InputError as exc:
+        raise UsageError(f"--campaign-report {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"--campaign-report {path}: not a campaign report (a JSON object)")
     return {"source": str(path), **{k: data[k] for k in CAMPAIGN_COMPILE_KEYS if k in data}}
