@@ -1,0 +1,93 @@
+"""A private copy of the sglang package that mutants are applied to, one at a time.
+
+The user's install is only ever read: the copy is made once per GPU slot with :func:`shutil.copytree`,
+a mutant is written into the copy, the target runs with the copy first on ``PYTHONPATH``, and the file is
+restored from the original bytes afterwards (and checked). Python byte-code of a mutated module is removed
+so no stale ``.pyc`` can stand in for the mutated source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hicache_fuzz.harness.mutate.mutant import Mutant
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every file (path and bytes) under `root/sglang`, byte-code caches excluded."""
+    digest = hashlib.sha256()
+    package = root / "sglang"
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+class Workspace:
+    """`<dir>/sglang`: a copy of the package under `root`."""
+
+    def __init__(self, original_root: Path, directory: Path) -> None:
+        self.original_root = original_root
+        self.root = directory
+        if (directory / "sglang").exists():
+            shutil.rmtree(directory / "sglang")
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(original_root / "sglang", directory / "sglang", symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+
+    @contextmanager
+    def applied(self, mutant: Mutant) -> Iterator[Path]:
+        """The copy with `mutant` written into it; restored (and verified) on exit."""
+        path = self.root / mutant.file
+        original = (self.original_root / mutant.file).read_bytes()
+        text = original.decode("utf-8")
+        path.write_text(mutant.apply(text), encoding="utf-8")
+        _drop_bytecode(path)
+        try:
+            yield path
+        finally:
+            path.write_bytes(original)
+            _drop_bytecode(path)
+            if path.read_bytes() != original:
+                raise RuntimeError(f"could not restore {path} after mutant {mutant.id}")
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root / "sglang", ignore_errors=True)
+
+
+def _drop_bytecode(path: Path) -> None:
+    if path.suffix != ".py":
+        return
+    cache = path.parent / "__pycache__"
+    if cache.is_dir():
+        for pyc in cache.glob(path.stem + ".*.pyc"):
+            pyc.unlink(missing_ok=True)
+
+
+def child_environment(workspace_root: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a target process: the private copy first on PYTHONPATH, no byte-code writes."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join([str(workspace_root), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def resolves_into(workspace_root: Path) -> bool:
+    """Would `import sglang` in a child (with child_environment) load the copy? Checked in-process by
+    temporarily putting the copy first on sys.path."""
+    import sys
+
+    sys.path.insert(0, str(workspace_root))
+    try:
+        importlib.invalidate_caches()
+        spec = importlib.util.find_spec("sglang") if "sglang" not in sys.modules else None
+        location = list(spec.submodule_search_locations or []) if spec else []
+    finally:
+        sys.path.remove(str(workspace_root))
+        importlib.invalidate_caches()
+    return bool(location) and Path(location[0]).resolve() == (workspace_root / "sglang").resolve()
