@@ -6,8 +6,8 @@ Discovery never imports sglang: ``importlib.util.find_spec("sglang")`` only loca
 
 Python filter. The host-pool and controller modules are large and mostly bookkeeping, so their mutants are
 restricted to the bodies of functions whose name says they move data or place indices
-(:data:`PY_TRANSFER_FUNCTION`); the dispatch module ``kernels/ops/kvcache/hicache.py`` is transfer code
-throughout, so every function body there gets mutants. Module-level code (imports, constants, class
+(:data:`PY_TRANSFER_FUNCTION`); the dispatch module ``kernels/ops/kvcache/hicache.py`` and the page_unified
+layout geometry are transfer code throughout, so every function body there gets mutants. Module-level code (imports, constants, class
 attributes) never does: a mutant there breaks the import rather than a transfer.
 """
 
@@ -28,14 +28,14 @@ from hicache_fuzz.harness.mutate.operators import generate
 KVCACHEIO_DIR = "sglang/kernels/jit/csrc/kvcacheio"
 # The HiCache KV transfer kernels of kvcacheio/ (hisparse*, transfer_mamba are other features' kernels).
 CUDA_FILES = ("hicache.cuh", "hicache_tma.cuh", "staged_write_back.cuh", "relayout.cuh", "page_row.cuh")
-DISPATCH_FILE = "sglang/kernels/ops/kvcache/hicache.py"
+# Transfer code throughout: every function body gets mutants (the dispatch, and page_unified's layout
+# geometry, whose every method computes a byte offset or a shape).
+UNFILTERED_PY_FILES = ("sglang/kernels/ops/kvcache/hicache.py", "sglang/srt/mem_cache/pool_host/page_unified.py")
 FILTERED_PY_FILES = (
     "sglang/srt/mem_cache/pool_host/base.py",
     "sglang/srt/mem_cache/pool_host/common.py",
     "sglang/srt/mem_cache/pool_host/mha.py",
     "sglang/srt/mem_cache/pool_host/mla.py",
-    "sglang/srt/mem_cache/pool_host/page_unified.py",
-    "sglang/srt/mem_cache/pool_host/_kvcacheio.py",
     "sglang/srt/managers/cache_controller.py",
 )
 PY_TRANSFER_FUNCTION = re.compile(
@@ -72,7 +72,7 @@ class SourceFile:
 
 def default_sources(root: Path) -> list[SourceFile]:
     files = [SourceFile(f"{KVCACHEIO_DIR}/{name}", "c", False) for name in CUDA_FILES]
-    files.append(SourceFile(DISPATCH_FILE, "python", False))
+    files += [SourceFile(rel, "python", False) for rel in UNFILTERED_PY_FILES]
     files += [SourceFile(rel, "python", True) for rel in FILTERED_PY_FILES]
     return [f for f in files if (root / f.rel).is_file()]
 
