@@ -19,8 +19,9 @@ OPERATORS = ("comparison", "arithmetic", "constant", "narrowing", "mod_and", "sw
              "index_reuse")
 
 _C_KEYWORDS = frozenset(
-    "return case sizeof if else for while do switch new delete throw co_return co_yield goto default "
-    "const constexpr static auto typename template using namespace struct class unsigned signed".split())
+    ["return", "case", "sizeof", "if", "else", "for", "while", "do", "switch", "new", "delete", "throw",
+     "co_return", "co_yield", "goto", "default", "const", "constexpr", "static", "auto", "typename", "template",
+     "using", "namespace", "struct", "class", "unsigned", "signed"])
 _COMPARISON = {"<": "<=", "<=": "<", ">": ">=", ">=": ">"}
 _NARROWING_C = {"uint32_t": "uint16_t", "int64_t": "int32_t", "uint64_t": "uint32_t"}
 _NARROWING_PY = {"int64": "int32"}
@@ -33,9 +34,11 @@ _PY_SYNC_ATTRS = frozenset({"synchronize", "wait_stream", "wait_event", "wait", 
 _PY_STORE_ATTRS = frozenset({"copy_", "index_copy_", "index_put_", "scatter_", "fill_", "zero_"})
 _PY_LAUNCH = re.compile(r"(launch|transfer|copy)")
 _PY_TYPE_CONTAINERS = frozenset(
-    "List Dict Tuple Optional Sequence Union Callable Type Iterable Iterator Mapping Set FrozenSet "
-    "list dict tuple set frozenset type Literal Annotated ClassVar".split())
-_PY_NOT_INDEX = frozenset("int str float bool bytes None True False Any Tensor torch object".split())
+    ["List", "Dict", "Tuple", "Optional", "Sequence", "Union", "Callable", "Type", "Iterable", "Iterator",
+     "Mapping", "Set", "FrozenSet", "list", "dict", "tuple", "set", "frozenset", "type", "Literal", "Annotated",
+     "ClassVar"])
+_PY_NOT_INDEX = frozenset(
+    ["int", "str", "float", "bool", "bytes", "None", "True", "False", "Any", "Tensor", "torch", "object"])
 
 LineFilter = Callable[[int], bool]
 

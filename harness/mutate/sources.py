@@ -7,8 +7,8 @@ Discovery never imports sglang: ``importlib.util.find_spec("sglang")`` only loca
 Python filter. The host-pool and controller modules are large and mostly bookkeeping, so their mutants are
 restricted to the bodies of functions whose name says they move data or place indices
 (:data:`PY_TRANSFER_FUNCTION`); the dispatch module ``kernels/ops/kvcache/hicache.py`` and the page_unified
-layout geometry are transfer code throughout, so every function body there gets mutants. Module-level code (imports, constants, class
-attributes) never does: a mutant there breaks the import rather than a transfer.
+layout geometry are transfer code throughout, so every function body there gets mutants. Module-level code
+(imports, constants, class attributes) never does: a mutant there breaks the import rather than a transfer.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def find_sglang_root(sglang_src: Path | None) -> Path:
         if spec is None or not spec.submodule_search_locations:
             raise SourcesMissing("sglang is not installed here; pass --sglang-src DIR (a source checkout, an "
                                  "unpacked wheel or site-packages)")
-        return Path(list(spec.submodule_search_locations)[0]).resolve().parent
+        return Path(next(iter(spec.submodule_search_locations))).resolve().parent
     src = sglang_src.resolve()
     for candidate in (src.parent if src.name == "sglang" else None, src, src / "python"):
         if candidate is not None and (candidate / "sglang" / "__init__.py").is_file():
