@@ -68,7 +68,9 @@ def _environment(config: RunConfig, workspace: Workspace, slot: str | None, muta
     env = child_environment(workspace.root)
     if slot is not None:
         env[config.device_env] = slot
-    cache = config.out / "jit-cache"
+    # Shared: the cache the environment already names (a warm one saves every unmutated module's nvcc run;
+    # safe because sglang's cache is content-addressed), else one under --out.
+    cache = Path(os.environ.get("SGLANG_JIT_CACHE_DIR") or config.out / "jit-cache")
     if config.jit_cache == "per-mutant":
         cache = workspace.root / "jit-cache" / mutant_id
     env["SGLANG_JIT_CACHE_DIR"] = str(cache)
