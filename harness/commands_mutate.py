@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,15 @@ from typing import Any
 from hicache_fuzz.harness.mutate import report, sources
 from hicache_fuzz.harness.mutate.mutant import Mutant
 from hicache_fuzz.harness.mutate.operators import OPERATORS
-from hicache_fuzz.harness.mutate.runner import BaselineFailed, RunConfig, run_all, write_json_atomic
-from hicache_fuzz.harness.mutate.targets import DEFAULT_BUILD_ERROR_PATTERN, CampaignTarget, CommandTarget, Target
+from hicache_fuzz.harness.mutate.runner import BaselineFailed, RunConfig, finished, run_all, write_json_atomic
+from hicache_fuzz.harness.mutate.targets import (
+    DEFAULT_BUILD_ERROR_PATTERN,
+    CampaignTarget,
+    CommandTarget,
+    Stopped,
+    Target,
+    stop_all,
+)
 
 
 class UsageError(Exception):
@@ -65,6 +73,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                                                            "summary.md, junit.xml")
     p.add_argument("--min-score", type=float, metavar="X", help="exit 1 when a target's score is below X (0..1)")
     p.add_argument("--keep-workspace", action="store_true", help="keep the private sglang copies under --out")
+    p.add_argument("--report-only", action="store_true",
+                   help="no baseline, no runs: write the reports from the results already under --out")
     return p
 
 
@@ -151,9 +161,17 @@ def _print_list(mutants: list[Mutant]) -> None:
         print(f"per {name}: " + json.dumps(table, indent=1))
 
 
+def _on_signal(signum: int, _frame: object) -> None:
+    stop_all()  # kill every target's process group; their mutants stay unfinished (resumable)
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         return _run(args)
+    except Stopped:
+        return 130
     except UsageError as exc:
         print(f"hicache-fuzz mutate: {exc}", file=sys.stderr)
         return 2
@@ -163,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
     except BaselineFailed as exc:
         print(f"hicache-fuzz mutate: baseline failed: {exc}", file=sys.stderr)
         return 3
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -195,7 +216,12 @@ def _run(args: argparse.Namespace) -> int:
     config = RunConfig(root=root, mutants=mutants, targets=targets, out=args.out, slots=slots,
                        device_env=_device_env(args.platform), timeout=timeout, jit_cache=args.jit_cache,
                        keep_workspace=args.keep_workspace)
-    records = run_all(config, log=lambda line: print(line, flush=True))
+    if args.report_only:
+        described = {t.name: t.describe() for t in targets}
+        records = {m.id: r for m in mutants if (r := finished(args.out, m.id, described)) is not None}
+    else:
+        records = run_all(config, log=lambda line: print(line, flush=True))
+    meta["unfinished"] = [m.id for m in mutants if m.id not in records]
     summary = report.summarize(records, [t.name for t in targets], meta)
     report.write_reports(args.out, summary)
     for name, target in summary["targets"].items():

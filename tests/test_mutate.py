@@ -299,3 +299,54 @@ def test_real_sglang_sources_give_mutants_per_file_with_stable_ids() -> None:
         text = (root / mutant.file).read_text()
         assert mutant.apply(text) != text
     assert generate(CUH, CUH_TEXT, "c")  # the synthetic fixture keeps working next to the real sources
+
+
+def test_sigterm_kills_running_targets_and_records_nothing_for_them(tree: Path, tmp_path: Path) -> None:
+    out, pid_file = tmp_path / "out", tmp_path / "hung.pid"
+    command = f"{SYNC_PRESENT} || sh -c 'echo $$ > {pid_file}; exec sleep 300'"
+    process = subprocess.Popen([sys.executable, "-m", "hicache_fuzz.harness.mutate", "--sglang-src", str(tree),
+                                "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
+                                "--test-cmd", command, "--out", str(out)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pid_file.exists(), "the hanging mutant never started"
+    time.sleep(0.3)
+    hung = int(pid_file.read_text())
+    process.terminate()
+    assert process.wait(timeout=30) != 0
+    assert _gone(hung, within=15.0), f"the hung target (pid {hung}) outlived the run"
+    hanging_id = next(m.id for m in _mutants(tree) if m.description.startswith("drop the synchronisation"))
+    assert not (out / "mutants" / f"{hanging_id}.json").exists()
+    assert not (out / "work" / "slot-0" / "sglang").exists()  # the private copy is removed on the way out
+
+
+def _gone(pid: int, within: float) -> bool:
+    """The process ended (absent, or a zombie waiting for a reaper) within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_report_only_reports_finished_mutants_without_running(tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    base = ["--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
+            "--test-cmd", SYNC_PRESENT, "--out", out]
+    assert _run(*base) == 0
+    first = json.loads((out / "summary.json").read_text())
+    removed = sorted(out.glob("mutants/*.json"))[0]
+    removed.unlink()
+    (out / "summary.json").unlink()
+    assert _run(*base, "--report-only") == 0
+    again = json.loads((out / "summary.json").read_text())
+    assert again["meta"]["unfinished"] == [removed.stem]
+    assert again["mutants"] == first["mutants"] - 1
+    assert not list(out.glob("mutants/*.json")) or removed not in list(out.glob("mutants/*.json"))

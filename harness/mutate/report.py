@@ -90,6 +90,8 @@ def markdown(summary: dict[str, Any]) -> str:
     out = [f"# Mutation report: {summary['mutants']} mutants of {meta.get('sglang_root', '?')}", ""]
     out.append(f"Sample: {meta.get('sample')} (seed {meta.get('seed')}), targets: "
                + ", ".join(f"`{n}` ({d})" for n, d in meta.get("targets", {}).items()))
+    if meta.get("unfinished"):
+        out.append(f"Unfinished (not in this report; rerun to resume): {len(meta['unfinished'])} mutants.")
     out.append("")
     out.append("Score = (killed + timeout) / (total - build_error - error).")
     for name, target in summary["targets"].items():

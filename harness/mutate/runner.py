@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.mutate.mutant import Mutant
-from hicache_fuzz.harness.mutate.targets import Target, TargetResult
+from hicache_fuzz.harness.mutate.targets import Stopped, Target, TargetResult
 from hicache_fuzz.harness.mutate.workspace import Workspace, child_environment
 
 
@@ -171,6 +171,8 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
                     return
                 try:
                     record = run_mutant(config, workspaces[index], config.slots[index], mutant)
+                except Stopped:
+                    return  # SIGTERM/SIGINT: the mutant stays unfinished, a rerun picks it up
                 except BaseException as exc:  # a broken workspace must stop the run, not look like a kill
                     with lock:
                         errors.append(exc)

@@ -101,10 +101,11 @@ def generate_all(root: Path, sources: list[SourceFile]) -> list[Mutant]:
 
 
 def select(mutants: list[Mutant], files: list[str], operators: list[str]) -> list[Mutant]:
-    """Keep mutants whose file matches one of the fnmatch patterns (or whose path ends with it) and whose
+    """Keep mutants whose file matches one of the fnmatch patterns (anchored at the start or at any folder:
+    "hicache.cuh" and "pool_host/*.py" both work) and whose
     operator is listed; an empty list keeps all."""
     def file_ok(rel: str) -> bool:
-        return not files or any(fnmatch.fnmatch(rel, p) or rel.endswith(p) for p in files)
+        return not files or any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(rel, "*/" + p) for p in files)
     return [m for m in mutants if file_ok(m.file) and (not operators or m.operator in operators)]
 
 

@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +45,28 @@ class TargetResult:
         return asdict(self)
 
 
+class Stopped(Exception):
+    """The run is being stopped (SIGTERM/SIGINT): a target's result must not be recorded."""
+
+
+_live: set[subprocess.Popen[bytes]] = set()
+_live_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+def stop_all() -> None:
+    """Kill the process group of every running target and refuse new ones (on SIGTERM/SIGINT)."""
+    _stopping.set()
+    with _live_lock:
+        running = list(_live)
+    for process in running:
+        _kill_group(process)
+
+
+def stopping() -> bool:
+    return _stopping.is_set()
+
+
 @dataclass
 class ProcessRun:
     returncode: int | None  # None: killed on timeout
@@ -57,13 +80,22 @@ def run_process(command: list[str] | str, env: dict[str, str], timeout: float, l
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(log_path, "w", encoding="utf-8", errors="replace") as log:
-        process = subprocess.Popen(command, shell=isinstance(command, str), env=env, cwd=cwd, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        with _live_lock:
+            if _stopping.is_set():
+                raise Stopped()
+            process = subprocess.Popen(command, shell=isinstance(command, str), env=env, cwd=cwd, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+            _live.add(process)
         try:
             returncode: int | None = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             returncode = None
             _kill_group(process)
+        finally:
+            with _live_lock:
+                _live.discard(process)
+    if _stopping.is_set():
+        raise Stopped()
     seconds = time.monotonic() - started
     return ProcessRun(returncode, seconds, log_path.read_text(encoding="utf-8", errors="replace"))
 
