@@ -202,7 +202,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.out is None:
         raise UsageError("--out DIR is required to run mutants")
     targets = _targets(args)
-    slots = _slots(args.gpus)
+    slots = [None] if args.report_only else _slots(args.gpus)
     meta = {"sglang_root": str(root), "sample": args.sample or len(mutants), "seed": args.seed,
             "targets": {t.name: t.describe() for t in targets}, "slots": slots,
             "jit_cache": args.jit_cache}
