@@ -40,7 +40,7 @@ FILTERED_PY_FILES = (
 )
 PY_TRANSFER_FUNCTION = re.compile(
     r"transfer|backup|load|write_back|copy|move|stag|page|indic|index|offset|ptr|layout|alloc|free|evict|"
-    r"prefetch|flush", re.IGNORECASE)
+    r"prefetch|flush|stride|buffer|size_per_token|rows|merge_ops|dva", re.IGNORECASE)
 
 
 class SourcesMissing(Exception):
