@@ -350,3 +350,16 @@ def test_report_only_reports_finished_mutants_without_running(tree: Path, tmp_pa
     assert again["meta"]["unfinished"] == [removed.stem]
     assert again["mutants"] == first["mutants"] - 1
     assert not list(out.glob("mutants/*.json")) or removed not in list(out.glob("mutants/*.json"))
+
+
+def test_two_slots_pin_one_device_each_and_share_the_work(tree: Path, tmp_path: Path) -> None:
+    out, seen = tmp_path / "out", tmp_path / "seen"
+    seen.mkdir()
+    command = f'echo "$CUDA_VISIBLE_DEVICES" > {seen}/"$HICACHE_MUTANT_ID"; sleep 0.3; {SYNC_PRESENT}'
+    assert _run("--sglang-src", tree, "--gpus", "0,1", "--platform", "cuda", "--file", "*.cuh",
+                "--test-cmd", command, "--out", out) == 0
+    records = [json.loads(p.read_text()) for p in out.glob("mutants/*.json")]
+    assert {r["device"] for r in records} == {"0", "1"}
+    for record in records:
+        assert (seen / record["mutant"]["id"]).read_text().strip() == record["device"]
+    assert not (out / "work" / "slot-1" / "sglang").exists()

@@ -90,18 +90,41 @@ def check_resolution(env: dict[str, str], workspace: Workspace) -> None:
                              f"private copy {workspace.root / 'sglang'} (an import hook ahead of PYTHONPATH?)")
 
 
-def run_baseline(config: RunConfig, workspace: Workspace, slot: str | None) -> dict[str, Any]:
-    """Every target on the unmutated copy; each must survive. Stored in <out>/baseline.json."""
-    env = _environment(config, workspace, slot, "baseline")
-    check_resolution(env, workspace)
+def run_baseline(config: RunConfig, workspaces: list[Workspace]) -> dict[str, Any]:
+    """Every target on the unmutated copy, each on its own slot when there are several (they run at once);
+    each must survive. Stored in <out>/baseline.json."""
     results: dict[str, Any] = {}
-    for target in config.targets:
+    lock = threading.Lock()
+
+    def one(index: int, target: Target) -> None:
+        slot = index % len(workspaces)
+        env = _environment(config, workspaces[slot], config.slots[slot], "baseline")
+        check_resolution(env, workspaces[slot])
         result = target.run(env, config.out / "runs" / "baseline", config.timeout(target))
-        results[target.name] = result.to_dict()
-        if result.outcome != "survived":
+        with lock:
+            results[target.name] = result.to_dict()
+
+    errors: list[BaseException] = []
+
+    def guarded(index: int, target: Target) -> None:
+        try:
+            one(index, target)
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(k, t), daemon=True) for k, t in enumerate(config.targets)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    for target in config.targets:
+        result = results[target.name]
+        if result["outcome"] != "survived":
             write_json_atomic(config.out / "baseline.json", {"passed": False, "targets": results})
-            raise BaselineFailed(f"baseline (unmutated sglang) of target {target.name!r} is {result.outcome}: "
-                                 f"{result.detail}; see {result.log}")
+            raise BaselineFailed(f"baseline (unmutated sglang) of target {target.name!r} is {result['outcome']}: "
+                                 f"{result['detail']}; see {result['log']}")
     baseline = {"passed": True, "targets": results}
     write_json_atomic(config.out / "baseline.json", baseline)
     return baseline
@@ -155,7 +178,7 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
     lock = threading.Lock()
     errors: list[BaseException] = []
     try:
-        baseline = run_baseline(config, workspaces[0], config.slots[0])
+        baseline = run_baseline(config, workspaces)
         for target in config.targets:
             if hasattr(target, "baseline_backends"):
                 report = Path(str(baseline["targets"][target.name]["log"])).with_suffix(".json")
