@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -234,7 +233,3 @@ def _run(args: argparse.Namespace) -> int:
             print(f"score below --min-score {args.min_score}: {', '.join(low)}", file=sys.stderr)
             return 1
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(os.EX_USAGE)

@@ -18,7 +18,7 @@ from hicache_fuzz.harness.mutate import sources
 from hicache_fuzz.harness.mutate.__main__ import main as mutate_main
 from hicache_fuzz.harness.mutate.mutant import Mutant
 from hicache_fuzz.harness.mutate.operators import OPERATORS, generate
-from hicache_fuzz.harness.mutate.workspace import tree_digest
+from hicache_fuzz.harness.mutate.workspace import Workspace, child_environment, tree_digest
 
 CUH = "sglang/kernels/jit/csrc/kvcacheio/hicache.cuh"
 PY = "sglang/kernels/ops/kvcache/hicache.py"
@@ -363,3 +363,25 @@ def test_two_slots_pin_one_device_each_and_share_the_work(tree: Path, tmp_path: 
     for record in records:
         assert (seen / record["mutant"]["id"]).read_text().strip() == record["device"]
     assert not (out / "work" / "slot-1" / "sglang").exists()
+
+
+def test_restored_module_never_runs_the_mutants_byte_code(tree: Path, tmp_path: Path) -> None:
+    """A same-size mutant (`%` -> `&`) restored within the same second must not leave its .pyc behind."""
+    rel = "sglang/pagemath.py"
+    (tree / rel).write_text("def page_of(index):\n    return index % 16\n")
+    mutant = next(m for m in generate(rel, (tree / rel).read_text(), "python") if m.operator == "mod_and")
+    assert len(mutant.replacement) == len(mutant.original)
+    workspace = Workspace(tree, tmp_path / "slot")
+    env = child_environment(workspace.root)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the case at stake: targets that do write byte-code
+    probe = [sys.executable, "-c", "from sglang.pagemath import page_of; print(page_of(17))"]
+
+    def page_of_17() -> str:
+        return subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert page_of_17() == "1"
+    with workspace.applied(mutant):
+        assert page_of_17() == "16"  # 17 & 16
+    assert page_of_17() == "1"
+    assert list((workspace.root / "sglang" / "__pycache__").glob("pagemath.*.pyc")), "no byte-code was written"
+    assert (workspace.root / rel).read_bytes() == (tree / rel).read_bytes()

@@ -2,14 +2,18 @@
 
 The user's install is only ever read: the copy is made once per GPU slot with :func:`shutil.copytree`,
 a mutant is written into the copy, the target runs with the copy first on ``PYTHONPATH``, and the file is
-restored from the original bytes afterwards (and checked). Python byte-code of a mutated module is removed
-so no stale ``.pyc`` can stand in for the mutated source.
+restored from the original bytes afterwards (and checked).
+
+Byte-code: the copy keeps the install's ``__pycache__`` (``copy2`` keeps the sources' mtimes, so those
+``.pyc`` stay valid and a target does not recompile all of sglang). The mutated module's ``.pyc`` is deleted
+when the mutant is written and again when the original is restored: Python validates a ``.pyc`` by the
+source's mtime (whole seconds) and size, and a same-size mutant (``%`` -> ``&``) restored within the same
+second would otherwise leave the mutated byte-code standing in for the original.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 from collections.abc import Iterator
@@ -37,8 +41,7 @@ class Workspace:
         if (directory / "sglang").exists():
             shutil.rmtree(directory / "sglang")
         directory.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(original_root / "sglang", directory / "sglang", symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(original_root / "sglang", directory / "sglang", symlinks=True)
 
     @contextmanager
     def applied(self, mutant: Mutant) -> Iterator[Path]:
@@ -70,24 +73,7 @@ def _drop_bytecode(path: Path) -> None:
 
 
 def child_environment(workspace_root: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for a target process: the private copy first on PYTHONPATH, no byte-code writes."""
+    """Environment for a target process: the private copy first on PYTHONPATH."""
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = os.pathsep.join([str(workspace_root), *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
-
-
-def resolves_into(workspace_root: Path) -> bool:
-    """Would `import sglang` in a child (with child_environment) load the copy? Checked in-process by
-    temporarily putting the copy first on sys.path."""
-    import sys
-
-    sys.path.insert(0, str(workspace_root))
-    try:
-        importlib.invalidate_caches()
-        spec = importlib.util.find_spec("sglang") if "sglang" not in sys.modules else None
-        location = list(spec.submodule_search_locations or []) if spec else []
-    finally:
-        sys.path.remove(str(workspace_root))
-        importlib.invalidate_caches()
-    return bool(location) and Path(location[0]).resolve() == (workspace_root / "sglang").resolve()
