@@ -385,3 +385,25 @@ def test_restored_module_never_runs_the_mutants_byte_code(tree: Path, tmp_path: 
     assert page_of_17() == "1"
     assert list((workspace.root / "sglang" / "__pycache__").glob("pagemath.*.pyc")), "no byte-code was written"
     assert (workspace.root / rel).read_bytes() == (tree / rel).read_bytes()
+
+
+def test_campaign_survivors_carry_the_cases_that_reached_their_kernels() -> None:
+    from hicache_fuzz.harness.mutate import report
+    from hicache_fuzz.harness.mutate.targets import _paths_run
+
+    paths = _paths_run({"paths": {"sglang-jit": {"jit-register": 127, "jit-tma": 59},
+                                  "sglang-pool": {"jit-register+jit-tma": 9, "jit-staged": 94},
+                                  "reference": {"oracle": 1000}}})
+    assert paths == {"jit-register": 127, "jit-tma": 59, "jit-register+jit-tma": 9, "jit-staged": 94}
+    assert report.entry_cases(f"{sources.KVCACHEIO_DIR}/hicache_tma.cuh", paths) == {"jit-tma": 59,
+                                                                                    "jit-register+jit-tma": 9}
+    assert report.entry_cases(f"{sources.KVCACHEIO_DIR}/relayout.cuh", paths) == {"jit-staged": 94}
+    assert sum(report.entry_cases(f"{sources.KVCACHEIO_DIR}/page_row.cuh", paths).values()) == 0
+    assert report.entry_cases(PY, {**paths, "none": 5}) == paths  # the dispatch is in front of every path
+    mutant = Mutant(f"{sources.KVCACHEIO_DIR}/page_row.cuh", "constant", 3, 10, 11, "1", "2", "constant 1 -> 2")
+    record = {"mutant": {**mutant.to_dict(), "diff": "--- a\n+++ b\n"},
+              "targets": {"campaign": {"outcome": "survived", "seconds": 1.0, "returncode": 0, "detail": "",
+                                       "failures": [], "log": "", "output_tail": "", "paths": paths}}}
+    summary = report.summarize({mutant.id: record}, ["campaign"], {})
+    assert summary["targets"]["campaign"]["survivors"][0]["entry_cases"] == {}
+    assert "never reached" in report.markdown(summary)

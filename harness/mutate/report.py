@@ -15,6 +15,15 @@ from xml.etree import ElementTree
 from hicache_fuzz.harness.mutate.runner import write_json_atomic
 from hicache_fuzz.harness.mutate.targets import OUTCOMES
 
+# The implementation paths (as the campaign's path spy names them) through which each source file's code is
+# reached: a campaign survivor's "entry-point coverage" is the number of cases that took one of them.
+ENTRY_PATHS = {
+    "hicache.cuh": ("jit-register", "jit-page-unified", "jit-staged", "jit-tma"),  # included by every kernel
+    "hicache_tma.cuh": ("jit-tma",),
+    "staged_write_back.cuh": ("jit-staged",),
+    "relayout.cuh": ("jit-staged",),
+    "page_row.cuh": (),
+}
 DETECTED = ("killed", "timeout")
 EXCLUDED = ("build_error", "error")
 
@@ -51,6 +60,8 @@ def summarize(records: dict[str, Any], target_names: list[str], meta: dict[str, 
                      "detail": result["detail"], "seconds": round(result["seconds"], 1), "log": result["log"]}
             if result["outcome"] == "survived":
                 entry["diff"] = mutant["diff"]
+                if result.get("paths"):
+                    entry["entry_cases"] = entry_cases(mutant["file"], result["paths"])
             if result["failures"]:
                 entry["failures"] = result["failures"]
             lists[result["outcome"]].append(entry)
@@ -63,6 +74,16 @@ def summarize(records: dict[str, Any], target_names: list[str], meta: dict[str, 
     if len(target_names) >= 2:
         summary["side_by_side"] = side_by_side(ordered, target_names[0], target_names[1])
     return summary
+
+
+def entry_cases(file: str, paths: dict[str, int]) -> dict[str, int]:
+    """Cases of the campaign that went through the mutated file's kernels, per path. Python files (dispatch,
+    host pools) sit in front of every path, so all count. 0 everywhere = the campaign never reached the code."""
+    wanted = ENTRY_PATHS.get(file.rsplit("/", 1)[-1])
+    if wanted is None:
+        return {p: n for p, n in paths.items() if p != "none"}
+    return {p: n for p, n in paths.items() if any(part in wanted for part in p.split("+"))} or dict.fromkeys(
+        wanted, 0)
 
 
 def side_by_side(records: list[dict[str, Any]], a: str, b: str) -> dict[str, Any]:
@@ -119,7 +140,13 @@ def markdown(summary: dict[str, Any]) -> str:
                 out += [f"- `{e['id']}` {e['file']}:{e['line']} {e['operator']}: {e['detail']}" for e in target[key]]
         out += ["", "### Survivors", ""]
         for s in target["survivors"]:
-            out += [f"- `{s['id']}` {s['file']}:{s['line']} {s['operator']}: {s['description']}", "",
+            reached = ""
+            if "entry_cases" in s:
+                total = sum(s["entry_cases"].values())
+                reached = (f" (campaign cases through this file's kernels: {total}"
+                           + (f", {', '.join(f'{p} {n}' for p, n in s['entry_cases'].items())}" if total else
+                              ": never reached") + ")")
+            out += [f"- `{s['id']}` {s['file']}:{s['line']} {s['operator']}: {s['description']}{reached}", "",
                     "```diff", s["diff"].rstrip("\n"), "```", ""]
     if "side_by_side" in summary:
         sbs = summary["side_by_side"]

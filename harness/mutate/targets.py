@@ -40,6 +40,7 @@ class TargetResult:
     failures: list[dict[str, Any]] = field(default_factory=list)  # campaign: the new sglang failure classes
     log: str = ""  # where the full output is
     output_tail: str = ""
+    paths: dict[str, int] = field(default_factory=dict)  # campaign: implementation path -> cases, all backends
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,6 +165,11 @@ class CampaignTarget:
                 "--corpus", str(corpus), *self.fuzz_args]
 
     def run(self, env: dict[str, str], run_dir: Path, timeout: float) -> TargetResult:
+        result = self._run(env, run_dir, timeout)
+        result.paths = _paths_run(_read_json(run_dir / f"{self.name}.json")) if result.outcome != "timeout" else {}
+        return result
+
+    def _run(self, env: dict[str, str], run_dir: Path, timeout: float) -> TargetResult:
         report_path = run_dir / f"{self.name}.json"
         report_path.unlink(missing_ok=True)
         done = run_process(self.command(report_path, run_dir / f"{self.name}-corpus"), env, timeout,
@@ -204,6 +210,17 @@ class CampaignTarget:
                                 kept, log, tail)
         return TargetResult("survived", done.seconds, 0, f"{report.get('cases', 0)} cases, no new failure",
                             kept, log, tail)
+
+
+def _paths_run(report: dict[str, Any]) -> dict[str, int]:
+    """Cases per implementation path (the campaign's spied `jit-register`, `jit-tma`, `jit-staged`, ...), summed
+    over the sglang backends: which kernels the campaign actually drove."""
+    totals: dict[str, int] = {}
+    for backend, paths in (report.get("paths") or {}).items():
+        if str(backend).startswith("sglang") and isinstance(paths, dict):
+            for path, count in paths.items():
+                totals[str(path)] = totals.get(str(path), 0) + int(count)
+    return totals
 
 
 def _read_json(path: Path) -> dict[str, Any]:
