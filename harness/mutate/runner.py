@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,7 +175,9 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
             pending.put(mutant)
     log(f"mutate: {len(config.mutants)} mutants, {len(records)} already finished, {pending.qsize()} to run, "
         f"{len(config.slots)} slot(s)")
-    workspaces = [Workspace(config.root, config.out / "work" / f"slot-{k}") for k in range(len(config.slots))]
+    with ThreadPoolExecutor(max_workers=len(config.slots)) as pool:  # ~130 MB each: copy them at once
+        workspaces = list(pool.map(lambda k: Workspace(config.root, config.out / "work" / f"slot-{k}"),
+                                   range(len(config.slots))))
     lock = threading.Lock()
     errors: list[BaseException] = []
     try:
