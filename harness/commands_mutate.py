@@ -32,10 +32,18 @@ class UsageError(Exception):
     """Exit 2."""
 
 
+HELP = "mutation testing of sglang's HiCache transfer sources against a campaign or a test command"
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("mutate", help="mutation testing of sglang's HiCache transfer sources",
-                              description="Generate mutants of sglang's HiCache transfer sources, run each in a "
-                                          "private copy of sglang against a target, report the mutation score.")
+    """`mutate` on an argparse subparsers object (what a CLI without a module table wires)."""
+    p = subparsers.add_parser("mutate", help=HELP, description=HELP)
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options (the CLI's SUBCOMMAND_MODULES protocol: add_arguments + run)."""
     p.add_argument("--sglang-src", type=Path, metavar="DIR",
                    help="sglang sources: the package, a folder holding it (site-packages, unpacked wheel) or a "
                         "checkout with python/sglang (default: the installed sglang, found without importing it)")
@@ -74,7 +82,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--keep-workspace", action="store_true", help="keep the private sglang copies under --out")
     p.add_argument("--report-only", action="store_true",
                    help="no baseline, no runs: write the reports from the results already under --out")
-    return p
 
 
 def _targets(args: argparse.Namespace) -> list[Target]:

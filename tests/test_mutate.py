@@ -407,3 +407,18 @@ def test_campaign_survivors_carry_the_cases_that_reached_their_kernels() -> None
     summary = report.summarize({mutant.id: record}, ["campaign"], {})
     assert summary["targets"]["campaign"]["survivors"][0]["entry_cases"] == {}
     assert "never reached" in report.markdown(summary)
+
+
+def test_cli_module_protocol_add_arguments_and_run(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What harness/cli.py's SUBCOMMAND_MODULES table does with a module: add_arguments(parser) + run(args)."""
+    import argparse
+
+    from hicache_fuzz.harness import commands_mutate
+
+    parser = argparse.ArgumentParser(prog="hicache-fuzz")
+    command = parser.add_subparsers(dest="command").add_parser("mutate")
+    commands_mutate.add_arguments(command)
+    command.set_defaults(run=commands_mutate.run)
+    args = parser.parse_args(["mutate", "--sglang-src", str(tree), "--operator", "narrowing", "--list"])
+    assert args.run(args) == 0
+    assert f"{sum(1 for m in _mutants(tree) if m.operator == 'narrowing')} mutants" in capsys.readouterr().out
