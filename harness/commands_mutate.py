@@ -207,6 +207,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.out is None:
         raise UsageError("--out DIR is required to run mutants")
+    args.out = args.out.resolve()  # targets may change directory: every path handed to them is absolute
     targets = _targets(args)
     slots = [None] if args.report_only else _slots(args.gpus)
     meta = {"sglang_root": str(root), "sample": args.sample or len(mutants), "seed": args.seed,

@@ -189,10 +189,12 @@ def test_sampling_is_seeded_and_spread(tree: Path) -> None:
     assert len({m.operator for m in first}) >= 6
 
 
-def test_end_to_end_kills_one_mutant_leaves_the_install_untouched(tree: Path, tmp_path: Path) -> None:
+def test_end_to_end_kills_one_mutant_leaves_the_install_untouched(tree: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     before = tree_digest(tree)
-    out = tmp_path / "out"
-    in_copy = (f'{sys.executable} -c "import os, sglang; '
+    monkeypatch.chdir(tmp_path)
+    out = Path("out")  # relative, and the target changes directory: it must still import the private copy
+    in_copy = (f'cd / && {sys.executable} -c "import os, sglang; '
                f"assert sglang.__file__.startswith(os.environ['HICACHE_MUTATE_SGLANG_ROOT'])\"")
     argv = ["--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
             "--test-cmd", f"{in_copy} && {SYNC_PRESENT}", "--out", out]

@@ -37,11 +37,11 @@ class Workspace:
 
     def __init__(self, original_root: Path, directory: Path) -> None:
         self.original_root = original_root
-        self.root = directory
-        if (directory / "sglang").exists():
-            shutil.rmtree(directory / "sglang")
-        directory.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(original_root / "sglang", directory / "sglang", symlinks=True)
+        self.root = directory.resolve()  # on PYTHONPATH of targets that may change directory
+        if (self.root / "sglang").exists():
+            shutil.rmtree(self.root / "sglang")
+        self.root.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(original_root / "sglang", self.root / "sglang", symlinks=True)
 
     @contextmanager
     def applied(self, mutant: Mutant) -> Iterator[Path]:
