@@ -80,6 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                            "summary.md, junit.xml")
     p.add_argument("--min-score", type=float, metavar="X", help="exit 1 when a target's score is below X (0..1)")
     p.add_argument("--keep-workspace", action="store_true", help="keep the private sglang copies under --out")
+    p.add_argument("--reuse-baseline", action="store_true",
+                   help="keep a passed baseline already under --out for the same targets (resuming on the same "
+                        "machine image) instead of running the unmutated copy again")
     p.add_argument("--report-only", action="store_true",
                    help="no baseline, no runs: write the reports from the results already under --out")
 
@@ -222,7 +225,7 @@ def _run(args: argparse.Namespace) -> int:
 
     config = RunConfig(root=root, mutants=mutants, targets=targets, out=args.out, slots=slots,
                        device_env=_device_env(args.platform), timeout=timeout, jit_cache=args.jit_cache,
-                       keep_workspace=args.keep_workspace)
+                       keep_workspace=args.keep_workspace, reuse_baseline=args.reuse_baseline)
     if args.report_only:
         described = {t.name: t.describe() for t in targets}
         records = {m.id: r for m in mutants if (r := finished(args.out, m.id, described)) is not None}

@@ -212,8 +212,13 @@ def test_end_to_end_kills_one_mutant_leaves_the_install_untouched(tree: Path, tm
     assert len(list(out.glob("mutants/*.json"))) == summary["mutants"]
 
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("mutants/*.json")}
-    assert _run(*argv) == 0  # resumed: nothing runs again
+    baseline_stamp = (out / "baseline.json").stat().st_mtime_ns
+    assert _run(*argv) == 0  # resumed: nothing runs again (the baseline does)
     assert {p: p.stat().st_mtime_ns for p in out.glob("mutants/*.json")} == stamps
+    assert (out / "baseline.json").stat().st_mtime_ns != baseline_stamp
+    baseline_stamp = (out / "baseline.json").stat().st_mtime_ns
+    assert _run(*argv, "--reuse-baseline") == 0
+    assert (out / "baseline.json").stat().st_mtime_ns == baseline_stamp
     assert tree_digest(tree) == before
 
 

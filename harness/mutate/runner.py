@@ -41,6 +41,7 @@ class RunConfig:
     timeout: Callable[[Target], float]
     jit_cache: str = "shared"  # or "per-mutant"
     keep_workspace: bool = False
+    reuse_baseline: bool = False  # a passed <out>/baseline.json for the same targets stands (resumed runs)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -126,9 +127,24 @@ def run_baseline(config: RunConfig, workspaces: list[Workspace]) -> dict[str, An
             write_json_atomic(config.out / "baseline.json", {"passed": False, "targets": results})
             raise BaselineFailed(f"baseline (unmutated sglang) of target {target.name!r} is {result['outcome']}: "
                                  f"{result['detail']}; see {result['log']}")
-    baseline = {"passed": True, "targets": results}
+    baseline = {"passed": True, "targets": results, "target_config": _described(config)}
     write_json_atomic(config.out / "baseline.json", baseline)
     return baseline
+
+
+def _described(config: RunConfig) -> dict[str, Any]:
+    return {t.name: t.describe() for t in config.targets}
+
+
+def stored_baseline(config: RunConfig) -> dict[str, Any] | None:
+    """A passed baseline of an earlier run with the same targets, if any."""
+    try:
+        data = json.loads((config.out / "baseline.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if data.get("passed") is True and data.get("target_config") == _described(config):
+        return dict(data)
+    return None
 
 
 def _syntax_gate(mutant: Mutant, root: Path) -> str | None:
@@ -181,7 +197,11 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
     lock = threading.Lock()
     errors: list[BaseException] = []
     try:
-        baseline = run_baseline(config, workspaces)
+        baseline = stored_baseline(config) if config.reuse_baseline else None
+        if baseline is not None:
+            log("mutate: reusing the passed baseline in " + str(config.out / "baseline.json"))
+        else:
+            baseline = run_baseline(config, workspaces)
         for target in config.targets:
             if hasattr(target, "baseline_backends"):
                 report = Path(str(baseline["targets"][target.name]["log"])).with_suffix(".json")

@@ -94,6 +94,8 @@ def main() -> int:
               file=sys.stderr)
         return 3
     args.dest.mkdir(parents=True, exist_ok=True)
+    # Its own (empty) pytest config, so the checkout's pyproject.toml options do not apply to sglang's tests.
+    (args.dest / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     status = 0
     for name, path in sorted(found.items()):
         problems = missing_imports(path, package)
