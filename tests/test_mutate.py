@@ -429,3 +429,15 @@ def test_cli_module_protocol_add_arguments_and_run(tree: Path, capsys: pytest.Ca
     args = parser.parse_args(["mutate", "--sglang-src", str(tree), "--operator", "narrowing", "--list"])
     assert args.run(args) == 0
     assert f"{sum(1 for m in _mutants(tree) if m.operator == 'narrowing')} mutants" in capsys.readouterr().out
+
+
+def test_timeout_also_kills_descendants_in_their_own_session(tree: Path, tmp_path: Path) -> None:
+    """The campaign's workers start their own session; a timeout must not orphan them."""
+    out, pid_file = tmp_path / "out", tmp_path / "worker.pid"
+    spawn = (f"{sys.executable} -c \"import subprocess, time; "
+             f"p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+             f"open('{pid_file}', 'w').write(str(p.pid)); time.sleep(300)\"")
+    assert _run("--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
+                "--test-cmd", f"{SYNC_PRESENT} || {spawn}", "--timeout", "3", "--out", out) == 0
+    assert pid_file.exists()
+    assert _gone(int(pid_file.read_text()), within=15.0), "a worker in its own session outlived the timeout"

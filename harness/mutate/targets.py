@@ -13,6 +13,7 @@ Every target runs in its own process group with a wall-clock limit; on timeout t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -101,17 +102,54 @@ def run_process(command: list[str] | str, env: dict[str, str], timeout: float, l
     return ProcessRun(returncode, seconds, log_path.read_text(encoding="utf-8", errors="replace"))
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (Linux /proc), including those that started their own session: the
+    campaign's crash-isolation workers do, so killing the target's process group alone would orphan them
+    (and a worker stuck in a hung kernel would hold the slot's GPU)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=grace)
-            break
-        except subprocess.TimeoutExpired:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
             continue
+    found, frontier = [], [pid]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+def _signal(pids: list[int], groups: list[int], sig: int) -> None:
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, sig)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the target's process group and every descendant (then SIGKILL after a grace period): the fuzz
+    campaign uses the grace to end its case in flight, write its report and stop its workers."""
+    descendants = _descendants(process.pid)
+    own = os.getpgrp()  # never our own group (a descendant could only be in it by joining it on purpose)
+    groups = sorted({process.pid, *(g for g in map(_process_group, descendants) if g > 0)} - {own})
+    _signal(descendants, groups, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10.0)
+    descendants = sorted(set(descendants) | set(_descendants(process.pid)))
+    _signal(descendants, groups, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10.0)
+
+
+def _process_group(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return -1
 
 
 class CommandTarget:
