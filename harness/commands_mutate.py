@@ -65,6 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--campaign-seed", type=int, default=1, help="campaign seed, the same for every mutant")
     p.add_argument("--fuzz-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `hicache-fuzz fuzz` (repeatable; write --fuzz-arg=--option)")
+    p.add_argument("fuzz_passthrough", nargs="*", metavar="-- FUZZ_ARG",
+                   help="after `--`: more arguments for `hicache-fuzz fuzz` (same as --fuzz-arg)")
     p.add_argument("--known", action="append", default=[], metavar="PATH",
                    help="passed to fuzz --known: failures the unmutated sglang already has (e.g. corpus/sglang)")
     p.add_argument("--timeout", type=float, metavar="S",
@@ -93,13 +95,16 @@ def _targets(args: argparse.Namespace) -> list[Target]:
         raise UsageError("--target test-cmd needs --test-cmd CMD")
     if args.test_cmd and "test-cmd" not in kinds:
         kinds.append("test-cmd")
+    if (args.fuzz_passthrough or args.fuzz_arg or args.known) and "campaign" not in kinds:
+        raise UsageError("--fuzz-arg, --known and arguments after -- are for the campaign, which is not a target "
+                         "here (add --target campaign)")
     if len(args.test_cmd) > 2:
         raise UsageError("at most two --test-cmd")
     if args.campaign_seconds <= 0:
         raise UsageError("--campaign-seconds must be positive")
     targets: list[Target] = []
     if "campaign" in kinds:
-        fuzz_args = [*args.fuzz_arg, *(a for path in args.known for a in ("--known", path))]
+        fuzz_args = [*args.fuzz_arg, *args.fuzz_passthrough, *(a for path in args.known for a in ("--known", path))]
         targets.append(CampaignTarget("campaign", args.platform, args.campaign_seconds, args.campaign_seed,
                                       fuzz_args, args.build_error_pattern))
     if "test-cmd" in kinds:

@@ -272,6 +272,25 @@ def test_min_score_and_usage_and_environment_errors(tree: Path, tmp_path: Path) 
     assert _run("--sglang-src", tree, "--file", "nothing-matches", "--list") == 2
     assert _run(*base, "--test-cmd", "true", "--gpus", "two", "--out", tmp_path / "c") == 2
     assert _run("--sglang-src", tmp_path / "missing", "--list") == 3
+    assert _run(*base, "--test-cmd", "true", "--out", tmp_path / "d", "--", "--workers", "2") == 2  # no campaign
+
+
+def test_fuzz_arguments_reach_the_campaign_command() -> None:
+    import argparse
+
+    from hicache_fuzz.harness import commands_mutate
+
+    parser = argparse.ArgumentParser()
+    commands_mutate.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["mutate", "--fuzz-arg=--isolate", "--fuzz-arg", "yes", "--known", "corpus/sglang",
+                              "--campaign-seconds", "20", "--", "--workers", "2"])
+    (campaign,) = commands_mutate._targets(args)
+    assert isinstance(campaign, commands_mutate.CampaignTarget)
+    command = campaign.command(Path("r.json"), Path("c"))
+    assert command[1:4] == ["-m", "hicache_fuzz", "fuzz"]
+    assert command[command.index("--max-total-time") + 1] == "20.0"
+    tail = command[command.index("--corpus") + 2:]
+    assert tail == ["--isolate", "yes", "--workers", "2", "--known", "corpus/sglang"]
 
 
 def test_list_and_show(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
