@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -114,18 +115,25 @@ def _targets(args: argparse.Namespace) -> list[Target]:
     return targets
 
 
-def _slots(spec: str) -> list[str | None]:
+def _slots(spec: str, device_env: str) -> list[str | None]:
+    """Device ids, one per slot, as the children's CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES. When this process
+    is already restricted (that variable set), ids are taken from its list, so `2,3` stays GPUs 2 and 3."""
+    inherited = [d.strip() for d in os.environ.get(device_env, "").split(",") if d.strip()]
     if spec == "auto":
         count = _visible_gpus()
-        return [str(i) for i in range(count)] or [None]
+        ids = inherited[:count] if inherited else [str(i) for i in range(count)]
+        return list(ids) or [None]
     if "," in spec:
         ids = [s.strip() for s in spec.split(",") if s.strip()]
         if not all(s.isdigit() for s in ids):
             raise UsageError(f"--gpus {spec}: expected auto, a count or a comma list of device ids")
-        return list(ids)
+        return [inherited[int(i)] if inherited and int(i) < len(inherited) else i for i in ids]
     if not spec.isdigit():
         raise UsageError(f"--gpus {spec}: expected auto, a count or a comma list of device ids")
-    return [str(i) for i in range(int(spec))] or [None]
+    count = int(spec)
+    if inherited and count > len(inherited):
+        raise UsageError(f"--gpus {spec}: only {len(inherited)} device(s) visible ({device_env}={','.join(inherited)})")
+    return list(inherited[:count] if inherited else [str(i) for i in range(count)]) or [None]
 
 
 def _visible_gpus() -> int:
@@ -217,7 +225,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--out DIR is required to run mutants")
     args.out = args.out.resolve()  # targets may change directory: every path handed to them is absolute
     targets = _targets(args)
-    slots = [None] if args.report_only else _slots(args.gpus)
+    device_env = _device_env(args.platform)
+    slots = [None] if args.report_only else _slots(args.gpus, device_env)
     meta = {"sglang_root": str(root), "sample": args.sample or len(mutants), "seed": args.seed,
             "targets": {t.name: t.describe() for t in targets}, "slots": slots,
             "jit_cache": args.jit_cache}
@@ -229,7 +238,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2 * args.campaign_seconds + 600 if isinstance(target, CampaignTarget) else 900.0
 
     config = RunConfig(root=root, mutants=mutants, targets=targets, out=args.out, slots=slots,
-                       device_env=_device_env(args.platform), timeout=timeout, jit_cache=args.jit_cache,
+                       device_env=device_env, timeout=timeout, jit_cache=args.jit_cache,
                        keep_workspace=args.keep_workspace, reuse_baseline=args.reuse_baseline)
     if args.report_only:
         described = {t.name: t.describe() for t in targets}

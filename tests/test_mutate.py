@@ -460,3 +460,16 @@ def test_timeout_also_kills_descendants_in_their_own_session(tree: Path, tmp_pat
                 "--test-cmd", f"{SYNC_PRESENT} || {spawn}", "--timeout", "3", "--out", out) == 0
     assert pid_file.exists()
     assert _gone(int(pid_file.read_text()), within=15.0), "a worker in its own session outlived the timeout"
+
+
+def test_device_slots_respect_an_inherited_visibility_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hicache_fuzz.harness import commands_mutate
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert commands_mutate._slots("2", "CUDA_VISIBLE_DEVICES") == ["2", "3"]
+    assert commands_mutate._slots("1,0", "CUDA_VISIBLE_DEVICES") == ["3", "2"]
+    with pytest.raises(commands_mutate.UsageError):
+        commands_mutate._slots("3", "CUDA_VISIBLE_DEVICES")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert commands_mutate._slots("2", "CUDA_VISIBLE_DEVICES") == ["0", "1"]
+    assert commands_mutate._slots("0", "CUDA_VISIBLE_DEVICES") == [None]
