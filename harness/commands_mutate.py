@@ -250,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
     report.write_reports(args.out, summary)
     for name, target in summary["targets"].items():
         score = target["score"]
-        print(f"{name}: score {report._pct(score)} {json.dumps(target['counts'])}")
+        print(f"{name}: score {report.pct(score)} {json.dumps(target['counts'])}")
     print(f"reports: {args.out / 'summary.md'}, {args.out / 'summary.json'}, {args.out / 'junit.xml'}")
     if args.min_score is not None:
         low = [n for n, t in summary["targets"].items() if t["score"] is not None and t["score"] < args.min_score]

@@ -102,7 +102,7 @@ def side_by_side(records: list[dict[str, Any]], a: str, b: str) -> dict[str, Any
             "excluded": {"count": len(excluded), "ids": excluded}}
 
 
-def _pct(score: float | None) -> str:
+def pct(score: float | None) -> str:
     return "n/a" if score is None else f"{100 * score:.1f}%"
 
 
@@ -117,7 +117,7 @@ def markdown(summary: dict[str, Any]) -> str:
     out.append("Score = (killed + timeout) / (total - build_error - error).")
     for name, target in summary["targets"].items():
         c = target["counts"]
-        out += ["", f"## Target `{name}`: score {_pct(target['score'])}", "",
+        out += ["", f"## Target `{name}`: score {pct(target['score'])}", "",
                 "| killed | timeout | survived | build_error | error |", "|---|---|---|---|---|",
                 f"| {c['killed']} | {c['timeout']} | {c['survived']} | {c['build_error']} | {c['error']} |"]
         for title, key in (("source file", "per_file"), ("operator", "per_operator")):
@@ -125,7 +125,7 @@ def markdown(summary: dict[str, Any]) -> str:
                     "| error | score |", "|---|---|---|---|---|---|---|---|"]
             for group, row in target[key].items():
                 out.append(f"| `{group}` | {row['total']} | {row['killed']} | {row['timeout']} | {row['survived']} "
-                           f"| {row['build_error']} | {row['error']} | {_pct(row['score'])} |")
+                           f"| {row['build_error']} | {row['error']} | {pct(row['score'])} |")
         out += ["", "### Killers", ""]
         for k in target["killers"]:
             first = (k.get("failures") or [{}])[0]
