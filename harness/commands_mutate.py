@@ -227,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
     targets = _targets(args)
     device_env = _device_env(args.platform)
     slots = [None] if args.report_only else _slots(args.gpus, device_env)
-    meta = {"sglang_root": str(root), "sample": args.sample or len(mutants), "seed": args.seed,
+    meta = {"sglang_root": str(root), "sample": args.sample, "seed": args.seed,
             "targets": {t.name: t.describe() for t in targets}, "slots": slots,
             "jit_cache": args.jit_cache}
     write_json_atomic(args.out / "mutants.json", [m.to_dict() for m in mutants])

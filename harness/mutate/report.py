@@ -109,7 +109,8 @@ def pct(score: float | None) -> str:
 def markdown(summary: dict[str, Any]) -> str:
     meta = summary["meta"]
     out = [f"# Mutation report: {summary['mutants']} mutants of {meta.get('sglang_root', '?')}", ""]
-    out.append(f"Sample: {meta.get('sample')} (seed {meta.get('seed')}), targets: "
+    sampled = f"a sample of {meta['sample']} (seed {meta.get('seed')})" if meta.get("sample") else "all selected"
+    out.append(f"Mutants: {sampled}; targets: "
                + ", ".join(f"`{n}` ({d})" for n, d in meta.get("targets", {}).items()))
     if meta.get("unfinished"):
         out.append(f"Unfinished (not in this report; rerun to resume): {len(meta['unfinished'])} mutants.")
