@@ -473,3 +473,20 @@ def test_device_slots_respect_an_inherited_visibility_list(monkeypatch: pytest.M
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert commands_mutate._slots("2", "CUDA_VISIBLE_DEVICES") == ["0", "1"]
     assert commands_mutate._slots("0", "CUDA_VISIBLE_DEVICES") == [None]
+
+
+def test_template_brackets_are_not_comparisons() -> None:
+    snippet = """\
+template <typename T, int64_t kElementSize, bool kIsMLA = false>
+struct S {
+  using Package = details::PackageType<kGroupBytes / kLanesPerWorker>;
+  using Element = std::decay_t<decltype(vec.data[0])>;
+  void f(T* p, int n) {
+    for (int i = 0; i < n; ++i) p[i] = static_cast<T>(i);
+    RuntimeCheck(n > 0 && n <= kMax, "bad n");
+    auto x = n < kA ? 1 : 2;
+  }
+};
+"""
+    found = sorted((m.line, m.original) for m in generate("x.cuh", snippet, "c") if m.operator == "comparison")
+    assert found == [(6, "<"), (7, "<="), (7, ">"), (8, "<")]

@@ -89,16 +89,28 @@ def _spaced(text: str, token: Token) -> bool:
 
 
 def _template_brackets(tokens: list[Token]) -> set[int]:
-    """Indices of `<`/`>` tokens that look like template brackets (`static_cast<uint32_t>`, `Foo<T, 4>`)."""
-    allowed = {"::", ",", "*", "&"}
+    """Indices of `<`/`>` tokens that look like template brackets: after an identifier, up to the matching `>`
+    only names, numbers, `::`, `,`, `*`, `&`, `=` (defaults), arithmetic and balanced `(...)`/`[...]`
+    (`static_cast<uint32_t>`, `PackageType<kBytes / kLanes>`, `decay_t<decltype(v.data[0])>`,
+    `template <typename T, bool kIsMLA = false>`). `;`, `&&`, `?`, a string or an unbalanced `)` mean a
+    comparison (`i < n;`, `a < b && c > d`, `f(a < b, "...")`)."""
+    allowed = {"::", ",", "*", "&", "=", "/", "+", "-", "%", ".", "..."}
     brackets: set[int] = set()
     for i, token in enumerate(tokens):
         if token.text != "<" or i == 0 or tokens[i - 1].kind != "ident":
             continue
-        depth, inner = 1, [i]
-        for j in range(i + 1, min(len(tokens), i + 40)):
+        depth, parens, inner = 1, 0, [i]
+        for j in range(i + 1, min(len(tokens), i + 60)):
             t = tokens[j]
-            if t.text == "<":
+            if t.text in ("(", "["):
+                parens += 1
+            elif t.text in (")", "]"):
+                parens -= 1
+                if parens < 0:
+                    break
+            elif parens > 0 and t.kind in ("ident", "number", "op") and t.text not in (";", "{", "}"):
+                continue  # inside decltype(...) / an index: anything but a statement end
+            elif t.text == "<":
                 depth += 1
                 inner.append(j)
             elif t.text in (">", ">>"):
