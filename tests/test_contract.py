@@ -16,13 +16,13 @@ from hicache_fuzz.harness.model.case import (
     PoolSpec,
     Scope,
 )
+from hicache_fuzz.harness.model.copy_rules import tma_rows_per_chunk
 from hicache_fuzz.oracles.contract import (
     EntryPoint,
     Platform,
     Verdict,
     predict,
     register_kernel_accepts_row,
-    tma_rows_per_chunk,
 )
 from hicache_fuzz.oracles.transfer import Semantics
 

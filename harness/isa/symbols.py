@@ -7,6 +7,8 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from hicache_fuzz.harness.model import copy_rules
+
 PLATFORM_ROCM = "rocm"
 PLATFORM_CUDA = "cuda"
 PLATFORMS = (PLATFORM_ROCM, PLATFORM_CUDA)
@@ -15,13 +17,15 @@ DEFAULT_ARCHES: dict[str, tuple[str, ...]] = {
     PLATFORM_CUDA: ("sm_90a",),
 }
 
-# Mirrors of sglang 0.5.23's kernels/ops/kvcache/hicache.py: the logical copy group, the copy-round widths
-# pick_group_bytes() tries (widest first), the default block quota and the block size load_jit is given.
-COPY_GROUP_THREADS = 32
-GROUP_BYTES: dict[str, tuple[int, ...]] = {PLATFORM_ROCM: (128, 64, 32, 16), PLATFORM_CUDA: (128,)}
+# Mirrors of sglang 0.5.23's kernels/ops/kvcache/hicache.py: the logical copy group and the copy-round widths
+# pick_group_bytes() tries (widest first) are the shared copy rules; the default block quota and the block
+# size load_jit is given are the ISA check's own.
+COPY_GROUP_THREADS = copy_rules.WARP_LANES
+GROUP_BYTES: dict[str, tuple[int, ...]] = {PLATFORM_ROCM: copy_rules.group_bytes(is_hip=True),
+                                           PLATFORM_CUDA: copy_rules.group_bytes(is_hip=False)}
 DEFAULT_BLOCK_QUOTA: dict[str, int] = {PLATFORM_ROCM: 32, PLATFORM_CUDA: 2}
 BLOCK_SIZE = 1024
-PACKAGE_BYTES = (4, 8, 16)
+PACKAGE_BYTES = copy_rules.PACKAGE_BYTES
 
 class ToolchainUnavailable(RuntimeError):
     """A compiler, header set or disassembler is missing; the message says how to install it."""
@@ -198,12 +202,7 @@ def parse_kernel_symbol(symbol: str) -> KernelName | None:
 
 def pick_group_bytes(platform: str, element_bytes: int, lanes_per_worker: int) -> int:
     """Mirror of ``pick_group_bytes`` in hicache.cuh: the widest copy round whose package is 4/8/16 B."""
-    for group in GROUP_BYTES[platform]:
-        if group % lanes_per_worker or element_bytes % group:
-            continue
-        if group // lanes_per_worker in PACKAGE_BYTES:
-            return group
-    return 0
+    return copy_rules.copy_round(element_bytes, lanes_per_worker, GROUP_BYTES[platform])
 
 
 def expectation_for(kernel: KernelName, platform: str) -> CopyExpectation | None:
