@@ -1,4 +1,5 @@
-"""Replay every file under corpus/ (seeds and regression reproducers), one test per file.
+"""Replay every entry under corpus/ (seeds and regression reproducers), one test per file and backend (a seed
+file lists every backend it applies to).
 
 Entries for backends that cannot run here are skipped with the reason (no GPU, sglang missing); CPU-runnable
 ones never are. An entry marked ``"expect": "fail"`` is a known, unfixed bug: it is reported as xfail when
@@ -12,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry, load_corpus
 from hicache_fuzz.harness.campaign.reproducer import judge_replay
 from hicache_fuzz.harness.model.platform import Machine, detect
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
-FILES = list(iter_case_files([CORPUS])) if CORPUS.is_dir() else []
+ENTRIES = load_corpus([CORPUS]) if CORPUS.is_dir() else []
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +33,8 @@ def machine() -> Machine:
     return detect()
 
 
-@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(CORPUS)) for p in FILES])
-def test_corpus_entry(path: Path, registry: Registry, machine: Machine) -> None:
-    entry = load_entry(path)
+@pytest.mark.parametrize("entry", ENTRIES, ids=[f"{e.path.relative_to(CORPUS)}[{e.case.backend}]" for e in ENTRIES])
+def test_corpus_entry(entry: CorpusEntry, registry: Registry, machine: Machine) -> None:
     case = entry.case
     try:
         backend = registry.get(case.backend)
