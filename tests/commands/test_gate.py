@@ -1,7 +1,7 @@
 """The pre-merge gate (harness/commands/gate.py): deterministic verdict, exit codes, reproducers, JUnit and Markdown.
 
 Every run here is on the CPU with tiny cases and the ISA checks off (they compile for minutes; .ci/isa.sh
-and tests/test_isa.py cover them), so the whole module takes seconds. The failing backend is a plugin
+and tests/isa/test_isa.py cover them), so the whole module takes seconds. The failing backend is a plugin
 mutant from tests/_gate_plugin.py.
 """
 

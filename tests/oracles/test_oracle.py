@@ -25,8 +25,7 @@ from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.contract import EntryPoint, Platform, Verdict, predict, semantics_of
 from hicache_fuzz.oracles.transfer import Semantics, expected_storages, storage_key
-
-from .naive_oracle import naive_expected
+from tests.naive_oracle import naive_expected
 
 
 def pool_for(attention: Attention, layout: HostLayout) -> PoolSpec:

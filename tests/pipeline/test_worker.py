@@ -14,7 +14,7 @@ from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpe
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(Path(__file__).resolve().parents[1])  # where _worker_plugin.py lives
 PLUGIN = "_worker_plugin:backends"
 
 

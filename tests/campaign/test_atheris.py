@@ -18,7 +18,7 @@ from hicache_fuzz.harness.commands import atheris as atheris_command
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MISSING = atheris_entry.atheris_unavailable_reason()
 
 

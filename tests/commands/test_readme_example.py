@@ -10,7 +10,7 @@ import pytest
 
 from hicache_fuzz.harness.commands.cli import main
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
 def test_readme_backend_example_is_a_working_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

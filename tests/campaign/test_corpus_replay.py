@@ -19,7 +19,7 @@ from hicache_fuzz.harness.model.platform import Machine, detect
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 ENTRIES = load_corpus([CORPUS]) if CORPUS.is_dir() else []
 
 

@@ -412,6 +412,7 @@ def _mutated(source: isa.SglangSource, mutant: str, tmp_path: pathlib.Path) -> i
     return isa.apply_mutant(source, mutant, tmp_path / mutant)
 
 
+@pytest.mark.network
 def test_every_mutant_applies_to_sglang_0_5_23(sglang_source: isa.SglangSource, tmp_path: pathlib.Path) -> None:
     for name in isa.MUTANTS:
         mutated = _mutated(sglang_source, name, tmp_path)
@@ -426,6 +427,7 @@ def test_every_mutant_applies_to_sglang_0_5_23(sglang_source: isa.SglangSource, 
     [("gfx90a", True), ("gfx942", True), ("gfx942", False)],
     ids=["gfx90a-strict", "gfx942-strict", "gfx942-default"],
 )
+@pytest.mark.network
 def test_rocm_passes_on_sglang_0_5_23(
     sglang_source: isa.SglangSource, rocm_toolchain: isa.RocmToolchain, arch: str, strict: bool
 ) -> None:
@@ -434,6 +436,7 @@ def test_rocm_passes_on_sglang_0_5_23(
     assert len(report.kernels) == sum(len(m.expected_kernels) for m in isa.modules_for("rocm"))
 
 
+@pytest.mark.network
 def test_rocm_scalarized_mutant_is_remerged_without_strict(
     sglang_source: isa.SglangSource, rocm_toolchain: isa.RocmToolchain, tmp_path: pathlib.Path
 ) -> None:
@@ -443,6 +446,7 @@ def test_rocm_scalarized_mutant_is_remerged_without_strict(
     assert report.passed, "\n".join(report.failures())
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
 def test_rocm_strict_fails_on_scalarized_mutant(
     sglang_source: isa.SglangSource, rocm_toolchain: isa.RocmToolchain, tmp_path: pathlib.Path, arch: str
@@ -455,6 +459,7 @@ def test_rocm_strict_fails_on_scalarized_mutant(
         assert any("are 32-bit, expected 128-bit" in violation for violation in kernel.violations), kernel
 
 
+@pytest.mark.network
 @pytest.mark.parametrize(("mutant", "arch"), [("rocm-plain", "gfx90a"), ("rocm-narrow-group", "gfx942")])
 def test_rocm_default_fails_on_mutant(
     sglang_source: isa.SglangSource,
@@ -470,6 +475,7 @@ def test_rocm_default_fails_on_mutant(
     assert all(any(expected_message in v for v in kernel.violations) for kernel in report.kernels)
 
 
+@pytest.mark.network
 def test_cli_strict_scalarized_mutant_exits_1_with_json(
     sglang_source: isa.SglangSource,
     rocm_toolchain: isa.RocmToolchain,
@@ -492,6 +498,7 @@ def test_cli_strict_scalarized_mutant_exits_1_with_json(
     assert document["reports"][0]["mutant"] == "rocm-scalarized"
 
 
+@pytest.mark.network
 def test_cuda_passes_on_sglang_0_5_23(sglang_source: isa.SglangSource, cuda_toolchain: isa.CudaToolchain) -> None:
     report = isa.check_cuda(sglang_source, "sm_90a", toolchain=cuda_toolchain)
     assert report.passed, "\n".join(report.failures())
@@ -502,6 +509,7 @@ def test_cuda_passes_on_sglang_0_5_23(sglang_source: isa.SglangSource, cuda_tool
     ("mutant", "expected_message"),
     [("cuda-scalarized", "are 32-bit, expected 128-bit"), ("cuda-plain", "without the nontemporal hint")],
 )
+@pytest.mark.network
 def test_cuda_fails_on_mutant(
     sglang_source: isa.SglangSource,
     cuda_toolchain: isa.CudaToolchain,

@@ -20,7 +20,7 @@ from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.kernels.reference import ReferenceBackend
 from tests._mutants import DeviceRowOffByOne, DropLastPage, cpu_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = "tests._mutants:backends"
 DROP_CLASS = "tests._mutants:DropLastPage"
 

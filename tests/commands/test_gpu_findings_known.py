@@ -10,7 +10,7 @@ import pytest
 
 from hicache_fuzz.harness.campaign.options import load_known_failures
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REPORTS = [ROOT / "reports/gpu/cli-campaign/report.json", ROOT / "reports/gpu/cli-campaign-spares/report.json"]
 
 
