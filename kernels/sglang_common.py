@@ -35,9 +35,7 @@ SGLANG_VERSION = "0.5.23"
 HICACHE_MODULE = "sglang.kernels.ops.kvcache.hicache"
 TMA_ENV = "SGLANG_HICACHE_TMA_TRANSFER"
 # sglang 0.5.23 defaults, used when sglang is not importable (hicache.py:22-31, 94; pool_host/base.py:30)
-FALLBACK_BLOCK_QUOTA = {"cuda": 2, "rocm": 32}
 FALLBACK_TMA_BLOCK_QUOTA = 4
-FALLBACK_TMA_STAGE_BYTES = 32 * 1024
 STAGING_PAGE_CHUNK = 64
 
 # Path names returned by run() and predicted by plan().
@@ -158,9 +156,9 @@ def platform_rules(platform: Platform) -> Rules:
             "sglang",
         )
     groups = copy_rules.group_bytes(platform.is_hip)
-    quota = FALLBACK_BLOCK_QUOTA["rocm" if platform.is_hip else "cuda"]
+    quota = copy_rules.block_quota(platform.is_hip)
     return Rules(
-        tuple(groups), quota, FALLBACK_TMA_BLOCK_QUOTA, FALLBACK_TMA_STAGE_BYTES, STAGING_PAGE_CHUNK, "fallback"
+        tuple(groups), quota, FALLBACK_TMA_BLOCK_QUOTA, copy_rules.TMA_MAX_ROW_BYTES, STAGING_PAGE_CHUNK, "fallback"
     )
 
 

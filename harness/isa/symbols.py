@@ -18,12 +18,13 @@ DEFAULT_ARCHES: dict[str, tuple[str, ...]] = {
 }
 
 # Mirrors of sglang 0.5.23's kernels/ops/kvcache/hicache.py: the logical copy group and the copy-round widths
-# pick_group_bytes() tries (widest first) are the shared copy rules; the default block quota and the block
-# size load_jit is given are the ISA check's own.
+# pick_group_bytes() tries (widest first) and the default block quota are the shared copy rules; the block
+# size load_jit is given is the ISA check's own.
 COPY_GROUP_THREADS = copy_rules.WARP_LANES
 GROUP_BYTES: dict[str, tuple[int, ...]] = {PLATFORM_ROCM: copy_rules.group_bytes(is_hip=True),
                                            PLATFORM_CUDA: copy_rules.group_bytes(is_hip=False)}
-DEFAULT_BLOCK_QUOTA: dict[str, int] = {PLATFORM_ROCM: 32, PLATFORM_CUDA: 2}
+DEFAULT_BLOCK_QUOTA: dict[str, int] = {PLATFORM_ROCM: copy_rules.block_quota(is_hip=True),
+                                       PLATFORM_CUDA: copy_rules.block_quota(is_hip=False)}
 BLOCK_SIZE = 1024
 PACKAGE_BYTES = copy_rules.PACKAGE_BYTES
 

@@ -18,10 +18,17 @@ HIP_GROUP_BYTES: tuple[int, ...] = (128, 64, 32, 16)
 PACKAGE_BYTES: tuple[int, ...] = (4, 8, 16)  # what one lane moves per access
 TMA_MAX_ROW_BYTES = 32768  # the TMA kernel's stage: rows per chunk x row bytes stays within it
 TMA_MAX_ROWS_PER_CHUNK = 128
+# Blocks per SM the register kernel is launched with by default (hicache.py DEFAULT_BLOCK_QUOTA).
+CUDA_BLOCK_QUOTA = 2
+HIP_BLOCK_QUOTA = 32
 
 
 def group_bytes(is_hip: bool) -> tuple[int, ...]:
     return HIP_GROUP_BYTES if is_hip else CUDA_GROUP_BYTES
+
+
+def block_quota(is_hip: bool) -> int:
+    return HIP_BLOCK_QUOTA if is_hip else CUDA_BLOCK_QUOTA
 
 
 def register_unroll(row_bytes: int) -> int:
