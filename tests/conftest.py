@@ -5,7 +5,7 @@ Tests marked ``network`` download sglang's wheel and the ISA toolchains (~57 MB,
 decided once per session by one TCP connect to pypi.org with a short timeout. ``HICACHE_FUZZ_OFFLINE=1``
 skips them without trying; ``-m "not network"`` deselects them.
 
-Profiles (anchors.md section 4): ``ci`` is derandomized (every run draws the same examples, xdist-safe) and
+Profiles: ``ci`` is derandomized (every run draws the same examples, xdist-safe) and
 prints reproduction blobs; ``nightly`` hunts with 10**4 random examples; ``dev`` is the local default.
 Choose with HYPOTHESIS_PROFILE; the default is ``ci`` when CI=true, else ``dev``. No profile has a deadline:
 first calls compile or warm caches and would be flagged as flaky timing.

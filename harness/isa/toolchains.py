@@ -17,7 +17,7 @@ from hicache_fuzz.harness.isa.source import SglangSource
 from hicache_fuzz.harness.isa.symbols import BadInput, ToolchainUnavailable
 
 # The passes that re-merge adjacent 32-bit accesses; each one alone is enough to merge a scalarized
-# load_nc back into one dwordx4 (rocm_static.md, Step 2).
+# load_nc back into one dwordx4 (docs/isa.md).
 ROCM_STRICT_FLAGS: tuple[str, ...] = (
     "-fno-slp-vectorize",
     "-mllvm", "-amdgpu-load-store-vectorizer=false",
