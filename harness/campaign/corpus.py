@@ -174,3 +174,8 @@ def iter_case_files(paths: Iterable[Path]) -> Iterator[Path]:
             yield path
         else:
             raise CorpusError(f"{path}: no such file or directory")
+
+
+def load_corpus(paths: Iterable[Path]) -> list[CorpusEntry]:
+    """Every entry of every corpus file under `paths` (files or folders), in a stable order."""
+    return [entry for path in iter_case_files(paths) for entry in load_entries(path)]

@@ -329,13 +329,10 @@ def merge_corpora(corpus_dirs: Sequence[Path], out_dir: Path, max_per_signature:
     seen: set[tuple[str, str]] = set()
     for path in corpus_files(corpus_dirs):
         try:
-            loaded = load_entries(path)
+            entry = load_entries(path)[0]  # a file is copied once, even when it lists several backends
         except CorpusError as exc:
             merge.unreadable.append(str(exc))
             continue
-        if len(loaded) != 1:  # a case listing several backends: copied once, under cases/
-            loaded = [CorpusEntry(path, loaded[0].case, None, "")]
-        entry = loaded[0]
         key = (entry.signature, entry.case.case_id)
         if key in seen:
             merge.duplicates += 1

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entries
+from hicache_fuzz.harness.campaign.corpus import load_corpus
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.exit_codes import UsageError
@@ -81,4 +81,4 @@ def load_known_failures(paths: Iterable[Path]) -> dict[str, str]:
     for path in paths:
         if not os.path.lexists(path):  # anything else there (a FIFO, a symlink loop) is named by the loader
             raise UsageError(f"--known {path}: no such file or folder")
-    return known_failures(entry for p in iter_case_files(paths) for entry in load_entries(p))
+    return known_failures(load_corpus(paths))

@@ -56,7 +56,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0: every input reproduced its failure and was minimized; 1: some input no longer fails."""
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entries
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus
     from hicache_fuzz.harness.campaign.minimize import DEFAULT_MAX_RUNS, DEFAULT_MAX_SECONDS, NotFailing, minimize
     from hicache_fuzz.harness.campaign.reproducer import save_reproducer
     from hicache_fuzz.harness.pipeline.setup import (
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     machine = machine_for(execution.platform)
     registry = registry_for(execution.backend_plugins)
     try:
-        entries = [entry for path in iter_case_files(args.paths) for entry in load_entries(path)]
+        entries = load_corpus(args.paths)
     except CorpusError as exc:
         raise UsageError(str(exc)) from None
     if not entries:
