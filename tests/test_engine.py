@@ -122,7 +122,8 @@ class _FakeDeviceFailure:
 
 def test_a_pending_device_error_is_cleared_and_reported() -> None:
     assert check_device(torch.device("cpu"), None, _FakeDeviceFailure(0)) is None
-    assert check_device(torch.device("cpu"), None, _FakeDeviceFailure(1)) == "RuntimeError: CUDA error: invalid argument"
+    cleared = check_device(torch.device("cpu"), None, _FakeDeviceFailure(1))
+    assert cleared == "RuntimeError: CUDA error: invalid argument"
 
 
 def test_a_sticky_device_error_loses_the_context() -> None:

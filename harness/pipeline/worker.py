@@ -408,7 +408,6 @@ def _serve(argv: Sequence[str] | None = None) -> int:
     try:
         from hicache_fuzz.harness.model import platform as platform_mod
         from hicache_fuzz.harness.pipeline.runner import DeviceContextLost, run_case
-        from hicache_fuzz.kernels import sglang_common as jit_books  # JIT bookkeeping; does not import sglang
         from hicache_fuzz.kernels.buffers import HostMemory  # noqa: F401 - import cost paid up front
         from hicache_fuzz.kernels.registry import load_registry
 
@@ -419,6 +418,8 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         for name, backend in backends.items():
             availability = backend.probe(machine.platform)
             probes[name] = {"available": availability.available, "reason": availability.reason}
+        # JIT bookkeeping, declared by the backends (Backend.compile_books); one object per shared module cache
+        books = list({id(b): b for backend in backends.values() if (b := backend.compile_books()) is not None}.values())
         warm_up_s = 0.0
         if args.warm_up:
             warm_up_s = _warm_up(list(backends.values()), machine.platform)
@@ -448,12 +449,15 @@ def _serve(argv: Sequence[str] | None = None) -> int:
             try:
                 case = Case.from_dict(case_dict)
                 backend = backends.get(case.backend) or registry.get(case.backend)
-                compile_before, known_modules = jit_books.compile_seconds, len(jit_books.compiled_keys)
+                marks = [b.mark() for b in books]
                 result = run_case(case, backend, machine.platform, machine.device, stage_seconds=stages)
-                # compiled_keys only grows, in insertion order: the modules this case built are its tail
-                compiled = dict(list(jit_books.compiled_keys.items())[known_modules:])
-                reply({"position": position, "result": result.to_dict(),
-                       "compile_s": jit_books.compile_seconds - compile_before, "compiled": compiled})
+                compile_s, compiled = 0.0, {}
+                for b, mark in zip(books, marks, strict=True):
+                    seconds, built = b.since(mark)
+                    compile_s += seconds
+                    compiled.update(built)
+                reply({"position": position, "result": result.to_dict(), "compile_s": compile_s,
+                       "compiled": compiled})
             except Exception as exc:
                 message = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, DeviceContextLost) or _is_device_error(exc):
