@@ -16,6 +16,7 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,8 +49,11 @@ class EngineStats:
     scale_shapes: dict[str, int] = field(default_factory=dict)
     classes: Counter[str] = field(default_factory=Counter)
     reach: ScaleReach = field(default_factory=ScaleReach)
+    first_result_unix: float = 0.0  # wall clock of the first result (start-up to first case, from outside)
 
     def add(self, case: Case, result: Result, scale_case: bool) -> None:
+        if not self.first_result_unix:
+            self.first_result_unix = time.time()
         compared = result.outcome in BYTE_COMPARED and bool(case.host_indices)
         if compared:
             self.byte_compared += 1
@@ -88,6 +92,7 @@ class EngineStats:
                 "scale_tier": None if scale is None else {"share": scale.share, "skipped": scale.skipped[:20]},
                 "batch_losses": getattr(executor, "batch_losses", 0),
                 "cases_replayed_alone": getattr(executor, "replayed", 0),
+                "first_result_unix": round(self.first_result_unix, 3),
             },
             "byte_compared_transfers": self.byte_compared,
             "rejections_checked": self.rejections_checked,
