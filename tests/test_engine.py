@@ -126,9 +126,13 @@ def test_a_pending_device_error_is_cleared_and_reported() -> None:
     assert cleared == "RuntimeError: CUDA error: invalid argument"
 
 
+def test_errors_cleared_within_the_retries_do_not_lose_the_context() -> None:
+    assert check_device(torch.device("cpu"), None, _FakeDeviceFailure(3)) is not None
+
+
 def test_a_sticky_device_error_loses_the_context() -> None:
     with pytest.raises(DeviceContextLost):
-        check_device(torch.device("cpu"), None, _FakeDeviceFailure(2))
+        check_device(torch.device("cpu"), None, _FakeDeviceFailure(4))
 
 
 def test_an_in_process_crash_has_the_signature_of_the_known_worker_death() -> None:

@@ -11,6 +11,7 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
   ``wait`` (the campaign waiting for cases), ``execute`` (batch round trips), ``record`` (classification
   bookkeeping, reproducers), ``calibrate`` (mix profiles), ``scale_generate``, and the worker's own per-stage
   clock (``worker_*``: predict, materialize, backend, oracle, compare, classify);
+* ``backend_ms_per_case``: the worker's run_case time per ordinary case, per backend (where time goes);
 * ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`).
 """
 
@@ -50,10 +51,15 @@ class EngineStats:
     classes: Counter[str] = field(default_factory=Counter)
     reach: ScaleReach = field(default_factory=ScaleReach)
     first_result_unix: float = 0.0  # wall clock of the first result (start-up to first case, from outside)
+    per_backend: dict[str, list[float]] = field(default_factory=dict)  # backend -> [cases, seconds in run_case]
 
     def add(self, case: Case, result: Result, scale_case: bool) -> None:
         if not self.first_result_unix:
             self.first_result_unix = time.time()
+        if not scale_case:  # where the time of ordinary cases goes, per backend (the worker's run_case clock)
+            row = self.per_backend.setdefault(result.backend, [0, 0.0])
+            row[0] += 1
+            row[1] += result.seconds
         compared = result.outcome in BYTE_COMPARED and bool(case.host_indices)
         if compared:
             self.byte_compared += 1
@@ -101,6 +107,8 @@ class EngineStats:
             "verified_bytes": self.verified_bytes,
             "verified_gb_per_second": round(self.verified_bytes / seconds / 1e9, 3) if seconds > 0 else 0.0,
             "stages": {k: round(v, 3) for k, v in stages.items()},
+            "backend_ms_per_case": {name: round(1000 * spent / count, 3) for name, (count, spent)
+                                    in sorted(self.per_backend.items()) if count},
             "scale": self.reach.to_dict(register_chunk_bytes()),
         }
 
@@ -117,6 +125,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"{report['rejections_checked']} rejections checked, verified {report['verified_gb_per_second']:.2f} GB/s; "
         f"batch {report['engine']['batch']}",
         f"  stages (s): {stages}",
+        "  ms per case by backend (worker clock, scale cases apart): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in report.get("backend_ms_per_case", {}).items()),
         f"  scale reached: device pool {scale['largest_device_pool_rows']:,} rows, host offset "
         f"{scale['largest_host_byte_offset']:,} B ({scale['registration_chunks_of_largest_host_storage']} "
         f"registration chunks of {scale['host_register_chunk_bytes'] >> 20} MiB), transfer "

@@ -169,9 +169,9 @@ _PROBES: dict[str, torch.Tensor] = {}
 
 
 def _probe(device: torch.device) -> None:
-    """Synchronize, then launch one tiny kernel: torch checks the runtime's last error after every launch, so
-    an error a previous launch left pending surfaces (and is cleared) here."""
-    torch.cuda.synchronize(device)
+    """Launch one tiny kernel, then synchronize. torch checks the runtime's last error after every launch
+    (cudaGetLastError, which also clears it), so an error a previous launch left pending surfaces and is cleared
+    here; a synchronize alone returns such an error without clearing it, so it comes second."""
     probe = _PROBES.get(str(device))
     if probe is None:
         probe = _PROBES[str(device)] = torch.zeros(1, dtype=torch.int32, device=device)
@@ -194,13 +194,19 @@ def check_device(device: torch.device, pending: str | None = None,
         if not is_device_error(exc):
             raise
         pending = pending or f"{type(exc).__name__}: {exc}"
-        try:
-            probe(device)  # a second probe fails too only if the error is sticky
-        except Exception as again:
-            if not is_device_error(again):
-                raise
-            raise DeviceContextLost(pending) from again
+        for attempt in range(PROBE_RETRIES):  # each failed probe clears one pending error; sticky ones stay
+            try:
+                probe(device)
+                break
+            except Exception as again:
+                if not is_device_error(again):
+                    raise
+                if attempt == PROBE_RETRIES - 1:
+                    raise DeviceContextLost(pending) from again
     return pending
+
+
+PROBE_RETRIES = 3
 
 
 def _on_cpu(storages: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
