@@ -240,3 +240,21 @@ def test_worker_journal_dir_layout(tmp_path: Path) -> None:
     with WorkerExecutor(["reference"], journal_dir=tmp_path) as ex:
         ex.run_batch([case("reference", 0), case("reference", 1)])
     assert {p.name for p in tmp_path.iterdir()} >= {"inflight", "crashes", "hangs"}
+
+
+def test_engine_arguments_parse_and_reject_bad_values() -> None:
+    import argparse
+
+    from hicache_fuzz.harness.campaign.feed import add_engine_arguments, engine_options
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    options = engine_options(parser.parse_args(["--mix", "transfer=0.6,reject=0.4", "--batch", "8",
+                                                "--scale", "simulated"]))
+    assert options.batch == 8 and options.resolved_scale(CPU) == SIMULATED
+    assert options.resolved_mix(CPU) == Mix.parse("transfer=0.6,reject=0.4")
+    assert EngineOptions().resolved_mix(CPU) is None and EngineOptions().resolved_scale(CPU) is None
+    assert EngineOptions().resolved_mix(Platform("cuda", (9, 0))) == DEFAULT_MIX
+    for bad in (["--mix", "bogus=1"], ["--batch", "0"], ["--scale-share", "1.5"]):
+        with pytest.raises(ValueError):
+            engine_options(parser.parse_args(bad))
