@@ -258,3 +258,22 @@ def test_engine_arguments_parse_and_reject_bad_values() -> None:
     for bad in (["--mix", "bogus=1"], ["--batch", "0"], ["--scale-share", "1.5"]):
         with pytest.raises(ValueError):
             engine_options(parser.parse_args(bad))
+
+
+def test_fuzz_command_takes_the_engine_options(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    report = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "hicache_fuzz", "fuzz", "--runs", "60", "--seed", "3", "--mix",
+                           "transfer=0.8,reject=0.2", "--scale", "simulated", "--batch", "16", "--no-progress",
+                           "--corpus", str(tmp_path / "c"), "--json", str(report)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "scale reached:" in done.stdout and "byte-compared transfers" in done.stdout
+    data = json.loads(report.read_text())
+    assert data["engine"]["mix_target"] == {"transfer": 0.8, "reject": 0.2}
+    assert data["scale"]["scale_cases"] >= 1
+    bad = subprocess.run([sys.executable, "-m", "hicache_fuzz", "fuzz", "--runs", "5", "--mix", "bogus=1"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--mix" in bad.stderr

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache_fuzz.harness.campaign.engine_stats import summary_lines
+from hicache_fuzz.harness.campaign.feed import add_engine_arguments, engine_options
 from hicache_fuzz.harness.campaign.parallel import (
     ParallelUsageError,
     accelerator_kind,
@@ -52,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_worker_arguments(parser)  # --workers (one process per GPU or more)
     parser.add_argument("--minimize", action="store_true",
                         help="minimize the first case of each new failure signature before saving it")
+    add_engine_arguments(parser)  # --batch, --mix, --scale, --scale-share (docs/engine.md)
 
 
 def campaign_options(args: argparse.Namespace, seed: int) -> CampaignOptions:
@@ -60,9 +63,13 @@ def campaign_options(args: argparse.Namespace, seed: int) -> CampaignOptions:
 
     _check_budget(args)
     shard = parse_shard(args.shard)
+    try:
+        engine = engine_options(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return CampaignOptions(seed, args.runs, args.max_total_time, Path(args.corpus), shard, args.start_index,
                            args.byte_budget, args.stop_on_failure, load_known_failures(args.known),
-                           minimize=args.minimize)
+                           minimize=args.minimize, engine=engine)
 
 
 def _check_budget(args: argparse.Namespace) -> None:
@@ -248,6 +255,8 @@ class Progress:
 def print_campaign(report: CampaignReport) -> None:
     print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
           f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
+    for line in summary_lines(report.extra):  # engine: byte-compared share, verified GB/s, stages, scale reached
+        print(line)
     if "compile_seconds" in report.extra:
         extra = report.extra
         print(f"  wall {extra['wall_seconds']:.1f} s (worker start-up incl. JIT warm-up "
