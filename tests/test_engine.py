@@ -277,3 +277,13 @@ def test_fuzz_command_takes_the_engine_options(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "hicache_fuzz", "fuzz", "--runs", "5", "--mix", "bogus=1"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--mix" in bad.stderr
+
+
+def test_bench_targets_include_the_share_of_the_bare_loop() -> None:
+    from hicache_fuzz.harness.commands.bench import _targets
+
+    report = {"gpu": {"bare_loop": {"cases_per_second": 4000.0},
+                      "pipelines": [{"backend": "sglang-jit", "cases_per_second": 800.0}]}}
+    share = [t for t in _targets(report) if "bare loop" in t["target"]]
+    assert share == [{"target": "GPU small pipeline / bare loop, same run (sglang-jit)", "goal": 0.25,
+                      "measured": 0.2, "met": False}]
