@@ -8,8 +8,13 @@ module imports nothing else (no sglang, no GPU).
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -39,3 +44,35 @@ class CompileBooks:
 
 
 SGLANG_BOOKS = CompileBooks()
+
+
+def books_of(backends: Iterable[Any]) -> list[CompileBooks]:
+    """The distinct books the backends declare (Backend.compile_books), in first-seen order."""
+    found: dict[int, CompileBooks] = {}
+    for backend in backends:
+        books = backend.compile_books()
+        if books is not None:
+            found.setdefault(id(books), books)
+    return list(found.values())
+
+
+def warm_up(backends: Iterable[Any], platform: Any, space: Any, workers: int | None = None) -> float:
+    """Run every module build the available backends declare for `space` (Backend.compile_jobs, on each
+    backend's narrowed space) in parallel threads (nvcc runs out of process); wall seconds. A failed build is
+    remembered by the backend's memo and surfaces when a case needs that module."""
+    jobs: list[Callable[[], object]] = []
+    for backend in backends:
+        if not backend.probe(platform).available:
+            continue
+        jobs.extend(backend.compile_jobs(backend.case_space(space, platform), platform))
+    if not jobs:
+        return 0.0
+    started = time.perf_counter()
+
+    def run(job: Callable[[], object]) -> None:
+        with contextlib.suppress(Exception):
+            job()
+
+    with ThreadPoolExecutor(max_workers=workers or min(16, len(jobs))) as pool:
+        list(pool.map(run, jobs))
+    return time.perf_counter() - started

@@ -285,13 +285,6 @@ BOOKS = SGLANG_BOOKS  # compile seconds, modules built, background seconds (kern
 _tma_mode = threading.local()
 
 
-def __getattr__(name: str) -> Any:
-    """Read-only aliases of the books' fields, for callers not yet on Backend.compile_books()."""
-    if name in ("compile_seconds", "compiled_keys", "background_seconds"):
-        return getattr(BOOKS, name)
-    raise AttributeError(name)
-
-
 @contextlib.contextmanager
 def recording() -> Iterator[list[str]]:
     """Collect the implementation events of the calls made inside the block."""

@@ -245,13 +245,16 @@ def test_worker_journal_dir_layout(tmp_path: Path) -> None:
 def test_engine_arguments_parse_and_reject_bad_values() -> None:
     import argparse
 
-    from hicache_fuzz.harness.campaign.feed import add_engine_arguments, engine_options
+    from hicache_fuzz.harness.campaign.engine_cli import add_engine_arguments, engine_options
 
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser)
     options = engine_options(parser.parse_args(["--mix", "transfer=0.6,reject=0.4", "--batch", "8",
                                                 "--scale", "simulated"]))
     assert options.batch == 8 and options.resolved_scale(CPU) == SIMULATED
+    from hicache_fuzz.harness.campaign import engine_cli, scale
+
+    assert engine_cli.DEFAULT_SCALE_SHARE == scale.DEFAULT_SCALE_SHARE
     assert options.resolved_mix(CPU) == Mix.parse("transfer=0.6,reject=0.4")
     assert EngineOptions().resolved_mix(CPU) is None and EngineOptions().resolved_scale(CPU) is None
     assert EngineOptions().resolved_mix(Platform("cuda", (9, 0))) == DEFAULT_MIX

@@ -14,6 +14,8 @@ Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 * ``scale``: the scale tier (:mod:`hicache_fuzz.harness.campaign.scale`; auto: production sizes on a GPU,
   off on the CPU; ``simulated`` runs the scaled-down tier anywhere) and its time share (default 15 %).
 
+The command-line form of these options is harness/campaign/engine_cli.py (no torch import: fast --help).
+
 Known crash classes. A corpus entry marked ``"expect": "fail"`` whose observed outcome is a crash gives a
 predicate: same backend, same emptiness of each index list (every crash class known today is a zero-length
 launch). Cases that match are moved to the end of their batch: if one kills the worker, the cases of the
@@ -223,30 +225,3 @@ class ScaleTier:
         finally:
             clock.scale_generate_seconds += time.perf_counter() - started
 
-
-def add_engine_arguments(parser: Any) -> None:
-    """`fuzz` options of the engine (to be wired into the fuzz command's parser)."""
-    parser.add_argument("--batch", type=int, metavar="N",
-                        help="cases per worker round trip (default: 64 with a worker, 1 in process)")
-    parser.add_argument("--mix", default="auto", metavar="CLASS=W,...",
-                        help="case mix, e.g. transfer=0.6,reject=0.4 (classes: transfer, reject, empty, undefined, "
-                             "unsupported); 'none' for none; default auto: transfer=0.7,reject=0.28,empty=0.02 "
-                             "on a GPU, none on the CPU")
-    parser.add_argument("--scale", default="auto", choices=["auto", "off", "production", "simulated"],
-                        help="scale tier (auto: production sizes on a GPU, off on the CPU)")
-    parser.add_argument("--scale-share", type=float, default=DEFAULT_SCALE_SHARE, metavar="F",
-                        help="share of the campaign's time for the scale tier (default: %(default)s)")
-
-
-def engine_options(args: Any) -> EngineOptions:
-    """EngineOptions from parsed arguments; ValueError (a usage error, exit 2) names a bad value."""
-    mix = getattr(args, "mix", "auto")
-    if mix not in ("auto", "none"):
-        Mix.parse(mix)  # raises ValueError naming the problem
-    batch = getattr(args, "batch", None)
-    if batch is not None and batch < 1:
-        raise ValueError(f"--batch {batch}: need at least 1")
-    share = getattr(args, "scale_share", DEFAULT_SCALE_SHARE)
-    if not 0.0 <= share < 1.0:
-        raise ValueError(f"--scale-share {share}: need 0 <= F < 1")
-    return EngineOptions(batch=batch, mix=mix, scale=getattr(args, "scale", "auto"), scale_share=share)

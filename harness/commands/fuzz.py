@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.campaign.engine_stats import summary_lines
-from hicache_fuzz.harness.campaign.feed import add_engine_arguments, engine_options
+from hicache_fuzz.harness.campaign.engine_cli import add_engine_arguments, engine_options
 from hicache_fuzz.harness.campaign.parallel import (
     ParallelUsageError,
     accelerator_kind,
@@ -133,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                             worker_restarts=executor.restarts, spare_takeovers=executor.spares_used,
                             spare_startup_seconds_in_background=round(executor.background_startup_seconds, 3),
                             compiled_in_cases=compiled_in_cases(executor.compiled_in_cases),
-                            prefetch_compile_seconds=round(background_compile_seconds(), 3),
+                            prefetch_compile_seconds=round(background_compile_seconds(backends), 3),
                             wall_seconds=round(wall, 3),
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     print_campaign(report)
@@ -172,11 +171,11 @@ def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
     return outcome.exit_code
 
 
-def background_compile_seconds() -> float:
-    """Seconds this process spent building grown menu rows in the background (0 if it built none)."""
-    from hicache_fuzz.kernels import sglang_common  # bookkeeping only: does not import sglang
+def background_compile_seconds(backends: list[Any]) -> float:
+    """Seconds this process spent building grown menu rows in the background (the backends' compile books)."""
+    from hicache_fuzz.kernels.compile_books import books_of
 
-    return sglang_common.background_seconds
+    return sum(books.background_seconds for books in books_of(backends))
 
 
 def compiled_in_cases(found: dict[str, tuple[int, float]], top: int = 40) -> list[dict[str, Any]]:
@@ -255,6 +254,8 @@ class Progress:
 def print_campaign(report: CampaignReport) -> None:
     print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
           f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
+    from hicache_fuzz.harness.campaign.engine_stats import summary_lines
+
     for line in summary_lines(report.extra):  # engine: byte-compared share, verified GB/s, stages, scale reached
         print(line)
     if "compile_seconds" in report.extra:

@@ -478,13 +478,10 @@ def _is_device_error(exc: BaseException) -> bool:
 
 
 def _warm_up(backends: list[Any], platform: Any) -> float:
-    module = sys.modules.get("hicache_fuzz.kernels.sglang_backends")
-    if module is None:
-        try:
-            import hicache_fuzz.kernels.sglang_backends as module  # type: ignore[no-redef]
-        except Exception:
-            return 0.0
-    return float(module.warm_up_backends(backends, platform)) if module is not None else 0.0
+    from hicache_fuzz.harness.model.space import CaseSpace
+    from hicache_fuzz.kernels.compile_books import warm_up
+
+    return warm_up(backends, platform, CaseSpace())
 
 
 if __name__ == "__main__":
