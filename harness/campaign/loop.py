@@ -17,14 +17,23 @@ from typing import Any
 
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry, reproducer_dict, write_json_atomic
 from hicache_fuzz.harness.campaign.coverage import Coverage
+from hicache_fuzz.harness.campaign.engine_stats import EngineStats
+from hicache_fuzz.harness.campaign.feed import (
+    CaseFeed,
+    EngineOptions,
+    ScaleTier,
+    Slot,
+    known_crash_features,
+    suspects_last,
+)
 from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
 from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
-from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.harness.pipeline.executor import Executor
+from hicache_fuzz.harness.pipeline.executor import Executor, run_batch
 from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
@@ -49,6 +58,8 @@ class CampaignConfig:
     # Called on the first case of each new signature before it is saved (fuzz --minimize): returns the
     # smaller case, its result (same signature) and extra JSON fields for the reproducer file.
     minimizer: Callable[[Case, Result], tuple[Case, Result, dict[str, Any]]] | None = None
+    # Batching, case mix and scale tier (harness/campaign/feed.py); "auto" picks per platform.
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
 
 @dataclass
@@ -196,6 +207,7 @@ class MenuGrowth:
 def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Platform, executor: Executor,
                  on_result: Callable[[Case, Result, CampaignReport], None] | None = None,
                  record_case_ids: bool = False) -> CampaignReport:
+    """Run the campaign in batches from a CaseFeed (harness/campaign/feed.py), the scale tier interleaved."""
     k, n = config.shard
     report = CampaignReport(config.seed, config.shard, [b.name for b in backends], platform.kind)
     for backend in backends:
@@ -211,61 +223,95 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
         index += 1
     report.first_index = index
     growth = MenuGrowth(backends, config.space, platform)
+    engine = config.engine
+    feed = CaseFeed(config.seed, index, config.shard, backends, growth.spaces, platform,
+                    engine.resolved_mix(platform), engine.resolved_batch(executor), growth.before)
+    targets = engine.resolved_scale(platform)
+    scale = None if targets is None else ScaleTier(config.seed, backends, growth.spaces, platform, targets,
+                                                  engine.scale_share, feed.profiles)
+    stats = EngineStats(feed.mix)
+    known_crashes = known_crash_features(config.known_signatures.values())
+    resume = (index, 0)  # (index, backend position) of the first slot not processed
     timeline = Timeline(started)
     failures_seen = 0
     done = False
-    while not done:
-        for backend in backends:
+    try:
+        while not done:
             if config.max_cases is not None and report.cases >= config.max_cases:
-                done = True
                 break
             if config.max_seconds is not None and time.perf_counter() - started >= config.max_seconds:
-                done = True
                 break
             if config.should_stop is not None and config.should_stop():
                 report.stopped_early = True
-                done = True
                 break
-            growth.before(backend, index)
-            case = case_for_index(config.seed, index, growth.spaces[backend.name])
+            limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - report.cases)
+            if scale is not None and report.cases and scale.due(time.perf_counter() - started):
+                picked = scale.next_case(feed.clock)
+                slots = [] if picked is None else [Slot(picked[0], resume[0], picked[1], False, picked[2])]
+                if picked is None:
+                    scale = None  # no backend has an accepted case of any shape: the tier ends
+                    continue
+            else:
+                slots = feed.take(limit)
+            order = suspects_last(slots, known_crashes)
+            ran = time.perf_counter()
             try:
-                result = executor.run(case)
+                results_in_order = run_batch(executor, [slots[i].case for i in order])
             except WorkerError as exc:  # the machine failed us (no worker can start): stop, keep the report
-                report.environment_error = f"case {case.case_id} at index {index}: {exc}"
-                done = True
+                first = slots[0] if slots else None
+                report.environment_error = (f"case {first.case.case_id} at index {first.index}: {exc}" if first
+                                            else str(exc))
                 break
             except OSError as exc:  # the executor's own files (the worker journal) could not be written
-                report.storage_error = f"case {case.case_id} at index {index} not run: {_os_reason(exc)}"
-                done = True
+                first = slots[0] if slots else None
+                report.storage_error = (f"case {first.case.case_id} at index {first.index} not run: "
+                                        f"{_os_reason(exc)}" if first else _os_reason(exc))
                 break
             except Exception:
-                # A harness bug: keep the case that exposed it before the exception ends the campaign.
-                _keep_harness_error_case(config, case)
+                # A harness bug: keep the cases that exposed it before the exception ends the campaign.
+                for slot in slots:
+                    _keep_harness_error_case(config, slot.case)
                 raise
-            report.cases += 1
-            if record_case_ids:
-                report.case_ids.append(case.case_id)
-            outcome_counts[backend.name][result.outcome.value] += 1
-            report.coverage.add(case, result)
-            if result.path:
-                path_counts[backend.name][result.path] += 1
-            if result.outcome.is_failure:
-                failures_seen += 1
-                _record_failure(config, classes, case, result, index, report)
-                if config.stop_on_first_failure or report.storage_error:
-                    done = True  # a corpus that cannot take failures ends the campaign; what was found is kept
-            timeline(report.cases, failures_seen)
-            if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
-                report.seconds = time.perf_counter() - started
-                report.failures = list(classes.values())
-                report.timeline = timeline.samples
-                report.next_index = index + n if backend is backends[-1] else index
-                on_result(case, result, report)
-            if done:
-                break
-        if not done:  # a budget that ends before (or inside) this index must not skip it on resume
-            index += n
-    report.next_index = index
+            spent = time.perf_counter() - ran
+            stats.execute_seconds += spent
+            results: list[Result] = [Result("", "", Outcome.PASS)] * len(slots)
+            for position, result in zip(order, results_in_order, strict=True):
+                results[position] = result
+            if slots and slots[0].scale_number is not None and scale is not None:
+                scale.seconds += spent
+                stats.scale_cases += 1
+                stats.scale_shapes[slots[0].case.note] = stats.scale_shapes.get(slots[0].case.note, 0) + 1
+            recorded = time.perf_counter()
+            for slot, result in zip(slots, results, strict=True):
+                backend, case = slot.backend, slot.case
+                report.cases += 1
+                if record_case_ids:
+                    report.case_ids.append(case.case_id)
+                outcome_counts[backend.name][result.outcome.value] += 1
+                report.coverage.add(case, result)
+                stats.add(case, result, slot.scale_number is not None)
+                if result.path:
+                    path_counts[backend.name][result.path] += 1
+                if slot.scale_number is None:
+                    resume = (slot.index + n, 0) if slot.last_of_index else (slot.index, 0)
+                if result.outcome.is_failure:
+                    failures_seen += 1
+                    _record_failure(config, classes, case, result, slot.index, report)
+                    if config.stop_on_first_failure or report.storage_error:
+                        done = True  # a corpus that cannot take failures ends the campaign; what was found is kept
+                timeline(report.cases, failures_seen)
+                if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
+                    report.seconds = time.perf_counter() - started
+                    report.failures = list(classes.values())
+                    report.timeline = timeline.samples
+                    report.next_index = resume[0]
+                    on_result(case, result, report)
+                if done:
+                    break
+            stats.record_seconds += time.perf_counter() - recorded
+    finally:
+        feed.close()
+    report.next_index = resume[0]
     timeline(report.cases, failures_seen, force=True)
     report.timeline = timeline.samples
     report.menu_growth = {name: rows for name, rows in growth.grown.items() if rows}
@@ -273,6 +319,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}
     report.paths = {b: dict(c) for b, c in path_counts.items()}
     report.failures = list(classes.values())
+    report.extra.update(stats.to_dict(report.seconds, feed, scale, executor))
     return report
 
 

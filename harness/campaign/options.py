@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hicache_fuzz.harness.campaign.corpus import load_corpus
+from hicache_fuzz.harness.campaign.feed import EngineOptions
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.exit_codes import UsageError
@@ -40,6 +41,7 @@ class CampaignOptions:
     known_signatures: dict[str, str] = field(default_factory=dict)  # signature -> reproducer file
     minimize: bool = False  # minimize the first case of each new signature before saving it
     record_case_ids: bool = False
+    engine: EngineOptions = field(default_factory=EngineOptions)  # batches, case mix, scale tier ("auto")
 
     def space(self) -> CaseSpace:
         return CaseSpace() if self.byte_budget is None else CaseSpace(byte_budget=self.byte_budget)
@@ -47,7 +49,7 @@ class CampaignOptions:
     def config(self, backend_names: list[str], executor: Executor) -> CampaignConfig:
         config = CampaignConfig(list(backend_names), self.seed, self.max_cases, self.max_seconds, self.corpus,
                                 self.shard, self.start_index, self.space(), self.stop_on_first_failure,
-                                known_signatures=dict(self.known_signatures))
+                                known_signatures=dict(self.known_signatures), engine=self.engine)
         if self.minimize:
             from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
 

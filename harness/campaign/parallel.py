@@ -274,12 +274,11 @@ def prepare(job: ShardJob) -> dict[str, Any]:
         backends = auto_backends(registry, machine)
     warm_up_seconds = 0.0
     compiled: dict[str, float] = {}
-    if job.warm_up and machine.platform.kind != "cpu" and any(hasattr(b, "compile_jobs") for b in backends):
-        from hicache_fuzz.kernels import sglang_backends, sglang_common
+    if job.warm_up and machine.platform.kind != "cpu":
+        from hicache_fuzz.kernels.compile_books import books_of, warm_up
 
-        space = _campaign_options(job, None).space()
-        warm_up_seconds = sglang_backends.warm_up_backends(backends, machine.platform, space)
-        compiled = dict(sglang_common.compiled_keys)
+        warm_up_seconds = warm_up(backends, machine.platform, _campaign_options(job, None).space())
+        compiled = {key: spent for books in books_of(backends) for key, spent in books.compiled_keys.items()}
     return {"backends": [b.name for b in backends], "platform": machine.description,
             "warm_up_seconds": round(warm_up_seconds, 3), "compiled_modules": compiled,
             "jit_cache": os.environ.get("SGLANG_JIT_CACHE_DIR", "~/.cache/sglang/jit (sglang's default)")}

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 BANDWIDTH_LAYERS = (8, 64)
 TARGET_SMALL_CPU_CASES_PER_S = 1000.0
 TARGET_SMALL_GPU_CASES_PER_S = 2000.0
+TARGET_SHARE_OF_BARE_LOOP = 0.25  # of harness/pipeline/bare_loop.py's rate, measured in the same run
 TARGET_MEDIAN_KILL_SECONDS = 10.0
 TARGET_COMPILE_SHARE = 0.20
 # Keys of a `fuzz --isolate yes --json` report that say how much of a GPU campaign went to JIT compiles.
@@ -190,6 +191,15 @@ def _run_gpu(args: argparse.Namespace, machine: Machine, registry: Registry, rep
     warm = list({b.name: b for b in pipeline_backends + bandwidth_backends}.values())
     out["compile_seconds"] = round(warm_up_backends(warm, machine.platform, SMALL_SPACE), 2)
     _checkpoint(report, args)
+    # The kernel-speed baseline, measured in this same run, so the pipeline's share of it is honest.
+    print(f"gpu: bare loop for {args.seconds:g} s ...", flush=True)
+    try:
+        from hicache_fuzz.harness.pipeline.bare_loop import measure_bare_loop
+
+        out["bare_loop"] = measure_bare_loop(args.seconds, machine.device, seed=args.seed)
+    except Exception as exc:
+        out["bare_loop"] = {"error": f"{type(exc).__name__}: {exc}"}
+    _checkpoint(report, args)
     pipelines: list[dict[str, Any]] = []
     out["pipelines"] = pipelines
     for backend in pipeline_backends:
@@ -236,6 +246,11 @@ def _targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         value = pipeline.get("cases_per_second", 0.0)
         targets.append({"target": f"GPU small cases/s ({pipeline['backend']})", "goal": TARGET_SMALL_GPU_CASES_PER_S,
                         "measured": round(value, 1), "met": value >= TARGET_SMALL_GPU_CASES_PER_S})
+        bare = gpu.get("bare_loop", {}).get("cases_per_second")
+        if bare:
+            targets.append({"target": f"GPU small pipeline / bare loop, same run ({pipeline['backend']})",
+                            "goal": TARGET_SHARE_OF_BARE_LOOP, "measured": round(value / bare, 4),
+                            "met": value / bare >= TARGET_SHARE_OF_BARE_LOOP})
     share = (report.get("gpu_campaign_compile_share") or {}).get("compile_share_of_wall")
     if share is not None:
         targets.append({"target": "compile share of the 5-minute GPU campaign (read from its report)",

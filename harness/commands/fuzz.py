@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache_fuzz.harness.campaign.engine_cli import add_engine_arguments, engine_options
 from hicache_fuzz.harness.campaign.parallel import (
     ParallelUsageError,
     accelerator_kind,
@@ -53,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_worker_arguments(parser)  # --workers (one process per GPU or more)
     parser.add_argument("--minimize", action="store_true",
                         help="minimize the first case of each new failure signature before saving it")
+    add_engine_arguments(parser)  # --batch, --mix, --scale, --scale-share (docs/engine.md)
 
 
 def campaign_options(args: argparse.Namespace, seed: int) -> CampaignOptions:
@@ -61,9 +63,13 @@ def campaign_options(args: argparse.Namespace, seed: int) -> CampaignOptions:
 
     _check_budget(args)
     shard = parse_shard(args.shard)
+    try:
+        engine = engine_options(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return CampaignOptions(seed, args.runs, args.max_total_time, Path(args.corpus), shard, args.start_index,
                            args.byte_budget, args.stop_on_failure, load_known_failures(args.known),
-                           minimize=args.minimize, record_case_ids=args.record_case_ids)
+                           minimize=args.minimize, record_case_ids=args.record_case_ids, engine=engine)
 
 
 def _check_budget(args: argparse.Namespace) -> None:
@@ -127,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
                             worker_restarts=executor.restarts, spare_takeovers=executor.spares_used,
                             spare_startup_seconds_in_background=round(executor.background_startup_seconds, 3),
                             compiled_in_cases=compiled_in_cases(executor.compiled_in_cases),
-                            prefetch_compile_seconds=round(background_compile_seconds(), 3),
+                            prefetch_compile_seconds=round(background_compile_seconds(backends), 3),
                             wall_seconds=round(wall, 3),
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     print_campaign(report)
@@ -187,11 +193,11 @@ def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
     return outcome.exit_code
 
 
-def background_compile_seconds() -> float:
-    """Seconds this process spent building grown menu rows in the background (0 if it built none)."""
-    from hicache_fuzz.kernels import sglang_common  # bookkeeping only: does not import sglang
+def background_compile_seconds(backends: list[Any]) -> float:
+    """Seconds this process spent building grown menu rows in the background (the backends' compile books)."""
+    from hicache_fuzz.kernels.compile_books import books_of
 
-    return sglang_common.background_seconds
+    return sum(books.background_seconds for books in books_of(backends))
 
 
 def compiled_in_cases(found: dict[str, tuple[int, float]], top: int = 40) -> list[dict[str, Any]]:
@@ -251,6 +257,10 @@ class Progress:
 def print_campaign(report: CampaignReport) -> None:
     print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
           f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
+    from hicache_fuzz.harness.campaign.engine_stats import summary_lines
+
+    for line in summary_lines(report.extra):  # engine: byte-compared share, verified GB/s, stages, scale reached
+        print(line)
     if "compile_seconds" in report.extra:
         extra = report.extra
         print(f"  wall {extra['wall_seconds']:.1f} s (worker start-up incl. JIT warm-up "

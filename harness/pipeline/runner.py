@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -81,14 +82,19 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
         clock.lap("materialize")
         try:
             base.path = backend.run(buffers)
-            if device.type != "cpu":
-                torch.cuda.synchronize(device)
             raised = None
         except Exception as exc:  # the backend's refusal (or failure) is data, not a harness error
             raised = exc
             base.error = f"{type(exc).__name__}: {exc}".strip()[:2000]
-            if device.type != "cpu":
-                torch.cuda.synchronize(device)  # a sticky device error surfaces here and escapes: a crash
+        # A device error raised by the backend, or left pending by it (a launch sglang made with a zero-size
+        # grid fails the *next* launch check), is a crash of this case. Non-sticky ones are cleared here and
+        # the process goes on; a sticky one raises DeviceContextLost (the worker then exits).
+        # (On the CPU platform nothing is a device error: simulated backends raise to reject.)
+        pending = device_error_of(raised) if raised is not None and device.type != "cpu" else None
+        pending = check_device(device, pending)
+        if pending is not None:
+            clock.lap("backend")
+            return device_crash(case, backend.name, pending)
         after = buffers.current_on(device)
         clock.lap("backend")
 
@@ -155,6 +161,77 @@ def _expected_raw(case: Case, before: dict[str, torch.Tensor], semantics: Semant
     payloads = {k: v[GUARD_BYTES : v.numel() - GUARD_BYTES] for k, v in before.items()}
     apply_chunk_copies(case, chunk_copies(case, semantics), payloads, payloads)
     return before
+
+
+class DeviceContextLost(RuntimeError):
+    """A sticky device error: the CUDA/HIP context of this process is unusable (cases must stop here)."""
+
+
+DEVICE_CRASH_PREFIX = "device error escaped the case: "  # the worker's wording, so signatures stay the same
+
+
+def device_crash(case: Case, backend_name: str, message: str) -> Result:
+    """The CRASH result of a case whose backend raised or left a (non-sticky) device error. Shaped like the
+    result of a worker that died of it (no paths, same error text), so its failure signature is the same and
+    known-failure entries recorded from worker deaths still match it."""
+    result = Result(case.case_id, backend_name, Outcome.CRASH)
+    result.error = DEVICE_CRASH_PREFIX + message
+    result.summary = f"device error (context recovered, process kept): {message.splitlines()[0]}"
+    return result
+
+
+def is_device_error(exc: BaseException) -> bool:
+    """A CUDA/HIP runtime error (torch.AcceleratorError, or a RuntimeError naming one)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "HIP error" in text
+
+
+def device_error_of(exc: BaseException) -> str | None:
+    return f"{type(exc).__name__}: {exc}" if is_device_error(exc) else None
+
+
+_PROBES: dict[str, torch.Tensor] = {}
+
+
+def _probe(device: torch.device) -> None:
+    """Launch one tiny kernel, then synchronize. torch checks the runtime's last error after every launch
+    (cudaGetLastError, which also clears it), so an error a previous launch left pending surfaces and is cleared
+    here; a synchronize alone returns such an error without clearing it, so it comes second."""
+    probe = _PROBES.get(str(device))
+    if probe is None:
+        probe = _PROBES[str(device)] = torch.zeros(1, dtype=torch.int32, device=device)
+    probe.add_(1)
+    torch.cuda.synchronize(device)
+
+
+def check_device(device: torch.device, pending: str | None = None,
+                 probe: Callable[[torch.device], None] | None = None) -> str | None:
+    """None if the device is healthy and nothing was pending; the error text if an error was raised or
+    pending and the context recovered; raises DeviceContextLost if the context stays broken (sticky error).
+
+    `probe` is injectable so the logic is tested on the CPU platform."""
+    if device.type == "cpu" and probe is None:
+        return pending
+    probe = probe or _probe
+    try:
+        probe(device)
+    except Exception as exc:
+        if not is_device_error(exc):
+            raise
+        pending = pending or f"{type(exc).__name__}: {exc}"
+        for attempt in range(PROBE_RETRIES):  # each failed probe clears one pending error; sticky ones stay
+            try:
+                probe(device)
+                break
+            except Exception as again:
+                if not is_device_error(again):
+                    raise
+                if attempt == PROBE_RETRIES - 1:
+                    raise DeviceContextLost(pending) from again
+    return pending
+
+
+PROBE_RETRIES = 3
 
 
 def _on_cpu(storages: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
