@@ -17,6 +17,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
+from hicache_fuzz.harness.campaign.buckets import (
+    HEAD_BUCKETS,
+    LAYER_BUCKETS,
+    OPEN,
+    PAGE_SIZE_BUCKETS,
+    PAGES_BUCKETS,
+    ROW_BUCKETS,
+    Bucket,
+    bucket_named,
+    label_of,
+    labels_of_menu,
+    menu_in_bucket,
+)
+from hicache_fuzz.harness.campaign.pairwise import pins_for_index
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
@@ -32,20 +46,6 @@ from hicache_fuzz.harness.model.case import (
     Scope,
     make_tuning,
 )
-from hicache_fuzz.harness.campaign.buckets import (
-    HEAD_BUCKETS,
-    LAYER_BUCKETS,
-    OPEN,
-    PAGE_SIZE_BUCKETS,
-    PAGES_BUCKETS,
-    ROW_BUCKETS,
-    Bucket,
-    bucket_named,
-    label_of,
-    labels_of_menu,
-    menu_in_bucket,
-)
-from hicache_fuzz.harness.campaign.pairwise import pins_for_index
 from hicache_fuzz.harness.model.space import CaseSpace
 
 T = TypeVar("T")
@@ -214,15 +214,15 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
     layers = _in_bucket(chooser, LAYER_BUCKETS, layer_label, space.layer_counts, space.max_layers)
     pages_menu = tuple(p for p in space.page_counts if p <= space.max_pages) or (1,)
     page_labels = labels_of_menu(PAGES_BUCKETS, pages_menu + ((130,) if space.max_pages >= 130 else ()))
-    # In an honour_rate share of the cases the schedule's buckets raise the budget (up to byte_budget) to what
-    # their smallest values need, so the scheduled combination survives; otherwise (and beyond byte_budget) the
+    # In an honour_rate share of the cases the schedule's buckets raise the budget (up to byte_budget / 4) to what
+    # their smallest values need, so the scheduled combination survives; otherwise (and beyond that) the
     # fit below breaks buckets, keeping the case small.
     pinned_pages = bucket_named(PAGES_BUCKETS, pins["pages"]).low if "pages" in pins else 1
     pinned_row = bucket_named(ROW_BUCKETS, pins["row"]).low if "row" in pins else 8
     components = 1 if attention is Attention.MLA else 2
     needed = 2 * (pinned_pages + 1) * page_size * layers * max(8, pinned_row) * components
     if chooser.chance(space.honour_rate):
-        budget = max(budget, min(space.byte_budget, 2 * needed))
+        budget = max(budget, min(space.byte_budget // 4, 2 * needed))
     affordable_tokens = budget // (2 * 8 * layers)  # two sides of 8-byte rows: the cheapest a token gets
     pages = _pages_in_bucket(chooser, space, _pick(chooser, pins, "pages", page_labels), page_size,
                              affordable_tokens)

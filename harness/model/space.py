@@ -87,8 +87,8 @@ class CaseSpace:
     # small_budget, the rest byte_budget, and a tail_rate share a budget up to byte_budget * tail_factor.
     byte_budget: int = CASE_BYTE_BUDGET
     small_budget: int = 256 << 10
-    small_rate: float = 0.7
-    tail_rate: float = 0.05
+    small_rate: float = 0.75
+    tail_rate: float = 0.02
     honour_rate: float = 0.35  # share of cases whose budget rises to fit the scheduled buckets (see generate)
     tail_factor: int = 8
     schedule: bool = True  # draw scheduled dimensions from a covering array (see harness/campaign/pairwise.py)
