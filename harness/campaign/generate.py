@@ -106,12 +106,13 @@ def _heads_for(chooser: Chooser, space: CaseSpace, elements: int, heads_label: s
 def _pool(chooser: Chooser, space: CaseSpace, attention: Attention, layout: HostLayout, name: str,
           pins: Mapping[str, str], row_cap: int) -> PoolSpec:
     """One pool: from the row menu (rows around every entry point's rule) or, when the space has head dims,
-    from a geometry (heads x head_dim x itemsize, as real models have). The first half of the attempts keep
-    the pinned dtype, row band and head bucket and rows of at most `row_cap` bytes (so the case's budget
-    holds a few pages of them); later ones relax all of that."""
+    from a geometry (heads x head_dim x itemsize, as real models have). The first attempts keep the pinned
+    dtype, row band and head bucket and rows of at most `row_cap` bytes (so the case's budget holds the drawn
+    sizes); the next ones keep only the cap, the last ones nothing."""
     row_label, heads_label, dtype_pin = pins.get("row"), pins.get("heads"), pins.get("dtype")
-    for attempt in range(32):
-        strict = attempt < 16
+    for attempt in range(36):
+        strict = attempt < 12  # the pinned buckets and the row cap
+        capped = attempt < 24  # the row cap only
         dtype = KVDtype(dtype_pin) if strict and dtype_pin in {d.value for d in space.dtypes} else (
             chooser.choice(space.dtypes))
         heads_wanted = heads_label if strict else None
@@ -123,7 +124,8 @@ def _pool(chooser: Chooser, space: CaseSpace, attention: Attention, layout: Host
                 label = heads_wanted or chooser.choice(labels_of_menu(HEAD_BUCKETS, space.heads))
                 heads = _in_bucket(chooser, HEAD_BUCKETS, label, space.heads, 128)
             row = heads * head_dim * dtype.itemsize
-            if strict and (row > row_cap or (row_label is not None and label_of(ROW_BUCKETS, row) != row_label)):
+            if (capped and row > row_cap) or (
+                    strict and row_label is not None and label_of(ROW_BUCKETS, row) != row_label):
                 continue
             elements = heads * head_dim
         else:
@@ -131,7 +133,7 @@ def _pool(chooser: Chooser, space: CaseSpace, attention: Attention, layout: Host
             if strict and row_label is not None:
                 rows = menu_in_bucket(ROW_BUCKETS, row_label, space.row_bytes) or rows
             row = chooser.choice(rows)
-            if row % dtype.itemsize or (strict and row > row_cap):
+            if row % dtype.itemsize or (capped and row > row_cap):
                 continue
             elements = row // dtype.itemsize
             heads = 1 if attention is Attention.MLA else _heads_for(chooser, space, elements, heads_wanted)
@@ -226,6 +228,14 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
     affordable_tokens = budget // (2 * 8 * layers)  # two sides of 8-byte rows: the cheapest a token gets
     pages = _pages_in_bucket(chooser, space, _pick(chooser, pins, "pages", page_labels), page_size,
                              affordable_tokens)
+    long_transfer = space.long_rate > 0 and space.max_tokens > 1 << 16 and chooser.chance(space.long_rate)
+    if long_transfer:
+        # Past the 65,535-token grid limit, over narrow rows and few layers: the budget rises to what that
+        # costs (up to the tail budget) instead of the fit cutting the transfer.
+        pages = -(-((1 << 16) + chooser.choice((-1, 0, 1, page_size))) // page_size)
+        layers = min(layers, chooser.choice((1, 2)))
+        budget = max(budget, min(space.byte_budget * max(1, space.tail_factor),
+                                 2 * (pages + 4) * page_size * layers * 16 * pool_count))
     if space.empty_rate and chooser.chance(space.empty_rate):
         pages = 0
     pages = min(pages, space.max_pages)
@@ -233,7 +243,8 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
     # Sizes before rows: either the rows fit the drawn sizes (long transfers over narrow rows, many layers),
     # or the sizes give way to the drawn rows in the budget fit below; which one varies from case to case.
     slots_per_layer = 2 * (pages + 3) * page_size * layers * (1 if attention is Attention.MLA else 2) * pool_count
-    row_cap = max(8, budget // max(1, slots_per_layer)) if chooser.chance(0.5) else max(64, budget // 64)
+    sizes_first = long_transfer or chooser.chance(0.5)
+    row_cap = max(8, budget // max(1, slots_per_layer)) if sizes_first else max(64, budget // 64)
     pools = [_pool(chooser, space, attention, layout, "kv", pins, row_cap)]
     for i in range(1, pool_count):
         side_attention = attention if layout not in LAYOUTS_BY_ATTENTION[Attention.MLA] else chooser.choice(

@@ -82,6 +82,7 @@ class CaseSpace:
     irregular_rate: float = 0.25  # share with irregular in-page runs (non-contiguous, misaligned)
     empty_rate: float = 0.02  # share of zero-length transfers (B13); uniform page counts reach 0 too rarely
     partial_rate: float = 0.1  # share of valid partial last pages (legal for per-token entry points)
+    long_rate: float = 0.004  # share of transfers just past 65,536 tokens (costly on the CPU: ~0.3-0.8 s each)
     big_pool_rate: float = 0.15  # share of pools far larger than the transfer (indices near 2^k, > 2^16 rows)
     # The size distribution (budgets are log-uniform inside each class): small_rate of the cases fit
     # small_budget, the rest byte_budget, and a tail_rate share a budget up to byte_budget * tail_factor.
