@@ -14,6 +14,7 @@ import pytest
 
 from hicache_fuzz.harness.campaign import atheris_entry
 from hicache_fuzz.harness.campaign.generate import draw_case
+from hicache_fuzz.harness.commands import atheris as atheris_command
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 
@@ -58,6 +59,6 @@ def test_missing_atheris_exits_3(monkeypatch: pytest.MonkeyPatch, capsys: pytest
     monkeypatch.setattr(atheris_entry, "atheris_unavailable_reason", lambda: "atheris is not importable (test)")
     args = argparse.Namespace(backend="reference", backend_plugin=[], platform="auto", byte_budget=1 << 16,
                               corpus=None, libfuzzer_args=["-runs=1"])
-    assert atheris_entry.run(args) == 3
+    assert atheris_command.run(args) == 3
     assert atheris_entry.main(["-runs=1"]) == 3
     assert "not importable" in capsys.readouterr().err

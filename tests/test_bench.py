@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hicache_fuzz.harness.commands import bench
+from hicache_fuzz.harness.commands import bench_measure
 from hicache_fuzz.harness.commands.cli import main
 from hicache_fuzz.harness.model.case import Direction, HostLayout
 from hicache_fuzz.harness.model.platform import require
@@ -26,7 +26,7 @@ def test_bench_cpu_writes_json_with_stages_and_zoo(tmp_path: Path) -> None:
     for name in ("small", "large"):
         pipeline = report["cpu"][name]
         assert pipeline["cases"] > 0 and pipeline["threads"] == 1
-        assert set(pipeline["stage_us_per_case"]) == set(bench.STAGES)
+        assert set(pipeline["stage_us_per_case"]) == set(bench_measure.STAGES)
         assert sum(pipeline["outcomes"].values()) == pipeline["cases"]
     assert report["cpu"]["small"]["compared_cases"] > 0 and report["cpu"]["small"]["verified_bytes"] > 0
     zoo = report["cpu"]["zoo"]
@@ -39,11 +39,12 @@ def test_bench_cpu_writes_json_with_stages_and_zoo(tmp_path: Path) -> None:
 def test_bandwidth_cases_are_valid_reference_transfers() -> None:
     machine = require("cpu")
     reference = load_registry().get("reference")
-    for _, pool in bench.BANDWIDTH_GEOMETRIES:
-        case = bench.bandwidth_case(pool, 2, Direction.LOAD_BACK, HostLayout.PAGE_FIRST, "reference", 1)
-        assert len(case.host_indices) == bench.BANDWIDTH_PAGES * bench.BANDWIDTH_PAGE_SIZE
-        assert bench._accepted_variant(case, reference, machine) is not None
-        assert bench.moved_bytes(case) == len(case.host_indices) * 2 * sum(pool.row_bytes(c) for c in pool.components)
+    for _, pool in bench_measure.BANDWIDTH_GEOMETRIES:
+        case = bench_measure.bandwidth_case(pool, 2, Direction.LOAD_BACK, HostLayout.PAGE_FIRST, "reference", 1)
+        assert len(case.host_indices) == bench_measure.BANDWIDTH_PAGES * bench_measure.BANDWIDTH_PAGE_SIZE
+        assert bench_measure._accepted_variant(case, reference, machine) is not None
+        row_bytes = sum(pool.row_bytes(c) for c in pool.components)
+        assert bench_measure.moved_bytes(case) == len(case.host_indices) * 2 * row_bytes
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: --gpu would measure it")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.commands.cli import load_known_failures
+from hicache_fuzz.harness.campaign.options import load_known_failures
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = [ROOT / "reports/gpu/cli-campaign/report.json", ROOT / "reports/gpu/cli-campaign-spares/report.json"]

@@ -484,7 +484,7 @@ def test_cli_strict_scalarized_mutant_exits_1_with_json(
             "--json", str(report_path),
         ]
     )  # fmt: skip
-    assert isa.run(args) == isa.EXIT_CHECK_FAILED
+    assert isa.run(args) == isa.EXIT_FAILURES
     output = capsys.readouterr().out
     assert "isa: FAIL" in output and "are 32-bit, expected 64-bit" in output
     document = json.loads(report_path.read_text())

@@ -12,6 +12,7 @@ import pytest
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
 from hicache_fuzz.harness.campaign.merge import MergeError, corpus_files, merge_corpora, merge_reports, report_files
 from hicache_fuzz.harness.commands import cli
+from hicache_fuzz.harness.model import exit_codes
 from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
@@ -112,7 +113,7 @@ def test_two_real_shards_merge_to_the_unsharded_findings(tmp_path: Path) -> None
     corpora = [str(tmp_path / f"corpus-{k}-of-2") for k in range(2)]
     out = tmp_path / "merged"
     code = cli.main(["merge", *reports, "--corpus", *corpora, "--out", str(out), "--max-per-signature", "0"])
-    assert code == cli.EXIT_FAILURES
+    assert code == exit_codes.EXIT_FAILURES
     merged = json.loads((out / "report.json").read_text())
     assert sorted(merged["case_ids"]) == sorted(whole["case_ids"])
     assert merged["outcomes"] == whole["outcomes"]
@@ -149,12 +150,12 @@ def test_corpus_merge_deduplicates_caps_and_skips_journals(tmp_path: Path) -> No
 
 def test_bad_input_exits_2(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("[1, 2]")
-    assert cli.main(["merge", str(tmp_path / "bad.json"), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
-    assert cli.main(["merge", str(tmp_path / "missing.json"), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
+    assert cli.main(["merge", str(tmp_path / "bad.json"), "--out", str(tmp_path / "o")]) == exit_codes.EXIT_USAGE
+    assert cli.main(["merge", str(tmp_path / "missing.json"), "--out", str(tmp_path / "o")]) == exit_codes.EXIT_USAGE
     good = tmp_path / "good.json"
     good.write_text(json.dumps(report("0/1", 5, 1.0, 0, 5, [])))
-    assert cli.main(["merge", str(good), str(good), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
-    assert cli.main(["merge", str(good), "--out", str(tmp_path / "o")]) == cli.EXIT_CLEAN
+    assert cli.main(["merge", str(good), str(good), "--out", str(tmp_path / "o")]) == exit_codes.EXIT_USAGE
+    assert cli.main(["merge", str(good), "--out", str(tmp_path / "o")]) == exit_codes.EXIT_CLEAN
     # a clean campaign never creates its corpus folder: not an error
     assert cli.main(["merge", str(good), "--corpus", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 0
 
@@ -170,5 +171,5 @@ def test_report_folders_are_searched_without_a_shell_glob(tmp_path: Path) -> Non
     hidden.mkdir()
     (hidden / "r.json").write_text(json.dumps(report("0/2", 5, 1.0, 0, 11, [])))  # would overlap gw0
     assert [p.parent.name for p in report_files([tmp_path / "reports"])] == ["gw0", "gw1"]
-    assert cli.main(["merge", str(tmp_path / "reports"), "--out", str(tmp_path / "o")]) == cli.EXIT_CLEAN
+    assert cli.main(["merge", str(tmp_path / "reports"), "--out", str(tmp_path / "o")]) == exit_codes.EXIT_CLEAN
     assert json.loads((tmp_path / "o" / "report.json").read_text())["cases"] == 10

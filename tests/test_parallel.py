@@ -10,6 +10,7 @@ import pytest
 from hicache_fuzz.harness.campaign import parallel
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
 from hicache_fuzz.harness.commands import cli
+from hicache_fuzz.harness.model import exit_codes
 from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
@@ -114,7 +115,7 @@ def test_fuzz_workers_cli_runs_the_unsharded_case_set(tmp_path: Path) -> None:
                      str(tmp_path / "corpus"), "--json", str(out), "--record-case-ids", "--platform", "cpu",
                      "--isolate", "yes"])  # the isolating worker starts while the shard probes its backends
     merged = json.loads(out.read_text())
-    assert code == (cli.EXIT_FAILURES if merged["unique_failures"] else cli.EXIT_CLEAN)
+    assert code == (exit_codes.EXIT_FAILURES if merged["unique_failures"] else exit_codes.EXIT_CLEAN)
     assert merged["shards"] == ["1/4", "3/4"]  # node shard 1/2, split over two workers
     assert sorted(merged["case_ids"]) == sorted(campaign(9, (1, 2)).case_ids)
     assert merged["cases"] == 9

@@ -23,15 +23,15 @@ without atheris wheels), both say so and exit 3.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hicache_fuzz.harness.model.exit_codes import EXIT_UNAVAILABLE
+
 T = TypeVar("T")
 
-EXIT_UNAVAILABLE = 3
 
 
 class FuzzFailure(AssertionError):
@@ -146,30 +146,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     atheris.Setup([sys.argv[0], *libfuzzer_args], target)
     atheris.Fuzz()  # never returns: libFuzzer exits (0 when -runs/-max_total_time end, 1 on a failure)
     return 0
-
-
-# ---- the `atheris` subcommand ------------------------------------------------------------------------------
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_our_arguments(parser)
-    parser.add_argument("libfuzzer_args", nargs=argparse.REMAINDER,
-                        help="libFuzzer flags and corpus directories, after `--` (e.g. -- -runs=100 dir)")
-
-
-def run(args: argparse.Namespace) -> int:
-    reason = atheris_unavailable_reason()
-    if reason:
-        print(f"hicache-fuzz atheris: unavailable: {reason}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    forwarded = ["--backend", args.backend, "--platform", args.platform, "--byte-budget", str(args.byte_budget)]
-    for plugin in args.backend_plugin:
-        forwarded += ["--backend-plugin", plugin]
-    if args.corpus is not None:
-        forwarded += ["--corpus", str(args.corpus)]
-    libfuzzer_args = [a for a in args.libfuzzer_args if a != "--"]
-    # A child process, so that hicache_fuzz's modules are imported under atheris' coverage instrumentation.
-    command = [sys.executable, "-m", "hicache_fuzz.harness.campaign.atheris_entry", *forwarded, *libfuzzer_args]
-    return subprocess.run(command, check=False).returncode
 
 
 if __name__ == "__main__":

@@ -20,17 +20,15 @@ count of non-plain features), which makes the loop terminate. Failures found by 
 by Hypothesis itself (:func:`hicache_fuzz.harness.campaign.strategies.find_failure`) and then go through the same
 passes.
 
-Also the ``minimize`` subcommand: ``hicache-fuzz minimize <reproducer files or dirs> [--json report]``.
+The ``minimize`` subcommand (:mod:`hicache_fuzz.harness.commands.minimize`) runs this on reproducer files.
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.campaign.signature import signature
@@ -439,97 +437,3 @@ def campaign_minimizer(executor: Any, max_runs: int = DEFAULT_MAX_RUNS,
         return done.case, done.result, {"minimized": done.to_dict()}
 
     return shrink
-
-
-# ---- the `minimize` subcommand ----------------------------------------------------------------------------
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from hicache_fuzz.harness.commands.cli import add_common
-
-    add_common(parser)
-    parser.add_argument("paths", nargs="+", type=Path, help="reproducer files, or directories of them")
-    parser.add_argument("--corpus", default="fuzz-out/minimized",
-                        help="minimized reproducers (JSON + repro script) go here (default: %(default)s)")
-    parser.add_argument("--max-runs", type=int, default=DEFAULT_MAX_RUNS, help="candidate runs per case")
-    parser.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS, help="seconds per case")
-    parser.add_argument("--json", metavar="PATH", help="write sizes before/after and ratios as JSON")
-    parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto")
-    parser.add_argument("--case-timeout", type=float, default=60.0)
-
-
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per backend and overall: files, median minimized/original ratios of index entries and bytes, fixpoints."""
-    def median(values: list[float]) -> float:
-        ordered = sorted(values)
-        mid = len(ordered) // 2
-        return round(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2, 6)
-
-    done = [r for r in rows if "ratio" in r]
-    groups: dict[str, list[dict[str, Any]]] = {"all": done}
-    for row in done:
-        groups.setdefault(row["signature"].rsplit("-", 2)[0], []).append(row)
-    out: dict[str, Any] = {}
-    for name, members in sorted(groups.items()):
-        if not members:
-            continue
-        out[name] = {
-            "files": len(members),
-            "signatures": len({m["signature"] for m in members}),
-            "median_ratio_indices": median([m["ratio"]["indices"] for m in members]),
-            "median_ratio_bytes": median([m["ratio"]["bytes"] for m in members]),
-            "median_minimized_indices": median([m["minimized"]["indices"] for m in members]),
-            "median_minimized_bytes": median([m["minimized"]["bytes"] for m in members]),
-            "fixpoint": sum(1 for m in members if m["fixpoint"]),
-        }
-    return out
-
-
-def run(args: argparse.Namespace) -> int:
-    """Exit 0: every input reproduced its failure and was minimized; 1: some input no longer fails."""
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
-    from hicache_fuzz.harness.campaign.reproducer import save_reproducer
-    from hicache_fuzz.harness.commands import cli
-    from hicache_fuzz.harness.pipeline.executor import Executor
-
-    machine = cli.machine_for(args)
-    registry = cli.registry_for(args)
-    try:
-        entries = [load_entry(path) for path in iter_case_files(args.paths)]
-    except CorpusError as exc:
-        raise cli.UsageError(str(exc)) from None
-    if not entries:
-        raise cli.UsageError(f"no reproducer files under {', '.join(map(str, args.paths))}")
-    corpus = Path(args.corpus)
-    rows: list[dict[str, Any]] = []
-    not_failing = 0
-    executors: dict[str, Executor] = {}
-    try:
-        for entry in entries:
-            backend = cli.available_backend(registry, entry.case.backend, machine)
-            if backend.name not in executors:
-                executors[backend.name] = cli.make_executor([backend], registry, machine, args, None)
-            executor = executors[backend.name]
-            try:
-                done = minimize(entry.case, executor.run, max_runs=args.max_runs,
-                                max_seconds=args.max_seconds)
-            except NotFailing as exc:
-                not_failing += 1
-                print(f"SKIP {entry.path}: {exc}")
-                rows.append({"file": str(entry.path), "skipped": str(exc)})
-                continue
-            report = done.to_dict()
-            extra: dict[str, Any] = {"minimized": report}
-            if entry.expect == "fail":
-                extra["expect"] = "fail"
-            spec = f"{type(backend).__module__}:{type(backend).__qualname__}"
-            out = save_reproducer(corpus, done.case, done.result, extra, backend_class=spec)
-            rows.append({"file": str(entry.path), "output": str(out), **report})
-            print(f"{entry.path} [{done.signature}]: indices {done.original_size.indices} -> "
-                  f"{done.size.indices}, bytes {done.original_size.bytes} -> {done.size.bytes} "
-                  f"({done.runs} runs, {done.seconds:.1f} s{'' if done.fixpoint else ', budget spent'}) -> {out}")
-    finally:
-        for executor in executors.values():
-            executor.close()
-    if args.json:
-        write_json_atomic(Path(args.json), {"summary": summarize(rows), "results": rows})
-    return cli.EXIT_FAILURES if not_failing else cli.EXIT_CLEAN

@@ -38,16 +38,26 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+from hicache_fuzz.harness.model.exit_codes import (
+    EXIT_CLEAN,
+    EXIT_FAILURES,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    Unavailable,
+    UsageError,
+)
+
+if TYPE_CHECKING:  # the parent imports the campaign and pipeline layers (and torch) only when it runs
+    from hicache_fuzz.harness.campaign.options import CampaignOptions
+    from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
 
 # Workers per GPU for `--workers auto`. Measured on 2x H200 (reports/parallel/README.md): 2 workers per GPU ran
 # the same 406 cases at 21.5 cases/s against 22.6 with 1 per GPU, so a second worker on a GPU does not pay.
 AUTO_WORKERS_PER_GPU = 1
 WORKERS_PER_GPU_ENV = "HICACHE_FUZZ_WORKERS_PER_GPU"
 VISIBLE_DEVICES_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
-EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 LOG_TAIL_LINES = 15
 
 
@@ -58,7 +68,7 @@ class ParallelUsageError(ValueError):
 # ---- arguments ---------------------------------------------------------------------------------------------
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
-    """The fuzz subcommand's options for spreading a campaign (added by cli.add_fuzz_arguments)."""
+    """The fuzz subcommand's options for spreading a campaign (added by the fuzz command's add_arguments)."""
     parser.add_argument("--workers", default="1", metavar="N|auto",
                         help="worker processes, spread round-robin over the GPUs (CUDA_VISIBLE_DEVICES / "
                              "HIP_VISIBLE_DEVICES per worker); auto: GPUs x "
@@ -228,37 +238,46 @@ class ShardJob:
         return cls(**data)
 
 
-def _cli_namespace(job: ShardJob) -> argparse.Namespace:
-    """The attributes cli's helpers read from parsed arguments."""
-    return argparse.Namespace(platform=job.platform, backend_plugin=job.plugins, isolate=job.isolate,
-                              case_timeout=job.case_timeout)
+def shard_job(kind: str, backends: list[str], options: CampaignOptions, execution: ExecutionOptions,
+              record_case_ids: bool = False, warm_up: bool = True) -> ShardJob:
+    """The job every worker of a node campaign starts from (run_parallel fills in worker, device, paths)."""
+    return ShardJob(platform=kind, backends=list(backends), plugins=list(execution.backend_plugins),
+                    seed=options.seed, runs_total=options.max_cases, max_seconds=options.max_seconds,
+                    corpus=str(options.corpus), journal="", report="", shard=options.shard,
+                    start_index=options.start_index, byte_budget=options.byte_budget, isolate=execution.isolate,
+                    case_timeout=execution.case_timeout, stop_on_failure=options.stop_on_first_failure,
+                    record_case_ids=record_case_ids, minimize=options.minimize, warm_up=warm_up,
+                    known_signatures=dict(options.known_signatures))
 
 
-def _case_space(job: ShardJob) -> Any:
-    from hicache_fuzz.harness.model.space import CaseSpace
+def _campaign_options(job: ShardJob, max_cases: int | None) -> CampaignOptions:
+    """This worker's campaign: its share of the node's cases, its shard of the node's shard."""
+    from hicache_fuzz.harness.campaign.options import CampaignOptions
 
-    return CaseSpace() if job.byte_budget is None else CaseSpace(byte_budget=job.byte_budget)
+    return CampaignOptions(job.seed, max_cases, job.max_seconds, Path(job.corpus),
+                           worker_shard(job.shard, job.worker, job.workers), job.start_index, job.byte_budget,
+                           job.stop_on_failure, job.known_signatures, job.minimize, job.record_case_ids)
 
 
 # ---- worker side: prepare and shard ------------------------------------------------------------------------
 
 def prepare(job: ShardJob) -> dict[str, Any]:
     """Resolve the backends and warm sglang's JIT cache; runs in a child pinned to the first device."""
-    from hicache_fuzz.harness.commands import cli
+    from hicache_fuzz.harness.pipeline.setup import auto_backends, available_backend, machine_for, registry_for
 
-    args = _cli_namespace(job)
-    machine = cli.machine_for(args)
-    registry = cli.registry_for(args)
+    machine = machine_for(job.platform)
+    registry = registry_for(job.plugins)
     if job.backends:
-        backends = [cli.available_backend(registry, name, machine) for name in job.backends]
+        backends = [available_backend(registry, name, machine) for name in job.backends]
     else:
-        backends = cli.auto_backends(registry, machine)
+        backends = auto_backends(registry, machine)
     warm_up_seconds = 0.0
     compiled: dict[str, float] = {}
     if job.warm_up and machine.platform.kind != "cpu" and any(hasattr(b, "compile_jobs") for b in backends):
         from hicache_fuzz.kernels import sglang_backends, sglang_common
 
-        warm_up_seconds = sglang_backends.warm_up_backends(backends, machine.platform, _case_space(job))
+        space = _campaign_options(job, None).space()
+        warm_up_seconds = sglang_backends.warm_up_backends(backends, machine.platform, space)
         compiled = dict(sglang_common.compiled_keys)
     return {"backends": [b.name for b in backends], "platform": machine.description,
             "warm_up_seconds": round(warm_up_seconds, 3), "compiled_modules": compiled,
@@ -267,16 +286,14 @@ def prepare(job: ShardJob) -> dict[str, Any]:
 
 def run_shard(job: ShardJob) -> dict[str, Any]:
     """Run one shard of the campaign in this process and return its report (as JSON data)."""
-    from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
-    from hicache_fuzz.harness.commands import cli
+    from hicache_fuzz.harness.campaign.options import run_from_options
     from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
+    from hicache_fuzz.harness.pipeline.setup import available_backend, machine_for, needs_worker, registry_for
     from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
-    args = _cli_namespace(job)
-    machine = cli.machine_for(args)
-    registry = cli.registry_for(args)
-    isolate = job.isolate == "yes" or (job.isolate == "auto" and any(
-        registry.get(name).needs_isolation for name in job.backends))
+    machine = machine_for(job.platform)
+    registry = registry_for(job.plugins)
+    isolate = needs_worker([registry.get(name) for name in job.backends], job.isolate)
     started = time.perf_counter()
     executor: Executor
     starting: list[BaseException] = []
@@ -293,7 +310,7 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
     else:
         executor = InProcessExecutor(registry, machine)
     try:
-        backends = [cli.available_backend(registry, name, machine) for name in job.backends]
+        backends = [available_backend(registry, name, machine) for name in job.backends]
         if isolate:
             starter.join()
             if starting:
@@ -301,14 +318,7 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
         startup_seconds = time.perf_counter() - started
         max_cases = (None if job.runs_total is None else worker_case_budget(
             job.runs_total, len(backends), job.shard, job.worker, job.workers, job.start_index))
-        config = CampaignConfig([b.name for b in backends], job.seed, max_cases, job.max_seconds, Path(job.corpus),
-                                worker_shard(job.shard, job.worker, job.workers), job.start_index,
-                                _case_space(job), job.stop_on_failure, known_signatures=job.known_signatures)
-        if job.minimize:
-            from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
-
-            config.minimizer = campaign_minimizer(executor)
-        report = run_campaign(config, backends, machine.platform, executor, record_case_ids=job.record_case_ids)
+        report = run_from_options(_campaign_options(job, max_cases), backends, machine.platform, executor)
     finally:
         if isolate:
             starter.join()
@@ -331,7 +341,6 @@ def _start_worker(worker: Any, errors: list[BaseException]) -> None:
 
 def _worker_main(argv: list[str] | None = None) -> int:
     """``python -m hicache_fuzz.harness.campaign.parallel {prepare,shard} JOB.json``: writes the job's report file."""
-    from hicache_fuzz.harness.commands import cli
     from hicache_fuzz.harness.pipeline.worker import WorkerError
 
     parser = argparse.ArgumentParser(prog="hicache_fuzz.harness.campaign.parallel")
@@ -341,12 +350,14 @@ def _worker_main(argv: list[str] | None = None) -> int:
     job = ShardJob.from_dict(json.loads(parsed.job.read_text()))
     try:
         data = prepare(job) if parsed.step == "prepare" else run_shard(job)
-    except cli.UsageError as exc:
+    except UsageError as exc:
         print(f"hicache-fuzz worker: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (cli.Unavailable, WorkerError) as exc:
+    except (Unavailable, WorkerError) as exc:
         print(f"hicache-fuzz worker: unavailable: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+
     write_json_atomic(Path(job.report), data)
     return EXIT_FAILURES if data.get("new_failure_signatures") else EXIT_CLEAN
 
@@ -363,6 +374,8 @@ class _Child:
 
 def _spawn(step: str, job: ShardJob, job_file: Path, log: Path, kind: str,
            thread_count: int) -> subprocess.Popen[bytes]:
+    from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+
     write_json_atomic(job_file, job.to_dict())
     env = dict(os.environ)
     env.update(pinning_env(kind, job.device))
@@ -478,44 +491,6 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
         if exit_code == EXIT_CLEAN and merged["new_failure_signatures"]:
             exit_code = EXIT_FAILURES
     return ParallelRun(merged, prepared, exit_code, workers, devices, time.perf_counter() - started, problems)
-
-
-def run_parallel_fuzz(args: argparse.Namespace) -> int:
-    """The fuzz subcommand with --workers other than 1 (cli.run_fuzz hands over here)."""
-    from hicache_fuzz.harness.campaign.merge import describe
-    from hicache_fuzz.harness.commands import cli
-
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    print(f"hicache-fuzz: seed {seed}", flush=True)
-    if args.runs is None and args.max_total_time is None:
-        raise cli.UsageError("give a budget: --runs N and/or --max-total-time SECONDS")
-    node_shard = cli.parse_shard(args.shard)
-    kind = accelerator_kind() if args.platform == "auto" else args.platform
-    devices = visible_devices(kind)
-    if kind != "cpu" and not devices:
-        raise cli.Unavailable(f"platform {kind} requested but no {kind} device is visible")
-    try:
-        workers = resolve_worker_count(args.workers, kind, devices)
-    except ParallelUsageError as exc:
-        raise cli.UsageError(str(exc)) from None
-    corpus = Path(args.corpus)
-    run_dir = corpus / ".parallel" / time.strftime("%Y%m%d-%H%M%S")
-    base = ShardJob(platform=kind, backends=list(args.backend), plugins=list(args.backend_plugin), seed=seed,
-                    runs_total=args.runs, max_seconds=args.max_total_time, corpus=str(corpus), journal="",
-                    report="", shard=node_shard, start_index=args.start_index, byte_budget=args.byte_budget,
-                    isolate=args.isolate,
-                    case_timeout=args.case_timeout, stop_on_failure=args.stop_on_failure,
-                    record_case_ids=args.record_case_ids, minimize=args.minimize, warm_up=not args.no_warm_up,
-                    known_signatures=cli.load_known_failures(args.known))
-    per_device = f"{workers / len(devices):g} per GPU on {', '.join(devices)}" if devices else "on the CPU"
-    print(f"platform: {kind}; {workers} workers ({per_device}); corpus {corpus}", flush=True)
-    outcome = run_parallel(base, workers, kind, devices, run_dir)
-    for problem in outcome.problems:
-        print(f"hicache-fuzz: {problem}", file=sys.stderr)
-    if outcome.merged:
-        print(describe(outcome.merged))
-        cli.print_json_or_write(outcome.merged, args.json)
-    return outcome.exit_code
 
 
 if __name__ == "__main__":

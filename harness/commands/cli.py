@@ -1,457 +1,53 @@
-"""The ``hicache-fuzz`` command line.
+"""The ``hicache-fuzz`` command line: wiring only.
 
-Exit codes (every subcommand): 0 clean, 1 failures found, 2 bad usage or bad input, 3 the requested
-platform or backend is unavailable. The seed of every campaign is printed first, so any run can be repeated.
+Exit codes (every subcommand, :mod:`hicache_fuzz.harness.model.exit_codes`): 0 clean, 1 failures found, 2 bad
+usage or bad input, 3 the requested platform or backend is unavailable. The seed of every campaign is
+printed first, so any run can be repeated.
 
-Subcommands live in small modules, each exposing ``add_arguments(parser)`` and ``run(args) -> int``; this
-file only wires them together and owns the three core ones (backends, fuzz, replay).
+Each subcommand is a small module exposing ``add_arguments(parser)`` and ``run(args) -> int``. Only the
+module of the subcommand being run is imported, so ``hicache-fuzz --help`` and argument errors answer
+without importing torch. A new subcommand is one module under ``harness/commands/`` and one row below.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
-import signal
 import sys
-import tempfile
-import time
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Sequence
 
-import torch
+from hicache_fuzz.harness.model.exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable, UsageError
 
-from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
-from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
-from hicache_fuzz.harness.campaign.reproducer import judge_replay
-from hicache_fuzz.harness.campaign.signature import signature
-from hicache_fuzz.harness.model.case import Case, CaseError
-from hicache_fuzz.harness.model.outcome import Result
-from hicache_fuzz.harness.model.platform import Machine, PlatformUnavailable, detect, require
-from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
-from hicache_fuzz.kernels.base import Backend
-from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
-
-EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
-
-# (name, module, help): modules expose add_arguments(parser) and run(args) -> int.
-SUBCOMMAND_MODULES: list[tuple[str, str, str]] = [
-    ("merge", "hicache_fuzz.harness.campaign.merge", "merge reports and corpora of workers or shards; write JUnit XML"),
-    ("isa", "hicache_fuzz.harness.isa.check", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
-    ("selftest", "hicache_fuzz.harness.commands.selftest", "every bug-zoo mutant must be killed; reference clean"),
-    ("bench", "hicache_fuzz.harness.commands.bench", "throughput, zoo time-to-kill, kernel bandwidth"),
-    ("minimize", "hicache_fuzz.harness.campaign.minimize", "shrink reproducers while keeping their failure signature"),
-    ("atheris", "hicache_fuzz.harness.campaign.atheris_entry", "coverage-guided fuzzing (atheris, libFuzzer flags)"),
-    ("gate", "hicache_fuzz.harness.commands.gate", "pre-merge gate: corpus replay + fixed-seed campaign + ISA checks"),
+_COMMANDS = "hicache_fuzz.harness.commands"
+# (name, module, help), in the order `--help` lists them.
+SUBCOMMANDS: list[tuple[str, str, str]] = [
+    ("backends", f"{_COMMANDS}.backends", "list backends, whether they can run here, and why not"),
+    ("fuzz", f"{_COMMANDS}.fuzz", "run a fuzz campaign"),
+    ("replay", f"{_COMMANDS}.replay", "replay case or reproducer files"),
+    ("merge", f"{_COMMANDS}.merge", "merge reports and corpora of workers or shards; write JUnit XML"),
+    ("isa", f"{_COMMANDS}.isa", "static ISA check of sglang's copy kernels (ROCm/CUDA)"),
+    ("selftest", f"{_COMMANDS}.selftest", "every bug-zoo mutant must be killed; reference clean"),
+    ("bench", f"{_COMMANDS}.bench", "throughput, zoo time-to-kill, kernel bandwidth"),
+    ("minimize", f"{_COMMANDS}.minimize", "shrink reproducers while keeping their failure signature"),
+    ("atheris", f"{_COMMANDS}.atheris", "coverage-guided fuzzing (atheris, libFuzzer flags)"),
+    ("gate", f"{_COMMANDS}.gate", "pre-merge gate: corpus replay + fixed-seed campaign + ISA checks"),
 ]
 
+RunCommand = Callable[[argparse.Namespace], int]
 
-class UsageError(Exception):
-    """Bad arguments or input: exit code 2."""
 
-
-class Unavailable(Exception):
-    """Requested platform or backend is not present: exit code 3."""
-
-
-# ---- shared helpers --------------------------------------------------------------------------------------
-
-def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--platform", default="auto", choices=["auto", "cpu", "cuda", "rocm"],
-                        help="platform to run on; a named platform that is absent exits 3 (default: best present)")
-    parser.add_argument("--backend-plugin", action="append", default=[], metavar="MODULE:CALLABLE",
-                        help="load extra backends from a callable returning Backend(s); repeatable")
-
-
-def machine_for(args: argparse.Namespace) -> Machine:
-    if args.platform == "auto":
-        return detect()
-    try:
-        return require(args.platform)
-    except PlatformUnavailable as exc:
-        raise Unavailable(str(exc)) from None
-
-
-def registry_for(args: argparse.Namespace) -> Registry:
-    try:
-        return load_registry(args.backend_plugin)
-    except (ImportError, ValueError, TypeError) as exc:
-        raise UsageError(f"--backend-plugin: {exc}") from None
-
-
-def available_backend(registry: Registry, name: str, machine: Machine) -> Backend:
-    try:
-        backend = registry.get(name)
-    except UnknownBackend as exc:
-        raise UsageError(str(exc)) from None
-    availability = backend.probe(machine.platform)
-    if not availability.available:
-        raise Unavailable(f"backend {name} is unavailable on {machine.description}: {availability.reason}")
-    return backend
-
-
-def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
-    """The best backends present: every available real-kernel backend on a GPU, else the CPU reference."""
-    if machine.platform.kind != "cpu":
-        real = [b for name in registry.names() if not (b := registry.get(name)).models_bug
-                and name != "reference" and b.probe(machine.platform).available]
-        if real:
-            return real
-    return [registry.get("reference")]
-
-
-def make_executor(backends: list[Backend], registry: Registry, machine: Machine, args: argparse.Namespace,
-                  journal_dir: Path | None, warm_up: bool = False) -> Executor:
-    isolate = getattr(args, "isolate", "auto")
-    if isolate == "yes" or (isolate == "auto" and any(b.needs_isolation for b in backends)):
-        from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
-
-        # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder.
-        journal = journal_dir if journal_dir is not None else Path(tempfile.mkdtemp(prefix="hicache-fuzz-journal-"))
-        # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
-        spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
-        return WorkerExecutor([b.name for b in backends], args.backend_plugin, machine.platform.kind,
-                              args.case_timeout, journal, warm_up=warm_up, spares=spares)
-    return InProcessExecutor(registry, machine)
-
-
-def background_compile_seconds() -> float:
-    """Seconds this process spent building grown menu rows in the background (0 if it built none)."""
-    from hicache_fuzz.kernels import sglang_common  # bookkeeping only: does not import sglang
-
-    return sglang_common.background_seconds
-
-
-def compiled_in_cases(found: dict[str, tuple[int, float]], top: int = 40) -> list[dict[str, Any]]:
-    """The JIT modules cases had to build or load themselves (outside the warm-up), costliest first: what to
-    add to a backend's compile_jobs when the compile share is high."""
-    rows = sorted(found.items(), key=lambda item: -item[1][1])[:top]
-    return [{"module": key, "processes": count, "seconds": round(seconds, 3)} for key, (count, seconds) in rows]
-
-
-class Checkpoint:
-    """Writes the campaign report (``"partial": true``) every `every` seconds and after each failure, so a
-    campaign killed from outside (a CI time limit, the OOM killer) still leaves its counts on disk. The
-    failures themselves are on disk already (saved as they are found)."""
-
-    def __init__(self, path: str | None, every: float = 10.0) -> None:
-        self.path = Path(path) if path else None
-        self.every = every
-        self.last = time.monotonic()
-
-    def __call__(self, report: CampaignReport, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.path is None or (not force and now - self.last < self.every):
-            return
-        self.last = now
-        write_json_atomic(self.path, {**report.to_dict(), "partial": True})
-
-
-class StopOnSignal:
-    """SIGTERM (what `timeout` and CI runners send) and SIGINT end the campaign after the case in flight,
-    and the final report is written as usual. A second signal falls back to the default behaviour."""
-
-    def __init__(self) -> None:
-        self.signal_name = ""
-        self._previous: dict[int, Any] = {}
-        for number in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(ValueError):  # not the main thread: no handler, budgets still apply
-                self._previous[number] = signal.signal(number, self._handle)
-
-    def _handle(self, number: int, frame: object) -> None:
-        self.signal_name = signal.Signals(number).name
-        self.restore()
-
-    def requested(self) -> bool:
-        return bool(self.signal_name)
-
-    def restore(self) -> None:
-        for number, previous in self._previous.items():
-            signal.signal(number, previous)
-        self._previous.clear()
-
-
-class Progress:
-    """One self-overwriting status line on a terminal; silent otherwise."""
-
-    def __init__(self, enabled: bool, every: float = 0.25) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.every = every
-        self.last = 0.0
-
-    def __call__(self, case: Case, result: Result, report: CampaignReport) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self.last < self.every:
-            return
-        self.last = now
-        sys.stderr.write(f"\r{report.cases} cases  {report.cases_per_second:,.0f}/s  "
-                         f"{report.failure_count} failures ({len(report.failures)} unique)  ")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-
-
-def print_json_or_write(data: Any, path: str | None) -> None:
-    if path:
-        write_json_atomic(Path(path), data)
-
-
-# ---- backends ---------------------------------------------------------------------------------------------
-
-def add_backends_arguments(parser: argparse.ArgumentParser) -> None:
-    add_common(parser)
-    parser.add_argument("--json", metavar="PATH", help="also write the table as JSON")
-
-
-def run_backends(args: argparse.Namespace) -> int:
-    machine = machine_for(args)
-    registry = registry_for(args)
-    rows = []
-    for name in registry.names():
-        backend = registry.get(name)
-        availability = backend.probe(machine.platform)
-        rows.append({"name": name, "available": availability.available, "reason": availability.reason,
-                     "models_bug": backend.models_bug, "description": backend.description})
-    print(f"platform: {machine.description}")
-    width = max(len(r["name"]) for r in rows)
-    for row in rows:
-        state = "available  " if row["available"] else "unavailable"
-        detail = row["reason"] if not row["models_bug"] else f"zoo mutant: {row['models_bug']}"
-        print(f"  {row['name']:<{width}}  {state}  {detail}")
-    print_json_or_write({"platform": machine.description, "backends": rows}, args.json)
-    return EXIT_CLEAN
-
-
-# ---- fuzz -------------------------------------------------------------------------------------------------
-
-def add_fuzz_arguments(parser: argparse.ArgumentParser) -> None:
-    add_common(parser)
-    parser.add_argument("--backend", action="append", default=[], metavar="NAME",
-                        help="backend to fuzz (repeatable); default: the best backends present")
-    parser.add_argument("--seed", type=int, help="campaign seed (default: random; always printed)")
-    parser.add_argument("--runs", type=int, help="stop after this many cases")
-    parser.add_argument("--max-total-time", type=float, help="stop after this many seconds")
-    parser.add_argument("--corpus", default="fuzz-out/corpus", help="failures are written here (default: %(default)s)")
-    parser.add_argument("--json", metavar="PATH", help="write the campaign report as JSON")
-    parser.add_argument("--shard", default="0/1", metavar="K/N", help="run shard K of N of the seed's case space")
-    parser.add_argument("--start-index", type=int, default=0, help="first case index (resume a campaign)")
-    parser.add_argument("--byte-budget", type=int, help="largest case in bytes (all storages)")
-    parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto",
-                        help="run cases in a worker process (auto: for backends that can crash the process)")
-    parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
-    parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
-    parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
-                        help="corpus files or folders whose expected failures (\"expect\": \"fail\") are known: "
-                             "failures with their signatures are counted and marked known, and only new ones "
-                             "make the exit status 1 (repeatable; e.g. corpus/sglang)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
-    from hicache_fuzz.harness.campaign.parallel import add_worker_arguments  # --workers (one process per GPU or more)
-
-    add_worker_arguments(parser)
-    parser.add_argument("--minimize", action="store_true",
-                        help="minimize the first case of each new failure signature before saving it")
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    try:
-        k_text, n_text = text.split("/")
-        k, n = int(k_text), int(n_text)
-    except ValueError:
-        raise UsageError(f"--shard {text!r}: expected K/N, e.g. 0/4") from None
-    if not (n >= 1 and 0 <= k < n):
-        raise UsageError(f"--shard {text!r}: need 0 <= K < N")
-    return k, n
-
-
-def run_fuzz(args: argparse.Namespace) -> int:
-    if getattr(args, "workers", "1") != "1":
-        from hicache_fuzz.harness.campaign.parallel import run_parallel_fuzz
-
-        return run_parallel_fuzz(args)
-    machine = machine_for(args)
-    registry = registry_for(args)
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    print(f"hicache-fuzz: seed {seed}", flush=True)
-    if args.runs is None and args.max_total_time is None:
-        raise UsageError("give a budget: --runs N and/or --max-total-time SECONDS")
-    backends = [available_backend(registry, n, machine) for n in args.backend] or auto_backends(registry, machine)
-    shard = parse_shard(args.shard)
-    space = CaseSpace() if args.byte_budget is None else CaseSpace(byte_budget=args.byte_budget)
-    corpus = Path(args.corpus)
-    print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
-          f"shard {shard[0]}/{shard[1]}; corpus {corpus}", flush=True)
-    config = CampaignConfig([b.name for b in backends], seed, args.runs, args.max_total_time, corpus, shard,
-                            args.start_index, space, args.stop_on_failure,
-                            known_signatures=load_known_failures(args.known))
-    # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
-    executor = make_executor(backends, registry, machine, args, corpus / ".journal", warm_up=True)
-    if args.minimize:
-        from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
-
-        config.minimizer = campaign_minimizer(executor)
-    progress = Progress(not args.no_progress)
-    checkpoint = Checkpoint(args.json)
-    stop = StopOnSignal()
-    config.should_stop = stop.requested
-
-    def on_result(case: Case, result: Result, report: CampaignReport) -> None:
-        progress(case, result, report)
-        checkpoint(report, force=result.outcome.is_failure)
-
-    wall_started = time.perf_counter()
-    try:
-        start = getattr(executor, "start", None)
-        if start is not None:  # worker start-up and JIT warm-up happen before the campaign clock starts
-            start()
-        report = run_campaign(config, backends, machine.platform, executor, on_result)
-    finally:
-        stop.restore()
-        progress.close()
-        executor.close()
-    if stop.signal_name:
-        print(f"hicache-fuzz: stopped by {stop.signal_name} after the case in flight; report complete so far",
-              flush=True)
-        report.extra["stopped_by"] = stop.signal_name
-    if hasattr(executor, "compile_seconds"):  # worker executors report JIT compile and worker start-up time
-        wall = time.perf_counter() - wall_started
-        report.extra.update(compile_seconds=round(executor.compile_seconds, 3),
-                            worker_startup_seconds=round(executor.startup_seconds, 3),
-                            worker_restarts=executor.restarts, spare_takeovers=executor.spares_used,
-                            spare_startup_seconds_in_background=round(executor.background_startup_seconds, 3),
-                            compiled_in_cases=compiled_in_cases(executor.compiled_in_cases),
-                            prefetch_compile_seconds=round(background_compile_seconds(), 3),
-                            wall_seconds=round(wall, 3),
-                            compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
-    print_campaign(report)
-    print_json_or_write(report.to_dict(), args.json)
-    return EXIT_FAILURES if report.new_failures else EXIT_CLEAN
-
-
-def load_known_failures(paths: list[Path]) -> dict[str, str]:
-    """signature -> file of every expected-failure entry under `paths` (fuzz --known)."""
-    for path in paths:
-        if not path.exists():
-            raise UsageError(f"--known {path}: no such file or folder")
-    return known_failures(load_entry(p) for p in iter_case_files(paths))
-
-
-def print_campaign(report: CampaignReport) -> None:
-    print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
-          f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
-    if "compile_seconds" in report.extra:
-        extra = report.extra
-        print(f"  wall {extra['wall_seconds']:.1f} s (worker start-up incl. JIT warm-up "
-              f"{extra['worker_startup_seconds']:.1f} s, {extra['worker_restarts']} restarts, "
-              f"{extra['spare_takeovers']} by a ready spare); JIT compile "
-              f"{extra['compile_seconds']:.1f} s = {extra['compile_share_of_wall']:.0%} of the wall")
-    for backend, counts in sorted(report.outcomes.items()):
-        listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        print(f"  {backend}: {listed}")
-    for backend in report.backends:
-        gaps = report.coverage.gaps(backend)
-        if gaps and report.outcomes.get(backend):
-            print(f"  coverage gaps of {backend} (never executed): {', '.join(gaps)}")
-        for bucket, why in report.coverage.exemptions.get(backend, {}).items():
-            print(f"  coverage of {backend}: {bucket} exempt ({why})")
-    if report.failures:
-        new = report.new_failures
-        print(f"{report.failure_count} failures, {len(report.failures)} unique, {len(new)} new:")
-        for failure in report.failures:
-            print(f"  [{failure.signature}] x{failure.count} {failure.summary}")
-            if failure.known:
-                print(f"      known: {failure.known}")
-            elif failure.file:
-                print(f"      reproducer: {failure.file}")
-    else:
-        print("no failures")
-
-
-# ---- replay -----------------------------------------------------------------------------------------------
-
-def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
-    add_common(parser)
-    parser.add_argument("paths", nargs="+", type=Path, help="case or reproducer files, or directories of them")
-    parser.add_argument("--backend", help="run every case on this backend instead of the one it names")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto")
-    parser.add_argument("--case-timeout", type=float, default=60.0)
-
-
-def run_replay(args: argparse.Namespace) -> int:
-    machine = machine_for(args)
-    registry = registry_for(args)
-    entries = []
-    try:
-        for path in iter_case_files(args.paths):
-            entries.append(load_entry(path))
-    except CorpusError as exc:
-        raise UsageError(str(exc)) from None
-    if not entries:
-        raise UsageError(f"no case files under {', '.join(map(str, args.paths))}")
-    if args.backend:
-        available_backend(registry, args.backend, machine)
-    rows: list[dict[str, Any]] = []
-    failures = 0
-    executors: dict[str, Executor] = {}
-    try:
-        for entry in entries:
-            case = entry.case if not args.backend else entry.case.replace(backend=args.backend)
-            row: dict[str, Any] = {"file": str(entry.path), "case_id": case.case_id, "backend": case.backend}
-            skip = registry.unavailable_reason(case.backend, machine.platform)
-            if skip:
-                row.update(outcome="skipped", reason=skip)
-                print(f"SKIP {entry.path}: {skip}")
-                rows.append(row)
-                continue
-            backend = registry.get(case.backend)
-            if case.backend not in executors:
-                executors[case.backend] = make_executor([backend], registry, machine, args, None)
-            result = executors[case.backend].run(case)
-            row.update(result.to_dict(), signature=signature(result, case) if result.outcome.is_failure else "")
-            if entry.observed is not None:
-                row["observed_before"] = entry.observed.outcome.value
-            # An entry marked "expect": "fail" (a known bug) passes the replay by failing with its signature.
-            judged = judge_replay(entry.expect if not args.backend else "pass", entry.signature, result, case)
-            verdict = judged.label
-            row["verdict"] = judged.label
-            failures += not judged.ok
-            first_line = result.summary.splitlines()[0] if result.summary else ""
-            print(f"{verdict} {entry.path} [{case.backend}] {result.outcome.value}: {first_line}")
-            rows.append(row)
-    finally:
-        for executor in executors.values():
-            executor.close()
-    skipped = sum(1 for r in rows if r.get("outcome") == "skipped")
-    print(f"{len(rows) - skipped - failures} passed, {failures} failed, {skipped} skipped")
-    print_json_or_write({"results": rows}, args.json)
-    return EXIT_FAILURES if failures else EXIT_CLEAN
-
-
-# ---- wiring -----------------------------------------------------------------------------------------------
-
-CORE_COMMANDS = [
-    ("backends", add_backends_arguments, run_backends, "list backends, whether they can run here, and why not"),
-    ("fuzz", add_fuzz_arguments, run_fuzz, "run a fuzz campaign"),
-    ("replay", add_replay_arguments, run_replay, "replay case or reproducer files"),
-]
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `only`, just those subcommands get their options (and their modules imported)."""
     parser = argparse.ArgumentParser(
         prog="hicache-fuzz",
         description="Differential testing and fuzzing of SGLang's HiCache KV-cache transfer kernels. "
                     "Exit codes: 0 clean, 1 failures found, 2 bad usage or input, 3 platform/backend unavailable.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, add_arguments, run, help_text in CORE_COMMANDS:
+    for name, module_name, help_text in SUBCOMMANDS:
         command = sub.add_parser(name, help=help_text, description=help_text)
-        add_arguments(command)
-        command.set_defaults(run=run)
-    for name, module_name, help_text in SUBCOMMAND_MODULES:
-        command = sub.add_parser(name, help=help_text, description=help_text)
+        if only is not None and name not in only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
@@ -462,18 +58,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _broken(module_name: str, exc: ImportError) -> Any:
+def _chosen_command(argv: Sequence[str]) -> list[str]:
+    """The subcommand named on the command line (the first word not starting with a dash), if any."""
+    return [word for word in argv if not word.startswith("-")][:1]
+
+
+def _broken(module_name: str, exc: ImportError) -> RunCommand:
     def run(args: argparse.Namespace) -> int:
         raise Unavailable(f"{module_name} failed to import: {exc}")
     return run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=_chosen_command(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
+    import torch
+
+    from hicache_fuzz.harness.campaign.corpus import CorpusError
+    from hicache_fuzz.harness.model.case import CaseError
+
     # The pipeline's CPU work is many small tensor ops, where intra-op threads cost more than they give
     # (measured ~20x on small cases); parallelism comes from worker processes instead.
     torch.set_num_threads(int(os.environ.get("HICACHE_FUZZ_TORCH_THREADS", "1")))
@@ -489,5 +96,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-

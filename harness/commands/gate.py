@@ -32,49 +32,18 @@ corpus folder, malformed corpus file); 3 unavailable (the requested platform is 
 backend can run on the GPU, the worker process cannot start, or an ISA check was skipped without
 ``--allow-skip-isa``). Findings win over 3: a gate that found a bug exits 1.
 """
-
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import math
 import shutil
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry, iter_case_files, load_entry, write_json_atomic
-from hicache_fuzz.harness.campaign.junit import JUnitCase, write_junit
-from hicache_fuzz.harness.campaign.loop import CampaignConfig, known_failures, run_campaign
-from hicache_fuzz.harness.campaign.reproducer import judge_replay, save_reproducer
-from hicache_fuzz.harness.campaign.signature import signature
-from hicache_fuzz.harness.commands.cli import (
-    EXIT_CLEAN,
-    EXIT_FAILURES,
-    EXIT_UNAVAILABLE,
-    Unavailable,
-    UsageError,
-    auto_backends,
-    available_backend,
-    machine_for,
-    make_executor,
-    registry_for,
-)
-from hicache_fuzz.harness.isa import check as isa
-from hicache_fuzz.harness.isa import fetch as isa_fetch
-from hicache_fuzz.harness.model.outcome import Result
-from hicache_fuzz.harness.model.platform import Machine
-from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.harness.pipeline.executor import Executor
-from hicache_fuzz.harness.pipeline.worker import WorkerError
-from hicache_fuzz.kernels.base import Backend
-from hicache_fuzz.kernels.registry import Registry
+from hicache_fuzz.harness.campaign.junit import write_junit
+from hicache_fuzz.harness.commands.gate_report import GateReport, junit_cases, one_line, render_markdown
+from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 
-GATE_FORMAT = "hicache-fuzz-gate"
-GATE_FORMAT_VERSION = 1
 # A fixed default so that a PR gate is derandomized (anchors.md 4: "do derandomize PR CI"); the nightly
 # campaign is where random seeds belong.
 DEFAULT_SEED = 20260610
@@ -87,481 +56,15 @@ DEFAULT_BUDGET_SECONDS = 300.0
 # and a JIT compile (8-10 s) per new kernel configuration inside the campaign: 6 sglang backends x 5 cases
 # took 141 s on an H200 from a cold JIT cache (0.2 cases/s), so the GPU rate assumes mostly-cold compiles.
 PLANNING_CASES_PER_SECOND: dict[str, float] = {"cpu": 5.0, "cuda": 0.25, "rocm": 0.25}
-# ROCm's own clang (LLVM >= 19 in ROCm 6.3+) has the AMDGPU backend; used when clang-19 is not on PATH.
-ROCM_ROOT = Path("/opt/rocm")
-ROCM_BUNDLED_CLANG = ROCM_ROOT / "llvm" / "bin" / "clang"
 # Subfolders of --artifacts the gate owns and clears at start, so CI never uploads a previous run's files.
 ARTIFACT_SUBFOLDERS = ("campaign", "replay", "isa", "worker-journal")
 
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
-EXPECTED, UNEXPECTED_PASS = "expected", "unexpected_pass"  # replay of an entry marked "expect": "fail"
-BUDGET_EXCEEDED = "budget_exceeded"  # a campaign that did not finish its planned cases within the cap
-# judge_replay's labels -> the gate's replay statuses.
-REPLAY_STATUS = {"PASS": PASSED, "FAIL": FAILED, "XFAIL": EXPECTED, "XPASS": UNEXPECTED_PASS,
-                 "FAIL-OTHER": FAILED}
-
-
-# ---- results --------------------------------------------------------------------------------------------
-
-@dataclass
-class ReplayRow:
-    file: str  # as given (relative to the corpus folder's parent when that is how it was named)
-    case_id: str
-    backend: str
-    status: str  # passed | failed | expected | unexpected_pass | skipped
-    outcome: str = ""  # the Outcome value observed ("" when skipped)
-    signature: str = ""
-    expected: str = ""  # "fail [signature]" for an expected-failing regression ("" for a plain entry)
-    reason: str = ""  # why skipped, or what went wrong, in one line
-    artifact: str = ""  # reproducer written under --artifacts for a failure
-    seconds: float = 0.0
-
-
-@dataclass
-class CampaignRow:
-    backend: str
-    planned_cases: int
-    cases: int
-    status: str  # passed | failed | budget_exceeded
-    outcomes: dict[str, int] = field(default_factory=dict)
-    failures: list[dict[str, Any]] = field(default_factory=list)  # one per unique NEW signature (findings)
-    # failures whose signature a corpus entry marked "expect": "fail" already records (not findings)
-    known_failures: list[dict[str, Any]] = field(default_factory=list)
-    case_ids_sha256: str = ""  # digest of the case ids run, in order: equal digests = equal cases
-    first_index: int = 0
-    seconds: float = 0.0
-
-
-@dataclass
-class IsaRow:
-    name: str  # e.g. "rocm gfx942 strict"
-    platform: str
-    arch: str
-    strict: bool
-    status: str  # passed | failed | skipped
-    kernels: int = 0
-    failing: int = 0
-    reason: str = ""  # why skipped, or the first failures
-    sglang_version: str = ""  # of the kernel sources checked
-    report_json: str = ""
-    seconds: float = 0.0
-
-
-@dataclass
-class GateReport:
-    platform: str
-    machine: str
-    seed: int
-    budget_seconds: float
-    cases_per_backend: int
-    command: str
-    allow_skip_isa: bool
-    corpus_dirs: list[str]
-    replay: list[ReplayRow] = field(default_factory=list)
-    campaign: list[CampaignRow] = field(default_factory=list)
-    isa: list[IsaRow] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall seconds (never in the verdict)
-
-    # A finding is anything a human must look at; a skipped ISA check is not a finding but is not green.
-    def findings(self) -> list[str]:
-        lines = [f"corpus {r.file}: {r.status} ({r.reason})" for r in self.replay
-                 if r.status in (FAILED, UNEXPECTED_PASS)]
-        for row in self.campaign:
-            if row.status == BUDGET_EXCEEDED:
-                lines.append(f"campaign {row.backend}: budget exceeded after {row.cases} of "
-                             f"{row.planned_cases} planned cases")
-            lines.extend(f"campaign {row.backend}: [{f['signature']}] x{f['count']} {f['summary']}"
-                         for f in row.failures)
-        lines.extend(f"isa {r.name}: {r.reason}" for r in self.isa if r.status == FAILED)
-        return lines
-
-    def isa_skipped_unallowed(self) -> list[IsaRow]:
-        return [] if self.allow_skip_isa else [r for r in self.isa if r.status == SKIPPED]
-
-    @property
-    def exit_code(self) -> int:
-        if self.findings():
-            return EXIT_FAILURES
-        if self.isa_skipped_unallowed():
-            return EXIT_UNAVAILABLE
-        return EXIT_CLEAN
-
-    @property
-    def status(self) -> str:
-        return {EXIT_CLEAN: "pass", EXIT_FAILURES: "fail", EXIT_UNAVAILABLE: "incomplete"}[self.exit_code]
-
-    def verdict(self) -> dict[str, Any]:
-        """Everything the pass/fail decision rests on, and nothing that depends on speed or paths run."""
-        return {
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "platform": self.platform,
-            "seed": self.seed,
-            "budget_seconds": self.budget_seconds,
-            "cases_per_backend": self.cases_per_backend,
-            "replay": [{"file": r.file, "case_id": r.case_id, "backend": r.backend, "status": r.status,
-                        "outcome": r.outcome, "signature": r.signature} for r in self.replay],
-            "campaign": [{"backend": r.backend, "planned_cases": r.planned_cases, "cases": r.cases,
-                          "status": r.status, "outcomes": dict(sorted(r.outcomes.items())),
-                          "failure_signatures": sorted(f["signature"] for f in r.failures),
-                          "known_failure_signatures": sorted(f["signature"] for f in r.known_failures),
-                          "case_ids_sha256": r.case_ids_sha256} for r in self.campaign],
-            "isa": [{"name": r.name, "status": r.status, "kernels": r.kernels, "failing": r.failing,
-                     "sglang": r.sglang_version} for r in self.isa],
-            "findings": self.findings(),
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": GATE_FORMAT,
-            "version": GATE_FORMAT_VERSION,
-            "command": self.command,
-            "machine": self.machine,
-            "corpus_dirs": self.corpus_dirs,
-            "allow_skip_isa": self.allow_skip_isa,
-            "verdict": self.verdict(),
-            "replay": [asdict(r) for r in self.replay],
-            "campaign": [asdict(r) for r in self.campaign],
-            "isa": [asdict(r) for r in self.isa],
-            "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
-        }
-
-
-# ---- planning -------------------------------------------------------------------------------------------
 
 def planned_cases_per_backend(budget_seconds: float, platform_kind: str, backend_count: int) -> int:
     """The fixed campaign size for a budget: a pure function of the inputs, never of measured speed."""
     rate = PLANNING_CASES_PER_SECOND[platform_kind]
     return max(1, math.floor(budget_seconds * rate / max(1, backend_count)))
 
-
-def campaign_backends(registry: Registry, machine: Machine, names: list[str]) -> list[Backend]:
-    """--backend names, else the platform's set: the CPU reference on cpu, every real kernel on a GPU."""
-    if names:
-        return [available_backend(registry, name, machine) for name in names]
-    backends = auto_backends(registry, machine)
-    if machine.platform.kind != "cpu" and [b.name for b in backends] == ["reference"]:
-        # auto_backends falls back to the reference; a GPU gate that tested no GPU kernel must not be green.
-        reasons = "; ".join(f"{name}: {registry.get(name).probe(machine.platform).reason}"
-                            for name in registry.names()
-                            if name != "reference" and not registry.get(name).models_bug)
-        raise Unavailable(f"no real-kernel backend can run on {machine.description} ({reasons or 'none installed'})")
-    return backends
-
-
-# ---- 1. corpus replay -----------------------------------------------------------------------------------
-
-def replay_corpus(entries: list[CorpusEntry], registry: Registry, machine: Machine,
-                  executor_args: argparse.Namespace, artifacts: Path) -> list[ReplayRow]:
-    """Replay every entry; one executor (one worker process on a GPU) serves all runnable backends, so
-    sglang is imported once rather than once per backend."""
-    rows = [_replay_row(entry) for entry in entries]
-    backends = sorted({r.backend for r in rows})
-    skip_reasons = {name: registry.unavailable_reason(name, machine.platform) for name in backends}
-    for row in rows:
-        row.reason = skip_reasons[row.backend]  # stays only on the skipped rows; run rows get their own
-    runnable = {name: registry.get(name) for name, reason in skip_reasons.items() if not reason}
-    if not runnable:
-        return rows
-    journal = artifacts / "worker-journal" / "replay"
-    executor = make_executor(list(runnable.values()), registry, machine, executor_args, journal)
-    try:
-        for entry, row in zip(entries, rows, strict=True):
-            if row.backend in runnable:
-                _replay_one(entry, row, executor, artifacts)
-    finally:
-        executor.close()
-    return rows
-
-
-def _replay_row(entry: CorpusEntry) -> ReplayRow:
-    expected = f"fail [{entry.signature}]" if entry.expect == "fail" else ""
-    return ReplayRow(str(entry.path), entry.case.case_id, entry.case.backend, SKIPPED, expected=expected)
-
-
-def _replay_one(entry: CorpusEntry, row: ReplayRow, executor: Executor, artifacts: Path) -> None:
-    case = entry.case
-    started = time.perf_counter()
-    result = executor.run(case)
-    row.seconds = round(time.perf_counter() - started, 3)
-    row.outcome = result.outcome.value
-    row.signature = signature(result, case) if result.outcome.is_failure else ""
-    # The corpus format's own judgement (docs/reproducers.md): "fail" entries must fail with their recorded
-    # signature; a pass (XPASS) or a different failure needs a human, exactly like a plain entry failing.
-    judged = judge_replay(entry.expect, entry.signature, result, case)
-    row.status = REPLAY_STATUS[judged.label]
-    row.reason = judged.detail if judged.label != "FAIL" else _first_line(result) or judged.detail
-    if row.status in (FAILED, UNEXPECTED_PASS):
-        row.artifact = str(save_reproducer(artifacts / "replay", case, result,
-                                           {"expect": entry.expect, "gate_corpus_file": str(entry.path)}))
-
-
-def _first_line(result: Result) -> str:
-    text = result.summary or result.error
-    return text.splitlines()[0] if text else ""
-
-
-# ---- 2. fixed-seed campaign -----------------------------------------------------------------------------
-
-def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Machine, seed: int,
-                      cases_per_backend: int, budget_seconds: float, space: CaseSpace,
-                      executor_args: argparse.Namespace, artifacts: Path,
-                      known: dict[str, str] | None = None) -> list[CampaignRow]:
-    """One campaign per backend, each exactly `cases_per_backend` cases; the budget is a hard cap on all.
-    Failures whose signatures are in `known` (signature -> corpus file of an expected failure) are listed
-    apart and are not findings: a known, unfixed sglang bug must not block every merge, a new one must."""
-    rows: list[CampaignRow] = []
-    journal = artifacts / "worker-journal" / "campaign"
-    executor = make_executor(backends, registry, machine, executor_args, journal)
-    started = time.perf_counter()
-    try:
-        for backend in backends:
-            remaining = budget_seconds - (time.perf_counter() - started)
-            if remaining <= 0:
-                rows.append(CampaignRow(backend.name, cases_per_backend, 0, BUDGET_EXCEEDED))
-                continue
-            config = CampaignConfig([backend.name], seed, max_cases=cases_per_backend, max_seconds=remaining,
-                                    corpus_dir=artifacts / "campaign", space=space,
-                                    known_signatures=dict(known or {}))
-            report = run_campaign(config, [backend], machine.platform, executor, record_case_ids=True)
-            failures = [dict(f.__dict__) for f in report.new_failures]
-            known_found = [dict(f.__dict__) for f in report.failures if f.known]
-            status = PASSED
-            if report.cases < cases_per_backend:
-                status = BUDGET_EXCEEDED
-            elif failures:
-                status = FAILED
-            digest = hashlib.sha256("\n".join(report.case_ids).encode()).hexdigest()
-            rows.append(CampaignRow(backend.name, cases_per_backend, report.cases, status,
-                                    dict(sorted(report.outcomes.get(backend.name, {}).items())), failures,
-                                    known_found, digest, report.first_index, round(report.seconds, 3)))
-    finally:
-        executor.close()
-    return rows
-
-
-# ---- 3. ISA checks --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class IsaTarget:
-    platform: str
-    arch: str
-    strict: bool
-
-    @property
-    def name(self) -> str:
-        return f"{self.platform} {self.arch}{' strict' if self.strict else ''}"
-
-
-def isa_targets(platform_kind: str) -> list[IsaTarget]:
-    """cuda: the SASS check; rocm and cpu: the ROCm static check, strict (catches a scalarized load_nc
-    that the optimizer re-merges) and with production flags."""
-    if platform_kind == "cuda":
-        return [IsaTarget(isa.PLATFORM_CUDA, arch, False) for arch in isa.DEFAULT_ARCHES[isa.PLATFORM_CUDA]]
-    return [IsaTarget(isa.PLATFORM_ROCM, arch, strict) for strict in (True, False)
-            for arch in isa.DEFAULT_ARCHES[isa.PLATFORM_ROCM]]
-
-
-def resolve_isa_source(explicit: str | None, cache_dir: Path, allow_fetch: bool) -> isa.SglangSource:
-    """sglang's kernels: --sglang-source, else the installed sglang, else the cached or fetched wheel."""
-    if explicit:
-        return isa.resolve_sglang_source(explicit, cache_dir)
-    try:
-        return isa.resolve_sglang_source(None, cache_dir)
-    except isa.SourceUnavailable as not_installed:
-        archive = isa_fetch.find_cached_sglang_archive(cache_dir, isa_fetch.DEFAULT_SGLANG_VERSION)
-        if archive is None and not allow_fetch:
-            raise not_installed
-        if archive is None:
-            try:
-                archive = isa_fetch.fetch_sglang_archive(cache_dir)
-            except isa_fetch.FetchError as error:
-                raise isa.SourceUnavailable(f"{not_installed}; fetching it failed: {error}") from error
-        return isa.resolve_sglang_source(archive, cache_dir)
-
-
-def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path) -> list[IsaRow]:
-    targets = isa_targets(platform_kind)
-    rows = [IsaRow(t.name, t.platform, t.arch, t.strict, SKIPPED) for t in targets]
-    if args.no_isa:
-        for row in rows:
-            row.reason = "disabled by --no-isa"
-        return rows
-    cache_dir = Path(args.isa_cache_dir) if args.isa_cache_dir else isa_fetch.default_cache_dir()
-    allow_fetch = not args.no_fetch
-    try:
-        source = resolve_isa_source(args.sglang_source, cache_dir, allow_fetch)
-        if targets[0].platform == isa.PLATFORM_ROCM:
-            hip_include, device_libs = _rocm_install(platform_kind)
-            rocm_tools = isa.find_rocm_toolchain(cache_dir, allow_fetch, _rocm_clang(args, platform_kind),
-                                                 hip_include, (), device_libs)
-            cuda_tools = None
-        else:
-            rocm_tools = None
-            cuda_tools = isa.find_cuda_toolchain(cache_dir, allow_fetch)
-    except (isa.ToolchainUnavailable, isa.SourceUnavailable) as error:
-        for row in rows:
-            row.reason = f"ISA toolchain or sglang source unavailable: {error}"
-        return rows
-    except isa.BadInput as error:
-        raise UsageError(str(error)) from None
-    out_dir = artifacts / "isa"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for target, row in zip(targets, rows, strict=True):
-        if target.platform == isa.PLATFORM_ROCM:
-            report = isa.check_rocm(source, target.arch, target.strict, toolchain=rocm_tools,
-                                    cache_dir=cache_dir)
-        else:
-            report = isa.check_cuda(source, target.arch, toolchain=cuda_tools, cache_dir=cache_dir)
-        row.kernels = sum(1 for kernel in report.kernels if kernel.symbol)
-        row.failing = sum(1 for kernel in report.kernels if not kernel.passed)
-        row.status = PASSED if report.passed else FAILED
-        row.reason = "" if report.passed else "; ".join(report.failures()[:3])
-        row.seconds = report.seconds
-        row.sglang_version = report.sglang_version
-        json_path = out_dir / f"{target.name.replace(' ', '-')}.json"
-        json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-        row.report_json = str(json_path)
-    return rows
-
-
-def _rocm_install(platform_kind: str) -> tuple[list[str], str | None]:
-    """On a ROCm machine, its own HIP headers and device libraries (no Debian download); elsewhere none.
-
-    Not verified on a ROCm install here (no AMD machine): the committed ISA reports use Debian's HIP 5.7
-    headers, which is what the cpu gate uses.
-    """
-    if platform_kind != "rocm" or not (ROCM_ROOT / "include" / "hip" / "hip_runtime.h").is_file():
-        return [], None
-    candidates = [ROCM_ROOT / "amdgcn" / "bitcode", *sorted(ROCM_ROOT.glob("lib/llvm/lib/clang/*/lib/amdgcn/bitcode"))]
-    device_libs = next((str(folder) for folder in candidates if (folder / "ockl.bc").is_file()), None)
-    return ([str(ROCM_ROOT / "include")], device_libs) if device_libs else ([], None)
-
-
-def _rocm_clang(args: argparse.Namespace, platform_kind: str) -> str | None:
-    if args.isa_clang:
-        return str(args.isa_clang)
-    if platform_kind == "rocm" and not shutil.which("clang-19") and ROCM_BUNDLED_CLANG.is_file():
-        return str(ROCM_BUNDLED_CLANG)
-    return None  # isa's default: clang-19
-
-
-# ---- 4. reports -----------------------------------------------------------------------------------------
-
-def render_markdown(report: GateReport) -> str:
-    """A summary for a PR comment: verdict, one table row per check, then findings and skips."""
-    verdict_word = {"pass": "PASS", "fail": "FAIL", "incomplete": "INCOMPLETE"}[report.status]
-    lines = [f"## HiCache fuzz gate ({report.platform}): **{verdict_word}**", ""]
-    lines += [f"`{report.command}`", "",
-              f"seed {report.seed}, budget {report.budget_seconds:g} s -> {report.cases_per_backend} cases "
-              f"per backend, exit code {report.exit_code}; {report.machine}", ""]
-    lines += ["| check | result | passed | failed | expected | skipped | details |",
-              "|---|---|---|---|---|---|---|"]
-    counts = Counter(r.status for r in report.replay)
-    replay_failed = counts[FAILED] + counts[UNEXPECTED_PASS]
-    replay_result = "FAIL" if replay_failed else ("PASS" if report.replay else "EMPTY")
-    lines.append(f"| corpus replay | {replay_result} | {counts[PASSED]} | {replay_failed} "
-                 f"| {counts[EXPECTED]} | {counts[SKIPPED]} "
-                 f"| {len(report.replay)} entries from {', '.join(report.corpus_dirs)} |")
-    for row in report.campaign:
-        result = {PASSED: "PASS", FAILED: "FAIL", BUDGET_EXCEEDED: "FAIL (budget exceeded)"}[row.status]
-        failing_cases = sum(f["count"] for f in row.failures)
-        known_cases = sum(f["count"] for f in row.known_failures)
-        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items())) or "no cases"
-        lines.append(f"| campaign `{row.backend}` | {result} | {row.cases - failing_cases - known_cases} "
-                     f"| {failing_cases} | {known_cases} | {row.planned_cases - row.cases} "
-                     f"| {row.cases}/{row.planned_cases} cases: {outcomes}; "
-                     f"{len(row.failures)} new unique failures, {len(row.known_failures)} known |")
-    for isa_row in report.isa:
-        result = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "SKIPPED"}[isa_row.status]
-        detail = (_one_line(isa_row.reason, 160) if isa_row.status == SKIPPED
-                  else f"sglang {isa_row.sglang_version}: {isa_row.kernels} kernel instantiations, "
-                       f"{isa_row.failing} failing")
-        lines.append(f"| ISA {isa_row.name} | {result} | {int(isa_row.status == PASSED)} "
-                     f"| {int(isa_row.status == FAILED)} | 0 | {int(isa_row.status == SKIPPED)} | {detail} |")
-    timing = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in report.seconds.items())
-    lines += ["", f"Wall time: {timing}."]
-    findings = report.findings()
-    if findings:
-        lines += ["", "### Findings", ""]
-        lines += [f"- {_one_line(line, 300)}" for line in findings]
-        reproducers = [r.artifact for r in report.replay if r.artifact]
-        reproducers += [f["file"] for row in report.campaign for f in row.failures if f.get("file")]
-        if reproducers:
-            lines += ["", "Reproducers (uploaded as artifacts; rerun with `hicache-fuzz replay FILE`):", ""]
-            lines += [f"- `{path}`" for path in reproducers]
-    skipped = [r for r in report.replay if r.status == SKIPPED]
-    unallowed = report.isa_skipped_unallowed()
-    if skipped or any(r.status == SKIPPED for r in report.isa):
-        lines += ["", "### Skipped", ""]
-        # Grouped by reason: a GPU-only seed corpus on a CPU runner is ~150 entries with one reason.
-        by_reason = Counter(r.reason for r in skipped)
-        lines += [f"- {count} corpus entr{'y' if count == 1 else 'ies'}: {_one_line(reason, 200)}"
-                  for reason, count in sorted(by_reason.items())]
-        lines += [f"- ISA {r.name}: {_one_line(r.reason, 200)}" for r in report.isa if r.status == SKIPPED]
-        if unallowed:
-            lines += ["", f"{len(unallowed)} ISA check(s) skipped without `--allow-skip-isa`: "
-                          "the gate is not green."]
-    known = [(row.backend, f) for row in report.campaign for f in row.known_failures]
-    if known:
-        lines += ["", f"<details><summary>Known failures met by the campaign ({len(known)})</summary>", ""]
-        lines += [f"- [{backend}] `{f['signature']}` x{f['count']}: known from `{f['known']}`" for backend, f in known]
-        lines += ["", "</details>"]
-    expected = [r for r in report.replay if r.status == EXPECTED]
-    if expected:
-        lines += ["", f"<details><summary>Expected failures reproduced ({len(expected)})</summary>", ""]
-        lines += [f"- `{r.file}` [{r.backend}]: {r.signature}" for r in expected]
-        lines += ["", "</details>"]
-    return "\n".join(lines) + "\n"
-
-
-def _one_line(text: str, limit: int) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    first = first.replace("|", "\\|")
-    return first if len(first) <= limit else first[: limit - 3] + "..."
-
-
-def junit_cases(report: GateReport) -> list[JUnitCase]:
-    """One JUnit case per corpus entry, per campaign backend and per ISA target."""
-    cases: list[JUnitCase] = []
-    for row in report.replay:
-        failed = row.status in (FAILED, UNEXPECTED_PASS)
-        cases.append(JUnitCase(
-            name=row.file, classname="gate.corpus", seconds=row.seconds,
-            failure_message=f"{row.status}: {row.reason}" if failed else None,
-            failure_text=f"reproducer: {row.artifact}\nrerun: hicache-fuzz replay {row.artifact}" if failed
-            else "",
-            skipped_message=row.reason if row.status == SKIPPED else None,
-            system_out=row.reason if row.status == EXPECTED else "",
-            properties={"backend": row.backend, "status": row.status, "outcome": row.outcome}))
-    for campaign_row in report.campaign:
-        message: str | None = None
-        if campaign_row.status == BUDGET_EXCEEDED:
-            message = (f"budget exceeded: {campaign_row.cases} of {campaign_row.planned_cases} planned cases "
-                       f"ran within --budget-seconds {report.budget_seconds:g}")
-        elif campaign_row.failures:
-            message = f"{len(campaign_row.failures)} unique failures in {campaign_row.cases} cases"
-        text = "\n".join(f"[{f['signature']}] x{f['count']} {f['summary']}\n    reproducer: {f['file']}"
-                         for f in campaign_row.failures)
-        cases.append(JUnitCase(
-            name=f"{campaign_row.backend} seed {report.seed}", classname="gate.campaign",
-            seconds=campaign_row.seconds, failure_message=message, failure_text=text,
-            system_out="\n".join(f"known failure [{f['signature']}] x{f['count']}: {f['known']}"
-                                 for f in campaign_row.known_failures),
-            properties={"cases": str(campaign_row.cases), "planned_cases": str(campaign_row.planned_cases),
-                        "case_ids_sha256": campaign_row.case_ids_sha256}))
-    for isa_row in report.isa:
-        cases.append(JUnitCase(
-            name=isa_row.name, classname="gate.isa", seconds=isa_row.seconds,
-            failure_message=isa_row.reason if isa_row.status == FAILED else None,
-            failure_text=f"report: {isa_row.report_json}" if isa_row.status == FAILED else "",
-            skipped_message=isa_row.reason if isa_row.status == SKIPPED else None,
-            system_out=f"{isa_row.kernels} kernel instantiations, {isa_row.failing} failing"
-            if isa_row.status != SKIPPED else ""))
-    return cases
-
-
-# ---- CLI ------------------------------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", required=True, choices=["cpu", "cuda", "rocm"],
@@ -618,36 +121,21 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
-def _run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: list[Backend], registry: Registry,
-                     machine: Machine, args: argparse.Namespace, cases_per_backend: int, space: CaseSpace,
-                     executor_args: argparse.Namespace, artifacts: Path) -> None:
-    """Phases 1 and 2: corpus replay, then the fixed-seed campaign; results go into `report`."""
-    phase_started = time.perf_counter()
-    report.replay = replay_corpus(entries, registry, machine, executor_args, artifacts)
-    report.seconds["replay"] = time.perf_counter() - phase_started
-    replay_counts = Counter(r.status for r in report.replay)
-    print(f"[1/3] corpus replay: {dict(sorted(replay_counts.items()))} in {report.seconds['replay']:.1f} s",
-          flush=True)
-
-    phase_started = time.perf_counter()
-    report.campaign = run_gate_campaign(backends, registry, machine, args.seed, cases_per_backend,
-                                        args.budget_seconds, space, executor_args, artifacts,
-                                        known_failures(entries))
-    report.seconds["campaign"] = time.perf_counter() - phase_started
-    for row in report.campaign:
-        print(f"[2/3] campaign {row.backend}: {row.status}, {row.cases}/{row.planned_cases} cases, "
-              f"{len(row.failures)} new unique failures, {len(row.known_failures)} known, {row.seconds:.1f} s",
-              flush=True)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.budget_seconds <= 0:
         raise UsageError("--budget-seconds must be positive")
     if args.cases_per_backend is not None and args.cases_per_backend < 1:
         raise UsageError("--cases-per-backend must be >= 1")
+    from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry, write_json_atomic
+    from hicache_fuzz.harness.campaign.loop import known_failures
+    from hicache_fuzz.harness.campaign.options import CampaignOptions
+    from hicache_fuzz.harness.commands.gate_phases import campaign_backends, run_fuzz_phases, run_isa_checks
+    from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, machine_for, registry_for
+    from hicache_fuzz.harness.pipeline.worker import WorkerError
+
     print(f"hicache-fuzz gate: seed {args.seed}", flush=True)
-    machine = machine_for(args)  # Unavailable (exit 3) for an absent platform, before any work
-    registry = registry_for(args)
+    machine = machine_for(args.platform)  # Unavailable (exit 3) for an absent platform, before any work
+    registry = registry_for(args.backend_plugin)
     corpus_dirs = args.corpus or [DEFAULT_CORPUS]
     for folder in args.corpus or []:
         if not folder.exists():
@@ -657,10 +145,13 @@ def run(args: argparse.Namespace) -> int:
     backends = campaign_backends(registry, machine, args.backend)
     cases_per_backend = args.cases_per_backend or planned_cases_per_backend(
         args.budget_seconds, machine.platform.kind, len(backends))
-    space = CaseSpace() if args.byte_budget is None else CaseSpace(byte_budget=args.byte_budget)
+    campaign = CampaignOptions(args.seed, cases_per_backend, corpus=args.artifacts / "campaign",
+                               byte_budget=args.byte_budget, known_signatures=known_failures(entries),
+                               record_case_ids=True)
     # Real kernels always run in a worker on a GPU, whatever they declare: a fault must not end the gate.
-    executor_args = argparse.Namespace(isolate="yes" if machine.platform.kind != "cpu" else "auto",
-                                       case_timeout=args.case_timeout, backend_plugin=args.backend_plugin)
+    execution = ExecutionOptions(args.platform, list(args.backend_plugin),
+                                 isolate="yes" if machine.platform.kind != "cpu" else "auto",
+                                 case_timeout=args.case_timeout)
     artifacts: Path = args.artifacts
     for sub in ARTIFACT_SUBFOLDERS:
         shutil.rmtree(artifacts / sub, ignore_errors=True)
@@ -673,8 +164,8 @@ def run(args: argparse.Namespace) -> int:
           f"{', '.join(b.name for b in backends)} x {cases_per_backend} cases", flush=True)
 
     try:
-        _run_fuzz_phases(report, entries, backends, registry, machine, args, cases_per_backend, space,
-                         executor_args, artifacts)
+        run_fuzz_phases(report, entries, backends, registry, machine, campaign, args.budget_seconds, execution,
+                         artifacts)
     except WorkerError as error:  # a worker that cannot start is the platform failing us, not a finding
         raise Unavailable(f"worker process could not start: {error}") from None
 
@@ -682,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     report.isa = run_isa_checks(machine.platform.kind, args, artifacts)
     report.seconds["isa"] = time.perf_counter() - phase_started
     for isa_row in report.isa:
-        print(f"[3/3] ISA {isa_row.name}: {isa_row.status} {_one_line(isa_row.reason, 200)}", flush=True)
+        print(f"[3/3] ISA {isa_row.name}: {isa_row.status} {one_line(isa_row.reason, 200)}", flush=True)
     report.seconds["total"] = sum(report.seconds.values())
 
     if args.json:
@@ -693,9 +184,9 @@ def run(args: argparse.Namespace) -> int:
     if args.junit:
         write_junit(args.junit, f"hicache-fuzz gate ({report.platform})", junit_cases(report))
     for line in report.findings():
-        print(f"FINDING {_one_line(line, 300)}")
+        print(f"FINDING {one_line(line, 300)}")
     for skipped_row in report.isa_skipped_unallowed():
-        print(f"NOT GREEN: ISA {skipped_row.name} skipped ({_one_line(skipped_row.reason, 200)}); "
+        print(f"NOT GREEN: ISA {skipped_row.name} skipped ({one_line(skipped_row.reason, 200)}); "
               "pass --allow-skip-isa to accept")
     print(f"gate: {report.status.upper()} (exit {report.exit_code}) in {report.seconds['total']:.1f} s",
           flush=True)

@@ -18,24 +18,17 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.campaign.loop import CampaignConfig, campaign_case, run_campaign
-from hicache_fuzz.harness.commands.cli import (
-    EXIT_CLEAN,
-    EXIT_FAILURES,
-    UsageError,
-    add_common,
-    machine_for,
-    make_executor,
-    print_json_or_write,
-    registry_for,
-)
-from hicache_fuzz.harness.model.platform import Machine
-from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.harness.pipeline.executor import Executor
-from hicache_fuzz.kernels.base import Backend
-from hicache_fuzz.kernels.registry import Registry
+from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError
+
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.campaign.options import CampaignOptions
+    from hicache_fuzz.harness.model.platform import Machine
+    from hicache_fuzz.harness.pipeline.executor import Executor
+    from hicache_fuzz.kernels.base import Backend
+    from hicache_fuzz.kernels.registry import Registry
 
 DEFAULT_SEED = 20260
 # CPU throughput is ~3-200 cases/s depending on case size, machine load and harness version. The rarest zoo
@@ -77,9 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--byte-budget", type=int, help="largest case in bytes (default: the generator's)")
     parser.add_argument("--corpus", type=Path, help="save the killing cases here as reproducers")
     parser.add_argument("--json", metavar="PATH", help="write the table and summary as JSON")
-    parser.add_argument("--isolate", choices=["auto", "yes", "no"], default="auto",
-                        help="run cases in a worker process (auto: for backends that can crash the process)")
-    parser.add_argument("--case-timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
+    add_isolation(parser)
 
 
 def _bug_class(models_bug: str) -> str:
@@ -98,16 +89,17 @@ def _mutants(registry: Registry, names: list[str]) -> list[Backend]:
     return [by_name[n] for n in names]
 
 
-def _run_mutant(mutant: Backend, args: argparse.Namespace, machine: Machine, space: CaseSpace,
-                executor: Executor, reference_executor: Executor) -> MutantRow:
+def _run_mutant(mutant: Backend, options: CampaignOptions, machine: Machine, executor: Executor,
+                reference_executor: Executor) -> MutantRow:
+    from hicache_fuzz.harness.campaign.loop import campaign_case
+    from hicache_fuzz.harness.campaign.options import run_from_options
+
     row = MutantRow(mutant.name, _bug_class(mutant.models_bug), mutant.models_bug, False, 0, 0.0)
     availability = mutant.probe(machine.platform)
     if not availability.available:
         row.note = f"unavailable: {availability.reason}"
         return row
-    config = CampaignConfig([mutant.name], args.seed, args.max_cases_per_mutant, args.max_seconds_per_mutant,
-                            args.corpus, space=space, stop_on_first_failure=True)
-    report = run_campaign(config, [mutant], machine.platform, executor)
+    report = run_from_options(options, [mutant], machine.platform, executor)
     row.cases, row.seconds = report.cases, report.seconds
     if not report.failures:
         row.note = f"survived {report.cases} cases in {report.seconds:.1f} s"
@@ -118,7 +110,7 @@ def _run_mutant(mutant: Backend, args: argparse.Namespace, machine: Machine, spa
     row.kill_index, row.kill_case_id = failure.first_index, failure.first_case_id
     # Replay the killing case on the reference: if the reference fails on it too, the kill says nothing
     # about the mutant's bug.
-    case = campaign_case(args.seed, failure.first_index, mutant, space, machine.platform)
+    case = campaign_case(options.seed, failure.first_index, mutant, options.space(), machine.platform)
     reference_result = reference_executor.run(case.replace(backend="reference"))
     row.reference_on_kill_case = reference_result.outcome.value
     if reference_result.outcome.is_failure:
@@ -140,12 +132,19 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{option.replace('_', '-')} must be positive")
     if args.reference_cases < 0:
         raise UsageError("--reference-cases must be >= 0")
-    machine = machine_for(args)
-    registry = registry_for(args)
+    from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
+    from hicache_fuzz.harness.pipeline.setup import executor_for, machine_for, registry_for
+
+    execution = execution_options(args)
+    machine = machine_for(execution.platform)
+    registry = registry_for(execution.backend_plugins)
     mutants = _mutants(registry, args.mutant)
     if not mutants:
         raise UsageError("no zoo mutants are registered (backends with models_bug set)")
-    space = CaseSpace() if args.byte_budget is None else CaseSpace(byte_budget=args.byte_budget)
+    mutant_campaign = CampaignOptions(args.seed, args.max_cases_per_mutant, args.max_seconds_per_mutant,
+                                      args.corpus, byte_budget=args.byte_budget, stop_on_first_failure=True)
+    reference_campaign = CampaignOptions(args.seed, args.reference_cases, None, args.corpus,
+                                         byte_budget=args.byte_budget)
     reference = registry.get("reference")
 
     print(f"hicache-fuzz selftest: seed {args.seed}", flush=True)
@@ -156,21 +155,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {'mutant':<{width}}  {'killed':<6} {'cases':>6} {'seconds':>8}  {'class':<8} outcome / signature")
     # Worker executors (--isolate) journal the case in flight; selftest keeps no journal beyond the run.
     journals = tempfile.TemporaryDirectory(prefix="hicache-fuzz-selftest-")
-    reference_executor = make_executor([reference], registry, machine, args, Path(journals.name) / "reference")
+    reference_executor = executor_for([reference], registry, machine, execution, Path(journals.name) / "reference")
     rows: list[MutantRow] = []
     try:
         for mutant in mutants:
-            executor = make_executor([mutant], registry, machine, args, Path(journals.name) / mutant.name)
+            executor = executor_for([mutant], registry, machine, execution, Path(journals.name) / mutant.name)
             try:
-                row = _run_mutant(mutant, args, machine, space, executor, reference_executor)
+                row = _run_mutant(mutant, mutant_campaign, machine, executor, reference_executor)
             finally:
                 executor.close()
             rows.append(row)
             _print_row(row, width)
 
-        reference_report = run_campaign(
-            CampaignConfig(["reference"], args.seed, args.reference_cases, None, args.corpus, space=space),
-            [reference], machine.platform, reference_executor) if args.reference_cases else None
+        reference_report = run_from_options(reference_campaign, [reference], machine.platform,
+                                            reference_executor) if args.reference_cases else None
     finally:
         reference_executor.close()
         journals.cleanup()
@@ -207,13 +205,13 @@ def run(args: argparse.Namespace) -> int:
     ok = not survivors and reference_clean
     exit_code = EXIT_CLEAN if ok else EXIT_FAILURES
     print("selftest passed" if ok else "selftest FAILED", flush=True)
-    print_json_or_write({
+    write_json_report({
         "seed": args.seed,
         "platform": machine.description,
         "command": "hicache-fuzz " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["selftest"] else "",
         "budget": {"max_cases_per_mutant": args.max_cases_per_mutant,
                    "max_seconds_per_mutant": args.max_seconds_per_mutant,
-                   "reference_cases": args.reference_cases, "byte_budget": space.byte_budget},
+                   "reference_cases": args.reference_cases, "byte_budget": mutant_campaign.space().byte_budget},
         "mutants": [asdict(r) for r in rows],
         "summary": summary,
         "reference": reference_data,

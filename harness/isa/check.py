@@ -28,7 +28,8 @@ which no optimizer splits or merges; ``--strict`` changes nothing there.
 Exit codes of :func:`run`: 0 all checks pass, 1 a check failed, 2 bad usage or input, 3 the toolchain or
 sglang's source is unavailable (nothing was checked).
 
-Only the standard library is imported, so the check runs before the rest of hicache_fuzz is installed.
+Only the standard library (and the stdlib-only exit codes of hicache_fuzz.harness.model) is imported, so the
+check runs without torch.
 """
 
 from __future__ import annotations
@@ -51,11 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hicache_fuzz.harness.isa import fetch as isa_fetch
-
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, EXIT_USAGE
 
 PLATFORM_ROCM = "rocm"
 PLATFORM_CUDA = "cuda"
@@ -1435,7 +1432,7 @@ def run(args: argparse.Namespace) -> int:
         for platform in PLATFORMS:
             for module in modules_for(platform):
                 print(f"{platform}\t{module.name}\t{module.header}\t{len(module.expected_kernels)} kernels")
-        return EXIT_OK
+        return EXIT_CLEAN
     if args.jobs is not None and args.jobs < 1:
         print("isa: --jobs must be >= 1", file=sys.stderr)
         return EXIT_USAGE
@@ -1498,7 +1495,7 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(render_text(report)), flush=True)
 
     passed = all(report.passed for report in reports) and bool(reports)
-    exit_code = EXIT_OK if passed else EXIT_CHECK_FAILED
+    exit_code = EXIT_CLEAN if passed else EXIT_FAILURES
     if not passed:
         print("isa: FAIL")
         for report in reports:

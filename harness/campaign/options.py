@@ -1,0 +1,83 @@
+"""Campaign from options: the one place a campaign is set up from what a command was asked.
+
+fuzz, a parallel shard, gate, selftest and bench all describe their campaign as :class:`CampaignOptions`
+and run it with :func:`run_from_options`, which builds the case space, the :class:`CampaignConfig` and, with
+``minimize``, the minimizer hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.exit_codes import UsageError
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import Executor
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.oracles.contract import Platform
+
+OnResult = Callable[[Case, Result, CampaignReport], None]
+
+
+@dataclass
+class CampaignOptions:
+    """What a campaign runs: seed, budgets, shard, case space, where failures go and what is known."""
+
+    seed: int
+    max_cases: int | None = None  # all backends together; None = until the time budget
+    max_seconds: float | None = None
+    corpus: Path | None = None  # failures go here; None keeps them in the report only
+    shard: tuple[int, int] = (0, 1)
+    start_index: int = 0
+    byte_budget: int | None = None  # largest case in bytes; None = the generator's default
+    stop_on_first_failure: bool = False
+    known_signatures: dict[str, str] = field(default_factory=dict)  # signature -> reproducer file
+    minimize: bool = False  # minimize the first case of each new signature before saving it
+    record_case_ids: bool = False
+
+    def space(self) -> CaseSpace:
+        return CaseSpace() if self.byte_budget is None else CaseSpace(byte_budget=self.byte_budget)
+
+    def config(self, backend_names: list[str], executor: Executor) -> CampaignConfig:
+        config = CampaignConfig(list(backend_names), self.seed, self.max_cases, self.max_seconds, self.corpus,
+                                self.shard, self.start_index, self.space(), self.stop_on_first_failure,
+                                known_signatures=dict(self.known_signatures))
+        if self.minimize:
+            from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
+
+            config.minimizer = campaign_minimizer(executor)
+        return config
+
+
+def run_from_options(options: CampaignOptions, backends: list[Backend], platform: Platform, executor: Executor,
+                     on_result: OnResult | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> CampaignReport:
+    config = options.config([b.name for b in backends], executor)
+    config.should_stop = should_stop
+    return run_campaign(config, backends, platform, executor, on_result, record_case_ids=options.record_case_ids)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """--shard K/N -> (K, N)."""
+    try:
+        k_text, n_text = text.split("/")
+        k, n = int(k_text), int(n_text)
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: expected K/N, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= k < n):
+        raise UsageError(f"--shard {text!r}: need 0 <= K < N")
+    return k, n
+
+
+def load_known_failures(paths: Iterable[Path]) -> dict[str, str]:
+    """signature -> file of every expected-failure entry under `paths` (fuzz --known)."""
+    paths = list(paths)
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"--known {path}: no such file or folder")
+    return known_failures(load_entry(p) for p in iter_case_files(paths))

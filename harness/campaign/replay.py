@@ -1,0 +1,70 @@
+"""Replay: run corpus entries (cases, reproducers) again and judge each against what it expects.
+
+The one replay loop, used by ``hicache-fuzz replay`` and the gate's corpus phase. An entry whose backend
+cannot run here is skipped with the reason; the runnable ones share one executor (one worker process on a
+GPU), so sglang is imported once rather than once per backend. An entry marked ``"expect": "fail"`` passes
+by failing with its recorded signature (:func:`hicache_fuzz.harness.campaign.reproducer.judge_replay`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry
+from hicache_fuzz.harness.campaign.reproducer import ReplayVerdict, judge_replay
+from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, executor_for
+from hicache_fuzz.kernels.registry import Registry
+
+
+@dataclass
+class Replayed:
+    """One entry's replay: skipped (with the reason) or run (result, signature, verdict, seconds)."""
+
+    entry: CorpusEntry
+    case: Case  # as run: the entry's case, on the --backend override when one was given
+    skipped: str = ""  # why it did not run ("" when it ran)
+    result: Result | None = None
+    signature: str = ""  # of the result when it is a failure
+    verdict: ReplayVerdict | None = None
+    seconds: float = 0.0
+
+
+def replay_entries(entries: list[CorpusEntry], registry: Registry, machine: Machine, options: ExecutionOptions,
+                   journal_dir: Path | None, backend: str | None = None,
+                   on_replayed: Callable[[Replayed], None] | None = None) -> list[Replayed]:
+    """Replay `entries` in order; `backend` runs every case on that backend instead (then each must pass).
+    `on_replayed` sees each entry as soon as it is done."""
+    replays = [Replayed(e, e.case if backend is None else e.case.replace(backend=backend)) for e in entries]
+    names = sorted({r.case.backend for r in replays})
+    skip_reasons = {name: registry.unavailable_reason(name, machine.platform) for name in names}
+    runnable = [registry.get(name) for name in names if not skip_reasons[name]]
+    executor = executor_for(runnable, registry, machine, options, journal_dir) if runnable else None
+    try:
+        for replay in replays:
+            replay.skipped = skip_reasons[replay.case.backend]
+            if not replay.skipped and executor is not None:
+                _replay_one(replay, executor.run, backend is not None)
+            if on_replayed is not None:
+                on_replayed(replay)
+    finally:
+        if executor is not None:
+            executor.close()
+    return replays
+
+
+def _replay_one(replay: Replayed, run: Callable[[Case], Result], overridden: bool) -> None:
+    started = time.perf_counter()
+    result = run(replay.case)
+    replay.seconds = round(time.perf_counter() - started, 3)
+    replay.result = result
+    replay.signature = signature(result, replay.case) if result.outcome.is_failure else ""
+    # On another backend than the entry's, its expectation says nothing: the case must simply pass.
+    expect = "pass" if overridden else replay.entry.expect
+    replay.verdict = judge_replay(expect, replay.entry.signature, result, replay.case)

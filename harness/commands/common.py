@@ -1,0 +1,51 @@
+"""What the subcommands share: the --platform/--backend-plugin options and writing a JSON report.
+
+Command modules import only light modules at the top (argparse, this one, the exit codes): the campaign and
+pipeline layers import torch, so they are imported inside ``run``, and ``--help`` or a bad argument answers
+at once."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
+
+ISOLATE_CHOICES = ("auto", "yes", "no")
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--platform", default="auto", choices=["auto", "cpu", "cuda", "rocm"],
+                        help="platform to run on; a named platform that is absent exits 3 (default: best present)")
+    parser.add_argument("--backend-plugin", action="append", default=[], metavar="MODULE:CALLABLE",
+                        help="load extra backends from a callable returning Backend(s); repeatable")
+
+
+def add_isolation(parser: argparse.ArgumentParser, documented: bool = True) -> None:
+    """--isolate and --case-timeout (replay and minimize keep them without help text, as they always had)."""
+    if documented:
+        parser.add_argument("--isolate", choices=list(ISOLATE_CHOICES), default="auto",
+                            help="run cases in a worker process (auto: for backends that can crash the process)")
+        parser.add_argument("--case-timeout", type=float, default=60.0,
+                            help="seconds before a case counts as a hang")
+    else:
+        parser.add_argument("--isolate", choices=list(ISOLATE_CHOICES), default="auto")
+        parser.add_argument("--case-timeout", type=float, default=60.0)
+
+
+def execution_options(args: argparse.Namespace) -> ExecutionOptions:
+    """The parsed --platform, --backend-plugin, --isolate and --case-timeout (defaults where a command has none)."""
+    from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
+
+    return ExecutionOptions(platform=args.platform, backend_plugins=list(args.backend_plugin),
+                            isolate=getattr(args, "isolate", "auto"), case_timeout=getattr(args, "case_timeout", 60.0))
+
+
+def write_json_report(data: Any, path: str | Path | None) -> None:
+    """Write `data` as JSON to `path` when one was given (--json)."""
+    if path:
+        from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+
+        write_json_atomic(Path(path), data)

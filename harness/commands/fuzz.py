@@ -1,0 +1,276 @@
+"""``hicache-fuzz fuzz``: a campaign in this process, or spread over worker processes with ``--workers``
+(:mod:`hicache_fuzz.harness.campaign.parallel` runs those workers and merges their reports)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hicache_fuzz.harness.campaign.parallel import (
+    ParallelUsageError,
+    accelerator_kind,
+    add_worker_arguments,
+    resolve_worker_count,
+    run_parallel,
+    shard_job,
+    visible_devices,
+)
+from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, Unavailable, UsageError
+
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.campaign.loop import CampaignReport
+    from hicache_fuzz.harness.campaign.options import CampaignOptions
+    from hicache_fuzz.harness.model.case import Case
+    from hicache_fuzz.harness.model.outcome import Result
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--backend", action="append", default=[], metavar="NAME",
+                        help="backend to fuzz (repeatable); default: the best backends present")
+    parser.add_argument("--seed", type=int, help="campaign seed (default: random; always printed)")
+    parser.add_argument("--runs", type=int, help="stop after this many cases")
+    parser.add_argument("--max-total-time", type=float, help="stop after this many seconds")
+    parser.add_argument("--corpus", default="fuzz-out/corpus", help="failures are written here (default: %(default)s)")
+    parser.add_argument("--json", metavar="PATH", help="write the campaign report as JSON")
+    parser.add_argument("--shard", default="0/1", metavar="K/N", help="run shard K of N of the seed's case space")
+    parser.add_argument("--start-index", type=int, default=0, help="first case index (resume a campaign)")
+    parser.add_argument("--byte-budget", type=int, help="largest case in bytes (all storages)")
+    add_isolation(parser)
+    parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
+    parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
+                        help="corpus files or folders whose expected failures (\"expect\": \"fail\") are known: "
+                             "failures with their signatures are counted and marked known, and only new ones "
+                             "make the exit status 1 (repeatable; e.g. corpus/sglang)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
+    add_worker_arguments(parser)  # --workers (one process per GPU or more)
+    parser.add_argument("--minimize", action="store_true",
+                        help="minimize the first case of each new failure signature before saving it")
+
+
+def campaign_options(args: argparse.Namespace, seed: int) -> CampaignOptions:
+    """The campaign the parsed fuzz arguments ask for (budgets checked, shard parsed, known failures read)."""
+    from hicache_fuzz.harness.campaign.options import CampaignOptions, load_known_failures, parse_shard
+
+    _check_budget(args)
+    shard = parse_shard(args.shard)
+    return CampaignOptions(seed, args.runs, args.max_total_time, Path(args.corpus), shard, args.start_index,
+                           args.byte_budget, args.stop_on_failure, load_known_failures(args.known),
+                           minimize=args.minimize)
+
+
+def _check_budget(args: argparse.Namespace) -> None:
+    if args.runs is None and args.max_total_time is None:
+        raise UsageError("give a budget: --runs N and/or --max-total-time SECONDS")
+
+
+def run(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    if args.workers != "1":
+        print(f"hicache-fuzz: seed {seed}", flush=True)
+        return run_parallel_fuzz(args, seed)
+    from hicache_fuzz.harness.campaign.options import run_from_options
+    from hicache_fuzz.harness.pipeline.setup import (
+        auto_backends,
+        available_backend,
+        executor_for,
+        machine_for,
+        registry_for,
+    )
+
+    execution = execution_options(args)
+    machine = machine_for(execution.platform)
+    registry = registry_for(execution.backend_plugins)
+    print(f"hicache-fuzz: seed {seed}", flush=True)
+    _check_budget(args)
+    backends = [available_backend(registry, n, machine) for n in args.backend] or auto_backends(registry, machine)
+    options = campaign_options(args, seed)
+    corpus = options.corpus
+    assert corpus is not None  # fuzz always has a corpus folder
+    print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
+          f"shard {options.shard[0]}/{options.shard[1]}; corpus {corpus}", flush=True)
+    # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
+    executor = executor_for(backends, registry, machine, execution, corpus / ".journal", warm_up=True)
+    progress = Progress(not args.no_progress)
+    checkpoint = Checkpoint(args.json)
+    stop = StopOnSignal()
+
+    def on_result(case: Case, result: Result, report: CampaignReport) -> None:
+        progress(case, result, report)
+        checkpoint(report, force=result.outcome.is_failure)
+
+    wall_started = time.perf_counter()
+    try:
+        start = getattr(executor, "start", None)
+        if start is not None:  # worker start-up and JIT warm-up happen before the campaign clock starts
+            start()
+        report = run_from_options(options, backends, machine.platform, executor, on_result, stop.requested)
+    finally:
+        stop.restore()
+        progress.close()
+        executor.close()
+    if stop.signal_name:
+        print(f"hicache-fuzz: stopped by {stop.signal_name} after the case in flight; report complete so far",
+              flush=True)
+        report.extra["stopped_by"] = stop.signal_name
+    if hasattr(executor, "compile_seconds"):  # worker executors report JIT compile and worker start-up time
+        wall = time.perf_counter() - wall_started
+        report.extra.update(compile_seconds=round(executor.compile_seconds, 3),
+                            worker_startup_seconds=round(executor.startup_seconds, 3),
+                            worker_restarts=executor.restarts, spare_takeovers=executor.spares_used,
+                            spare_startup_seconds_in_background=round(executor.background_startup_seconds, 3),
+                            compiled_in_cases=compiled_in_cases(executor.compiled_in_cases),
+                            prefetch_compile_seconds=round(background_compile_seconds(), 3),
+                            wall_seconds=round(wall, 3),
+                            compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
+    print_campaign(report)
+    write_json_report(report.to_dict(), args.json)
+    return EXIT_FAILURES if report.new_failures else EXIT_CLEAN
+
+
+def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
+    """The fuzz subcommand with --workers other than 1 (the seed is printed already)."""
+    from hicache_fuzz.harness.campaign.merge import describe
+    from hicache_fuzz.harness.campaign.options import parse_shard
+
+    _check_budget(args)
+    parse_shard(args.shard)
+    kind = accelerator_kind() if args.platform == "auto" else args.platform
+    devices = visible_devices(kind)
+    if kind != "cpu" and not devices:
+        raise Unavailable(f"platform {kind} requested but no {kind} device is visible")
+    try:
+        workers = resolve_worker_count(args.workers, kind, devices)
+    except ParallelUsageError as exc:
+        raise UsageError(str(exc)) from None
+    options = campaign_options(args, seed)
+    assert options.corpus is not None  # fuzz always has a corpus folder
+    run_dir = options.corpus / ".parallel" / time.strftime("%Y%m%d-%H%M%S")
+    base = shard_job(kind, list(args.backend), options, execution_options(args),
+                     record_case_ids=args.record_case_ids, warm_up=not args.no_warm_up)
+    per_device = f"{workers / len(devices):g} per GPU on {', '.join(devices)}" if devices else "on the CPU"
+    print(f"platform: {kind}; {workers} workers ({per_device}); corpus {options.corpus}", flush=True)
+    outcome = run_parallel(base, workers, kind, devices, run_dir)
+    for problem in outcome.problems:
+        print(f"hicache-fuzz: {problem}", file=sys.stderr)
+    if outcome.merged:
+        print(describe(outcome.merged))
+        write_json_report(outcome.merged, args.json)
+    return outcome.exit_code
+
+
+def background_compile_seconds() -> float:
+    """Seconds this process spent building grown menu rows in the background (0 if it built none)."""
+    from hicache_fuzz.kernels import sglang_common  # bookkeeping only: does not import sglang
+
+    return sglang_common.background_seconds
+
+
+def compiled_in_cases(found: dict[str, tuple[int, float]], top: int = 40) -> list[dict[str, Any]]:
+    """The JIT modules cases had to build or load themselves (outside the warm-up), costliest first: what to
+    add to a backend's compile_jobs when the compile share is high."""
+    rows = sorted(found.items(), key=lambda item: -item[1][1])[:top]
+    return [{"module": key, "processes": count, "seconds": round(seconds, 3)} for key, (count, seconds) in rows]
+
+
+class Checkpoint:
+    """Writes the campaign report (``"partial": true``) every `every` seconds and after each failure, so a
+    campaign killed from outside (a CI time limit, the OOM killer) still leaves its counts on disk. The
+    failures themselves are on disk already (saved as they are found)."""
+
+    def __init__(self, path: str | None, every: float = 10.0) -> None:
+        self.path = Path(path) if path else None
+        self.every = every
+        self.last = time.monotonic()
+
+    def __call__(self, report: CampaignReport, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.path is None or (not force and now - self.last < self.every):
+            return
+        self.last = now
+        from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+
+        write_json_atomic(self.path, {**report.to_dict(), "partial": True})
+
+
+class StopOnSignal:
+    """SIGTERM (what `timeout` and CI runners send) and SIGINT end the campaign after the case in flight,
+    and the final report is written as usual. A second signal falls back to the default behaviour."""
+
+    def __init__(self) -> None:
+        self.signal_name = ""
+        self._previous: dict[int, Any] = {}
+        for number in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError):  # not the main thread: no handler, budgets still apply
+                self._previous[number] = signal.signal(number, self._handle)
+
+    def _handle(self, number: int, frame: object) -> None:
+        self.signal_name = signal.Signals(number).name
+        self.restore()
+
+    def requested(self) -> bool:
+        return bool(self.signal_name)
+
+    def restore(self) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous.clear()
+
+
+class Progress:
+    """One self-overwriting status line on a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool, every: float = 0.25) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.every = every
+        self.last = 0.0
+
+    def __call__(self, case: Case, result: Result, report: CampaignReport) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last < self.every:
+            return
+        self.last = now
+        sys.stderr.write(f"\r{report.cases} cases  {report.cases_per_second:,.0f}/s  "
+                         f"{report.failure_count} failures ({len(report.failures)} unique)  ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def print_campaign(report: CampaignReport) -> None:
+    print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
+          f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
+    if "compile_seconds" in report.extra:
+        extra = report.extra
+        print(f"  wall {extra['wall_seconds']:.1f} s (worker start-up incl. JIT warm-up "
+              f"{extra['worker_startup_seconds']:.1f} s, {extra['worker_restarts']} restarts, "
+              f"{extra['spare_takeovers']} by a ready spare); JIT compile "
+              f"{extra['compile_seconds']:.1f} s = {extra['compile_share_of_wall']:.0%} of the wall")
+    for backend, counts in sorted(report.outcomes.items()):
+        listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        print(f"  {backend}: {listed}")
+    for backend in report.backends:
+        gaps = report.coverage.gaps(backend)
+        if gaps and report.outcomes.get(backend):
+            print(f"  coverage gaps of {backend} (never executed): {', '.join(gaps)}")
+        for bucket, why in report.coverage.exemptions.get(backend, {}).items():
+            print(f"  coverage of {backend}: {bucket} exempt ({why})")
+    if report.failures:
+        new = report.new_failures
+        print(f"{report.failure_count} failures, {len(report.failures)} unique, {len(new)} new:")
+        for failure in report.failures:
+            print(f"  [{failure.signature}] x{failure.count} {failure.summary}")
+            if failure.known:
+                print(f"      known: {failure.known}")
+            elif failure.file:
+                print(f"      reproducer: {failure.file}")
+    else:
+        print("no failures")

@@ -1,0 +1,256 @@
+"""The gate's three phases: corpus replay, the fixed-seed campaign per backend, the ISA checks."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry
+from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
+from hicache_fuzz.harness.campaign.replay import Replayed, replay_entries
+from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+from hicache_fuzz.harness.commands.gate_report import (
+    BUDGET_EXCEEDED,
+    FAILED,
+    PASSED,
+    REPLAY_STATUS,
+    SKIPPED,
+    UNEXPECTED_PASS,
+    CampaignRow,
+    GateReport,
+    IsaRow,
+    ReplayRow,
+)
+from hicache_fuzz.harness.isa import check as isa
+from hicache_fuzz.harness.isa import fetch as isa_fetch
+from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, auto_backends, available_backend, executor_for
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.registry import Registry
+
+# ROCm's own clang (LLVM >= 19 in ROCm 6.3+) has the AMDGPU backend; used when clang-19 is not on PATH.
+ROCM_ROOT = Path("/opt/rocm")
+ROCM_BUNDLED_CLANG = ROCM_ROOT / "llvm" / "bin" / "clang"
+
+
+def campaign_backends(registry: Registry, machine: Machine, names: list[str]) -> list[Backend]:
+    """--backend names, else the platform's set: the CPU reference on cpu, every real kernel on a GPU."""
+    if names:
+        return [available_backend(registry, name, machine) for name in names]
+    backends = auto_backends(registry, machine)
+    if machine.platform.kind != "cpu" and [b.name for b in backends] == ["reference"]:
+        # auto_backends falls back to the reference; a GPU gate that tested no GPU kernel must not be green.
+        reasons = "; ".join(f"{name}: {registry.get(name).probe(machine.platform).reason}"
+                            for name in registry.names()
+                            if name != "reference" and not registry.get(name).models_bug)
+        raise Unavailable(f"no real-kernel backend can run on {machine.description} ({reasons or 'none installed'})")
+    return backends
+
+
+# ---- 1. corpus replay -----------------------------------------------------------------------------------
+
+def replay_corpus(entries: list[CorpusEntry], registry: Registry, machine: Machine, execution: ExecutionOptions,
+                  artifacts: Path) -> list[ReplayRow]:
+    """Replay every entry (the replay service: one executor serves all runnable backends); a failing or
+    unexpectedly passing entry leaves a reproducer under `artifacts`/replay."""
+    journal = artifacts / "worker-journal" / "replay"
+    return [_replay_row(replay, artifacts)
+            for replay in replay_entries(entries, registry, machine, execution, journal)]
+
+
+def _replay_row(replay: Replayed, artifacts: Path) -> ReplayRow:
+    entry, case = replay.entry, replay.case
+    expected = f"fail [{entry.signature}]" if entry.expect == "fail" else ""
+    row = ReplayRow(str(entry.path), case.case_id, case.backend, SKIPPED, expected=expected, reason=replay.skipped)
+    if replay.skipped:
+        return row
+    assert replay.result is not None and replay.verdict is not None  # set for every entry that ran
+    result, judged = replay.result, replay.verdict
+    row.seconds = replay.seconds
+    row.outcome = result.outcome.value
+    row.signature = replay.signature
+    # The corpus format's own judgement (docs/reproducers.md): "fail" entries must fail with their recorded
+    # signature; a pass (XPASS) or a different failure needs a human, exactly like a plain entry failing.
+    row.status = REPLAY_STATUS[judged.label]
+    row.reason = judged.detail if judged.label != "FAIL" else _first_line(result) or judged.detail
+    if row.status in (FAILED, UNEXPECTED_PASS):
+        row.artifact = str(save_reproducer(artifacts / "replay", case, result,
+                                           {"expect": entry.expect, "gate_corpus_file": str(entry.path)}))
+    return row
+
+
+def _first_line(result: Result) -> str:
+    text = result.summary or result.error
+    return text.splitlines()[0] if text else ""
+
+
+# ---- 2. fixed-seed campaign -----------------------------------------------------------------------------
+
+def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Machine, campaign: CampaignOptions,
+                      budget_seconds: float, execution: ExecutionOptions, artifacts: Path) -> list[CampaignRow]:
+    """One campaign per backend, each exactly `campaign.max_cases` cases; the budget is a hard cap on all.
+    Failures whose signatures are in `campaign.known_signatures` (signature -> corpus file of an expected
+    failure) are listed apart and are not findings: a known, unfixed sglang bug must not block every merge,
+    a new one must."""
+    rows: list[CampaignRow] = []
+    cases_per_backend = campaign.max_cases or 0
+    journal = artifacts / "worker-journal" / "campaign"
+    executor = executor_for(backends, registry, machine, execution, journal)
+    started = time.perf_counter()
+    try:
+        for backend in backends:
+            remaining = budget_seconds - (time.perf_counter() - started)
+            if remaining <= 0:
+                rows.append(CampaignRow(backend.name, cases_per_backend, 0, BUDGET_EXCEEDED))
+                continue
+            report = run_from_options(dataclasses.replace(campaign, max_seconds=remaining), [backend],
+                                      machine.platform, executor)
+            failures = [dict(f.__dict__) for f in report.new_failures]
+            known_found = [dict(f.__dict__) for f in report.failures if f.known]
+            status = PASSED
+            if report.cases < cases_per_backend:
+                status = BUDGET_EXCEEDED
+            elif failures:
+                status = FAILED
+            digest = hashlib.sha256("\n".join(report.case_ids).encode()).hexdigest()
+            rows.append(CampaignRow(backend.name, cases_per_backend, report.cases, status,
+                                    dict(sorted(report.outcomes.get(backend.name, {}).items())), failures,
+                                    known_found, digest, report.first_index, round(report.seconds, 3)))
+    finally:
+        executor.close()
+    return rows
+
+
+# ---- 3. ISA checks --------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class IsaTarget:
+    platform: str
+    arch: str
+    strict: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.platform} {self.arch}{' strict' if self.strict else ''}"
+
+
+def isa_targets(platform_kind: str) -> list[IsaTarget]:
+    """cuda: the SASS check; rocm and cpu: the ROCm static check, strict (catches a scalarized load_nc
+    that the optimizer re-merges) and with production flags."""
+    if platform_kind == "cuda":
+        return [IsaTarget(isa.PLATFORM_CUDA, arch, False) for arch in isa.DEFAULT_ARCHES[isa.PLATFORM_CUDA]]
+    return [IsaTarget(isa.PLATFORM_ROCM, arch, strict) for strict in (True, False)
+            for arch in isa.DEFAULT_ARCHES[isa.PLATFORM_ROCM]]
+
+
+def resolve_isa_source(explicit: str | None, cache_dir: Path, allow_fetch: bool) -> isa.SglangSource:
+    """sglang's kernels: --sglang-source, else the installed sglang, else the cached or fetched wheel."""
+    if explicit:
+        return isa.resolve_sglang_source(explicit, cache_dir)
+    try:
+        return isa.resolve_sglang_source(None, cache_dir)
+    except isa.SourceUnavailable as not_installed:
+        archive = isa_fetch.find_cached_sglang_archive(cache_dir, isa_fetch.DEFAULT_SGLANG_VERSION)
+        if archive is None and not allow_fetch:
+            raise not_installed
+        if archive is None:
+            try:
+                archive = isa_fetch.fetch_sglang_archive(cache_dir)
+            except isa_fetch.FetchError as error:
+                raise isa.SourceUnavailable(f"{not_installed}; fetching it failed: {error}") from error
+        return isa.resolve_sglang_source(archive, cache_dir)
+
+
+def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path) -> list[IsaRow]:
+    targets = isa_targets(platform_kind)
+    rows = [IsaRow(t.name, t.platform, t.arch, t.strict, SKIPPED) for t in targets]
+    if args.no_isa:
+        for row in rows:
+            row.reason = "disabled by --no-isa"
+        return rows
+    cache_dir = Path(args.isa_cache_dir) if args.isa_cache_dir else isa_fetch.default_cache_dir()
+    allow_fetch = not args.no_fetch
+    try:
+        source = resolve_isa_source(args.sglang_source, cache_dir, allow_fetch)
+        if targets[0].platform == isa.PLATFORM_ROCM:
+            hip_include, device_libs = _rocm_install(platform_kind)
+            rocm_tools = isa.find_rocm_toolchain(cache_dir, allow_fetch, _rocm_clang(args, platform_kind),
+                                                 hip_include, (), device_libs)
+            cuda_tools = None
+        else:
+            rocm_tools = None
+            cuda_tools = isa.find_cuda_toolchain(cache_dir, allow_fetch)
+    except (isa.ToolchainUnavailable, isa.SourceUnavailable) as error:
+        for row in rows:
+            row.reason = f"ISA toolchain or sglang source unavailable: {error}"
+        return rows
+    except isa.BadInput as error:
+        raise UsageError(str(error)) from None
+    out_dir = artifacts / "isa"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for target, row in zip(targets, rows, strict=True):
+        if target.platform == isa.PLATFORM_ROCM:
+            report = isa.check_rocm(source, target.arch, target.strict, toolchain=rocm_tools,
+                                    cache_dir=cache_dir)
+        else:
+            report = isa.check_cuda(source, target.arch, toolchain=cuda_tools, cache_dir=cache_dir)
+        row.kernels = sum(1 for kernel in report.kernels if kernel.symbol)
+        row.failing = sum(1 for kernel in report.kernels if not kernel.passed)
+        row.status = PASSED if report.passed else FAILED
+        row.reason = "" if report.passed else "; ".join(report.failures()[:3])
+        row.seconds = report.seconds
+        row.sglang_version = report.sglang_version
+        json_path = out_dir / f"{target.name.replace(' ', '-')}.json"
+        json_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        row.report_json = str(json_path)
+    return rows
+
+
+def _rocm_install(platform_kind: str) -> tuple[list[str], str | None]:
+    """On a ROCm machine, its own HIP headers and device libraries (no Debian download); elsewhere none.
+
+    Not verified on a ROCm install here (no AMD machine): the committed ISA reports use Debian's HIP 5.7
+    headers, which is what the cpu gate uses.
+    """
+    if platform_kind != "rocm" or not (ROCM_ROOT / "include" / "hip" / "hip_runtime.h").is_file():
+        return [], None
+    candidates = [ROCM_ROOT / "amdgcn" / "bitcode", *sorted(ROCM_ROOT.glob("lib/llvm/lib/clang/*/lib/amdgcn/bitcode"))]
+    device_libs = next((str(folder) for folder in candidates if (folder / "ockl.bc").is_file()), None)
+    return ([str(ROCM_ROOT / "include")], device_libs) if device_libs else ([], None)
+
+
+def _rocm_clang(args: argparse.Namespace, platform_kind: str) -> str | None:
+    if args.isa_clang:
+        return str(args.isa_clang)
+    if platform_kind == "rocm" and not shutil.which("clang-19") and ROCM_BUNDLED_CLANG.is_file():
+        return str(ROCM_BUNDLED_CLANG)
+    return None  # isa's default: clang-19
+
+
+def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: list[Backend], registry: Registry,
+                     machine: Machine, campaign: CampaignOptions, budget_seconds: float,
+                     execution: ExecutionOptions, artifacts: Path) -> None:
+    """Phases 1 and 2: corpus replay, then the fixed-seed campaign; results go into `report`."""
+    phase_started = time.perf_counter()
+    report.replay = replay_corpus(entries, registry, machine, execution, artifacts)
+    report.seconds["replay"] = time.perf_counter() - phase_started
+    replay_counts = Counter(r.status for r in report.replay)
+    print(f"[1/3] corpus replay: {dict(sorted(replay_counts.items()))} in {report.seconds['replay']:.1f} s",
+          flush=True)
+
+    phase_started = time.perf_counter()
+    report.campaign = run_gate_campaign(backends, registry, machine, campaign, budget_seconds, execution,
+                                        artifacts)
+    report.seconds["campaign"] = time.perf_counter() - phase_started
+    for row in report.campaign:
+        print(f"[2/3] campaign {row.backend}: {row.status}, {row.cases}/{row.planned_cases} cases, "
+              f"{len(row.failures)} new unique failures, {len(row.known_failures)} known, {row.seconds:.1f} s",
+              flush=True)

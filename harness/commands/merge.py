@@ -1,0 +1,67 @@
+"""``hicache-fuzz merge``: merge the reports and corpora of workers, shards or CI jobs; write JUnit XML
+(the merging itself is :mod:`hicache_fuzz.harness.campaign.merge`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json",
+                        help="campaign reports (fuzz --json) of the workers, shards or jobs to merge, or "
+                             "folders holding them")
+    parser.add_argument("--corpus", nargs="+", action="extend", default=[], type=Path, metavar="DIR",
+                        help="corpus directories to merge into OUT/corpus (repeatable)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="writes DIR/report.json, DIR/corpus/ and DIR/junit.xml")
+    parser.add_argument("--junit", type=Path, metavar="PATH", help="JUnit XML path (default: OUT/junit.xml)")
+    parser.add_argument("--suite-name", default="hicache-fuzz",
+                        help="JUnit testsuite name (default: %(default)s)")
+    parser.add_argument("--max-per-signature", type=int, default=3,
+                        help="reproducers kept per failure signature, 0 for all (default: %(default)s)")
+    parser.add_argument("--allow-overlap", action="store_true",
+                        help="merge even if inputs ran the same cases (counts then include repeats)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+    from hicache_fuzz.harness.campaign.junit import write_junit
+    from hicache_fuzz.harness.campaign.merge import (
+        MergeError,
+        describe,
+        junit_cases,
+        load_report,
+        merge_corpora,
+        merge_reports,
+        point_failures_at,
+        report_files,
+    )
+
+    try:
+        paths = report_files(args.reports)
+        reports = [load_report(path) for path in paths]
+        merged = merge_reports(reports, [str(p) for p in paths], args.allow_overlap)
+        representatives = [(f["signature"], f.get("first_case_id", "")) for f in merged["unique_failures"]]
+        corpus = merge_corpora(args.corpus, args.out / "corpus", args.max_per_signature, representatives)
+    except MergeError as exc:
+        print(f"hicache-fuzz merge: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    point_failures_at(merged, corpus)
+    merged["corpus"] = {"kept": len(corpus.kept), "duplicates": corpus.duplicates,
+                        "over_cap": corpus.over_cap, "unreadable": corpus.unreadable}
+    write_json_atomic(args.out / "report.json", merged)
+    junit_path = args.junit or args.out / "junit.xml"
+    write_junit(junit_path, args.suite_name, junit_cases(merged))
+    print(describe(merged))
+    print(f"corpus: {len(corpus.kept)} files kept, {corpus.duplicates} duplicates, {corpus.over_cap} over "
+          f"the per-signature cap, {len(corpus.unreadable)} unreadable -> {args.out / 'corpus'}")
+    for problem in corpus.unreadable:
+        print(f"  skipped: {problem}", file=sys.stderr)
+    for folder in corpus.missing:
+        print(f"  no corpus folder {folder} (a campaign without failures writes none)", file=sys.stderr)
+    print(f"report: {args.out / 'report.json'}; junit: {junit_path}")
+    return EXIT_FAILURES if merged["unique_failures"] else EXIT_CLEAN

@@ -1,0 +1,64 @@
+"""``hicache-fuzz replay``: run case or reproducer files again (the replay service, printed as a table)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError
+
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.campaign.replay import Replayed
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("paths", nargs="+", type=Path, help="case or reproducer files, or directories of them")
+    parser.add_argument("--backend", help="run every case on this backend instead of the one it names")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    add_isolation(parser, documented=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry
+    from hicache_fuzz.harness.campaign.replay import replay_entries
+    from hicache_fuzz.harness.pipeline.setup import available_backend, machine_for, registry_for
+
+    machine = machine_for(args.platform)
+    registry = registry_for(args.backend_plugin)
+    try:
+        entries = [load_entry(path) for path in iter_case_files(args.paths)]
+    except CorpusError as exc:
+        raise UsageError(str(exc)) from None
+    if not entries:
+        raise UsageError(f"no case files under {', '.join(map(str, args.paths))}")
+    if args.backend:
+        available_backend(registry, args.backend, machine)
+    rows: list[dict[str, Any]] = []
+    replays = replay_entries(entries, registry, machine, execution_options(args), None, args.backend or None,
+                             on_replayed=lambda replay: rows.append(_print_row(replay)))
+    failures = sum(1 for r in replays if r.verdict is not None and not r.verdict.ok)
+    skipped = sum(1 for r in replays if r.skipped)
+    print(f"{len(rows) - skipped - failures} passed, {failures} failed, {skipped} skipped")
+    write_json_report({"results": rows}, args.json)
+    return EXIT_FAILURES if failures else EXIT_CLEAN
+
+
+def _print_row(replay: Replayed) -> dict[str, Any]:
+    entry, case = replay.entry, replay.case
+    row: dict[str, Any] = {"file": str(entry.path), "case_id": case.case_id, "backend": case.backend}
+    if replay.skipped:
+        row.update(outcome="skipped", reason=replay.skipped)
+        print(f"SKIP {entry.path}: {replay.skipped}")
+        return row
+    assert replay.result is not None and replay.verdict is not None  # set for every entry that ran
+    result = replay.result
+    row.update(result.to_dict(), signature=replay.signature)
+    if entry.observed is not None:
+        row["observed_before"] = entry.observed.outcome.value
+    row["verdict"] = replay.verdict.label
+    first_line = result.summary.splitlines()[0] if result.summary else ""
+    print(f"{replay.verdict.label} {entry.path} [{case.backend}] {result.outcome.value}: {first_line}")
+    return row

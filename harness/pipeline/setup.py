@@ -1,0 +1,86 @@
+"""Where a run gets its machine, its backends and the executor that runs their cases.
+
+Every command that runs cases (fuzz, a parallel shard, replay, minimize, gate, selftest, bench) resolves
+them here, from :class:`ExecutionOptions`, so "a named platform that is absent exits 3", "an unknown backend
+is bad usage" and "which backends need a worker process" are decided in one place.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
+from hicache_fuzz.harness.model.platform import Machine, PlatformUnavailable, detect, require
+from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
+
+
+@dataclass
+class ExecutionOptions:
+    """How cases run: on which platform, with which extra backends, in a worker process or not."""
+
+    platform: str = "auto"  # auto | cpu | cuda | rocm
+    backend_plugins: list[str] = field(default_factory=list)  # MODULE:CALLABLE specs
+    isolate: str = "auto"  # auto (for backends that can crash the process) | yes | no
+    case_timeout: float = 60.0  # seconds before a case in a worker counts as a hang
+
+
+def machine_for(platform: str) -> Machine:
+    """The best machine present for "auto", else the named platform (Unavailable when it is absent)."""
+    if platform == "auto":
+        return detect()
+    try:
+        return require(platform)
+    except PlatformUnavailable as exc:
+        raise Unavailable(str(exc)) from None
+
+
+def registry_for(backend_plugins: list[str]) -> Registry:
+    try:
+        return load_registry(backend_plugins)
+    except (ImportError, ValueError, TypeError) as exc:
+        raise UsageError(f"--backend-plugin: {exc}") from None
+
+
+def available_backend(registry: Registry, name: str, machine: Machine) -> Backend:
+    """The backend called `name`: UsageError when no backend has that name, Unavailable when it cannot run."""
+    try:
+        backend = registry.get(name)
+    except UnknownBackend as exc:
+        raise UsageError(str(exc)) from None
+    availability = backend.probe(machine.platform)
+    if not availability.available:
+        raise Unavailable(f"backend {name} is unavailable on {machine.description}: {availability.reason}")
+    return backend
+
+
+def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
+    """The best backends present: every available real-kernel backend on a GPU, else the CPU reference."""
+    if machine.platform.kind != "cpu":
+        real = [b for name in registry.names() if not (b := registry.get(name)).models_bug
+                and name != "reference" and b.probe(machine.platform).available]
+        if real:
+            return real
+    return [registry.get("reference")]
+
+
+def needs_worker(backends: list[Backend], isolate: str) -> bool:
+    return isolate == "yes" or (isolate == "auto" and any(b.needs_isolation for b in backends))
+
+
+def executor_for(backends: list[Backend], registry: Registry, machine: Machine, options: ExecutionOptions,
+                 journal_dir: Path | None, warm_up: bool = False) -> Executor:
+    """In this process, or in a crash-isolating worker process when `options.isolate` asks for one."""
+    if needs_worker(backends, options.isolate):
+        from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
+
+        # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder.
+        journal = journal_dir if journal_dir is not None else Path(tempfile.mkdtemp(prefix="hicache-fuzz-journal-"))
+        # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
+        spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
+        return WorkerExecutor([b.name for b in backends], options.backend_plugins, machine.platform.kind,
+                              options.case_timeout, journal, warm_up=warm_up, spares=spares)
+    return InProcessExecutor(registry, machine)
