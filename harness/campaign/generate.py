@@ -200,10 +200,13 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
     else:
         direction, scope = chooser.choice(space.directions), chooser.choice(space.scopes)
         layout = chooser.choice(space.layouts)
-    attentions = [a for a in space.attentions if layout in LAYOUTS_BY_ATTENTION[a]] or [Attention.MHA]
-    attention = Attention(_pick(chooser, pins, "attention", [a.value for a in attentions]))
-    if layout not in LAYOUTS_BY_ATTENTION[attention]:
-        layout = HostLayout.PAGE_FIRST
+    attentions = [a for a in space.attentions if layout in LAYOUTS_BY_ATTENTION[a]]
+    if attentions:
+        attention = Attention(_pick(chooser, pins, "attention", [a.value for a in attentions]))
+    else:  # no attention kind of the space has this layout: keep the attention, move the layout
+        attention = chooser.choice(space.attentions)
+        layout = chooser.choice([lay for lay in space.layouts if lay in LAYOUTS_BY_ATTENTION[attention]]
+                                or [HostLayout.PAGE_FIRST])
     if pins.get("pools") is not None:
         pool_count = 1 if pins["pools"] == "1" else chooser.integer(2, max(2, space.max_pools))
     else:

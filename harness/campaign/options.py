@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
+from hicache_fuzz.harness.campaign.space_file import apply_space
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.exit_codes import UsageError
 from hicache_fuzz.harness.model.outcome import Result
@@ -39,9 +41,12 @@ class CampaignOptions:
     known_signatures: dict[str, str] = field(default_factory=dict)  # signature -> reproducer file
     minimize: bool = False  # minimize the first case of each new signature before saving it
     record_case_ids: bool = False
+    # CaseSpace fields changed by --space / --set, in plain JSON form (see harness/campaign/space_file.py)
+    space_overrides: dict[str, Any] = field(default_factory=dict)
 
     def space(self) -> CaseSpace:
-        return CaseSpace() if self.byte_budget is None else CaseSpace(byte_budget=self.byte_budget)
+        base = CaseSpace() if self.byte_budget is None else CaseSpace(byte_budget=self.byte_budget)
+        return apply_space(base, self.space_overrides)
 
     def config(self, backend_names: list[str], executor: Executor) -> CampaignConfig:
         config = CampaignConfig(list(backend_names), self.seed, self.max_cases, self.max_seconds, self.corpus,

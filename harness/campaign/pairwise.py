@@ -51,8 +51,9 @@ def schedule_dims(space: CaseSpace) -> Dims:
     layers = labels_of_menu(LAYER_BUCKETS, space.layer_counts)
     heads = labels_of_menu(HEAD_BUCKETS, space.heads)
     rows = labels_of_menu(ROW_BUCKETS, space.row_bytes)
+    layouts = [lay for lay in space.layouts if any(lay in LAYOUTS_BY_ATTENTION[a] for a in space.attentions)]
     dls = tuple(dls_value(d.value, lay.value, s.value)
-                for d in space.directions for lay in space.layouts for s in space.scopes)
+                for d in space.directions for lay in layouts or space.layouts for s in space.scopes)
     host_devices = space.host_index_devices or space.index_devices
     device_devices = space.device_index_devices or space.index_devices
     dims: list[tuple[str, tuple[str, ...]]] = [

@@ -21,6 +21,7 @@ from hicache_fuzz.harness.campaign.parallel import (
     shard_job,
     visible_devices,
 )
+from hicache_fuzz.harness.campaign.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, Unavailable, UsageError
 
@@ -42,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", default="0/1", metavar="K/N", help="run shard K of N of the seed's case space")
     parser.add_argument("--start-index", type=int, default=0, help="first case index (resume a campaign)")
     parser.add_argument("--byte-budget", type=int, help="largest case in bytes (all storages)")
+    add_space_arguments(parser)
     add_isolation(parser)
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
     parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
@@ -62,7 +64,7 @@ def campaign_options(args: argparse.Namespace, seed: int) -> CampaignOptions:
     shard = parse_shard(args.shard)
     return CampaignOptions(seed, args.runs, args.max_total_time, Path(args.corpus), shard, args.start_index,
                            args.byte_budget, args.stop_on_failure, load_known_failures(args.known),
-                           minimize=args.minimize)
+                           minimize=args.minimize, space_overrides=space_from_args(args))
 
 
 def _check_budget(args: argparse.Namespace) -> None:
