@@ -1,13 +1,18 @@
 """Generate cases: one decision procedure, driven either by a seeded RNG (fast campaigns) or by Hypothesis
 (shrinkable property tests, see :mod:`hicache_fuzz.harness.campaign.strategies`).
 
-The procedure draws sizes before contents (geometry, then page count, then index patterns), picks from menus
-whose first entry is the simplest (so Hypothesis shrinks toward small, plain cases), and leans toward the
-places bugs live: 1/63/64/65/128/129 pages, the last page of a pool, index 0, reversed and duplicate source
-pages, non-contiguous or misaligned runs inside a page, transfers straddling 128 KiB, row sizes around each
-entry point's rules, int32 indices, CPU vs device indices per side.
+The procedure draws the case's byte budget and sizes before rows and contents (page size, layers, pages, then
+pools, then index patterns), picks from menus whose first entry is the simplest (so Hypothesis shrinks toward
+small, plain cases), and leans toward the places bugs live: page size 1 and non-powers of two, 63/64/65 and
+128/129 pages, 61/126 layers, more than 8 heads, transfers just past 65,536 tokens, pools of 2^k rows with
+indices at 2^k - 1, 2^k, 2^k + 1, the last page of a pool, index 0, reversed and duplicate source pages,
+non-contiguous or misaligned runs inside a page, valid partial last pages, row sizes around each entry point's
+rules, int32 indices, CPU vs device indices per side.
 
-A :class:`CaseSpace` bounds what is drawn; backends narrow it to what they implement (``Backend.case_space``).
+Each numeric dimension is drawn inside a bucket (:mod:`hicache_fuzz.harness.campaign.buckets`); in campaigns
+the buckets come from the pairwise schedule (:mod:`hicache_fuzz.harness.campaign.pairwise`), so combinations
+are reached early. A :class:`CaseSpace` bounds what is drawn; backends narrow it to what they implement
+(``Backend.case_space``); docs/generation.md describes all of it.
 """
 
 from __future__ import annotations
