@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tomllib
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from hicache_fuzz.harness.model.case import (
     Attention,
