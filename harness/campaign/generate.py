@@ -321,8 +321,8 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
     index_dtypes = _pick(chooser, pins, "index_dtypes",
                          [f"{h.value}/{d.value}" for h in space.index_dtypes for d in space.index_dtypes])
     host_dtype, device_dtype = (IndexDtype(x) for x in index_dtypes.split("/"))
-    host_devices = [d.value for d in dict.fromkeys(space.host_index_devices or space.index_devices)]
-    device_devices = [d.value for d in dict.fromkeys(space.device_index_devices or space.index_devices)]
+    host_devices = [d.value for d in space.host_index_devices or space.index_devices]  # repeats are weights
+    device_devices = [d.value for d in space.device_index_devices or space.index_devices]
     tuning = {name: chooser.choice(menu) for name, menu in space.tuning_menus}
     case = Case(
         direction=direction,

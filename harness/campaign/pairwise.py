@@ -54,8 +54,12 @@ def schedule_dims(space: CaseSpace) -> Dims:
     layouts = [lay for lay in space.layouts if any(lay in LAYOUTS_BY_ATTENTION[a] for a in space.attentions)]
     dls = tuple(dls_value(d.value, lay.value, s.value)
                 for d in space.directions for lay in layouts or space.layouts for s in space.scopes)
+    # A placement menu with repeats is a weighting (sglang backends: mostly device indices); the schedule
+    # would flatten it, so such a side is drawn from its menu instead of scheduled.
     host_devices = space.host_index_devices or space.index_devices
     device_devices = space.device_index_devices or space.index_devices
+    host_devices = host_devices if len(set(host_devices)) == len(host_devices) else ()
+    device_devices = device_devices if len(set(device_devices)) == len(device_devices) else ()
     dims: list[tuple[str, tuple[str, ...]]] = [
         ("dls", dls),
         ("attention", tuple(a.value for a in space.attentions)),
@@ -66,8 +70,8 @@ def schedule_dims(space: CaseSpace) -> Dims:
         ("heads", heads),
         ("row", rows),
         ("index_dtypes", tuple(f"{h.value}/{d.value}" for h in space.index_dtypes for d in space.index_dtypes)),
-        ("host_index_device", tuple(d.value for d in dict.fromkeys(host_devices))),
-        ("device_index_device", tuple(d.value for d in dict.fromkeys(device_devices))),
+        ("host_index_device", tuple(d.value for d in host_devices)),
+        ("device_index_device", tuple(d.value for d in device_devices)),
         ("allocator", tuple(a.value for a in space.allocators)),
         ("pools", ("1", "2+") if space.max_pools > 1 else ("1",)),
     ]
