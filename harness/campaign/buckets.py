@@ -17,7 +17,7 @@ def is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # module constants: identity is equality, and hashing is cheap (caches)
 class Bucket:
     label: str
     low: int  # inclusive

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from enum import Enum
 from typing import Protocol, TypeVar
 
 from hicache_fuzz.harness.campaign.buckets import (
@@ -41,9 +42,7 @@ from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
-    HostAllocator,
     HostLayout,
-    IndexDevice,
     IndexDtype,
     IndexSpec,
     KVDtype,
@@ -97,6 +96,17 @@ def _pick(chooser: Chooser, pins: Mapping[str, str], name: str, values: Sequence
     return pinned if pinned is not None and pinned in values else chooser.choice(values)
 
 
+E = TypeVar("E", bound=Enum)
+
+
+def _pick_member(chooser: Chooser, pins: Mapping[str, str], name: str, members: Sequence[E]) -> E:
+    """The pinned member of `members` (str enums equal their values), or a draw from them."""
+    pinned = pins.get(name)
+    if pinned is not None and pinned in members:
+        return members[list(members).index(pinned)]  # type: ignore[arg-type]
+    return chooser.choice(members)
+
+
 def _heads_for(chooser: Chooser, space: CaseSpace, elements: int, heads_label: str | None) -> int:
     """A head count dividing `elements`, in bucket `heads_label` when one does."""
     divisors = [h for h in space.heads if elements % h == 0]
@@ -114,12 +124,14 @@ def _pool(chooser: Chooser, space: CaseSpace, attention: Attention, layout: Host
     from a geometry (heads x head_dim x itemsize, as real models have). The first attempts keep the pinned
     dtype, row band and head bucket and rows of at most `row_cap` bytes (so the case's budget holds the drawn
     sizes); the next ones keep only the cap, the last ones nothing."""
-    row_label, heads_label, dtype_pin = pins.get("row"), pins.get("heads"), pins.get("dtype")
-    for attempt in range(36):
+    row_label, heads_label = pins.get("row"), pins.get("heads")
+    pinned_dtype = next((d for d in space.dtypes if d.value == pins.get("dtype")), None)
+    # No row of the pinned band fits under the cap: skip the attempts that keep both.
+    first = 12 if row_label is not None and bucket_named(ROW_BUCKETS, row_label).low > row_cap else 0
+    for attempt in range(first, 36):
         strict = attempt < 12  # the pinned buckets and the row cap
         capped = attempt < 24  # the row cap only
-        dtype = KVDtype(dtype_pin) if strict and dtype_pin in {d.value for d in space.dtypes} else (
-            chooser.choice(space.dtypes))
+        dtype = pinned_dtype if strict and pinned_dtype is not None else chooser.choice(space.dtypes)
         heads_wanted = heads_label if strict else None
         if space.head_dims and chooser.chance(0.5):
             head_dim = chooser.choice(space.head_dims)
@@ -184,14 +196,15 @@ def _log_uniform(chooser: Chooser, low: int, high: int) -> int:
     return max(low, min(high, chooser.integer(1 << (bits - 1), (1 << bits) - 1)))
 
 
-def _case_budget(chooser: Chooser, space: CaseSpace) -> int:
-    """The byte budget of one case, from the space's size distribution (see CaseSpace)."""
+def _case_budget(chooser: Chooser, space: CaseSpace) -> tuple[int, bool]:
+    """The byte budget of one case, from the space's size distribution (see CaseSpace), and whether it is
+    from the tail."""
     small = min(space.small_budget, space.byte_budget)
     if space.tail_rate and space.tail_factor > 1 and chooser.chance(space.tail_rate):
-        return _log_uniform(chooser, space.byte_budget, space.byte_budget * space.tail_factor)
+        return _log_uniform(chooser, space.byte_budget, space.byte_budget * space.tail_factor), True
     if small < space.byte_budget and not chooser.chance(space.small_rate):
-        return _log_uniform(chooser, small, space.byte_budget)
-    return _log_uniform(chooser, min(small, 4 << 10), small)
+        return _log_uniform(chooser, small, space.byte_budget), False
+    return _log_uniform(chooser, min(small, 4 << 10), small), False
 
 
 def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None = None) -> Case:
@@ -207,7 +220,7 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
         layout = chooser.choice(space.layouts)
     attentions = [a for a in space.attentions if layout in LAYOUTS_BY_ATTENTION[a]]
     if attentions:
-        attention = Attention(_pick(chooser, pins, "attention", [a.value for a in attentions]))
+        attention = _pick_member(chooser, pins, "attention", attentions)
     else:  # no attention kind of the space has this layout: keep the attention, move the layout
         attention = chooser.choice(space.attentions)
         layout = chooser.choice([lay for lay in space.layouts if lay in LAYOUTS_BY_ATTENTION[attention]]
@@ -217,7 +230,7 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
     else:
         pool_count = 1 if space.max_pools <= 1 or not chooser.chance(0.15) else chooser.integer(2, space.max_pools)
     pool_count = min(pool_count, max(1, space.max_pools))
-    budget = _case_budget(chooser, space)
+    budget, tail = _case_budget(chooser, space)
     page_label = _pick(chooser, pins, "page_size", labels_of_menu(PAGE_SIZE_BUCKETS, space.page_sizes))
     page_size = _in_bucket(chooser, PAGE_SIZE_BUCKETS, page_label, space.page_sizes, space.max_page_size)
     layer_label = _pick(chooser, pins, "layers", labels_of_menu(LAYER_BUCKETS, space.layer_counts))
@@ -262,7 +275,9 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
 
     per_token = _bytes_per_token_layer(pools)
     host_slack, device_slack = chooser.integer(0, 3), chooser.integer(1, 3)
-    big_pool = space.big_pool_rate and chooser.chance(space.big_pool_rate)
+    # Tail cases make their size count: half of them put it in one big pool (a device component past the
+    # scaled 2^31-byte limit of the zoo, a host pool past 2^20 rows).
+    big_pool = (space.big_pool_rate and chooser.chance(space.big_pool_rate)) or (tail and chooser.chance(0.5))
 
     def total(layers: int, page_size: int, pages: int, host_slack: int, device_slack: int) -> int:
         slots = (pages + host_slack) * page_size + (pages + device_slack) * page_size
@@ -273,7 +288,7 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
         # (and past 2^16 rows) are reachable at the cost of the pool's bytes only.
         room = budget // max(1, layers * per_token) - 2 * pages * page_size
         if room > 64:
-            bits = chooser.integer(6, room.bit_length() - 1)
+            bits = room.bit_length() - 1 if tail else chooser.integer(6, room.bit_length() - 1)
             extra_pages = ((1 << bits) + chooser.choice((-1, 0, 1, page_size))) // page_size + 1
             if chooser.chance(0.5):
                 host_slack = max(host_slack, extra_pages)
@@ -318,11 +333,15 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
         # contract decides per entry point).
         cut = chooser.integer(1, page_size - 1)
         del host_indices[-cut:], device_indices[-cut:]
-    index_dtypes = _pick(chooser, pins, "index_dtypes",
-                         [f"{h.value}/{d.value}" for h in space.index_dtypes for d in space.index_dtypes])
-    host_dtype, device_dtype = (IndexDtype(x) for x in index_dtypes.split("/"))
-    host_devices = [d.value for d in space.host_index_devices or space.index_devices]  # repeats are weights
-    device_devices = [d.value for d in space.device_index_devices or space.index_devices]
+    if "index_dtypes" in pins:
+        host_text, _, device_text = pins["index_dtypes"].partition("/")
+        host_dtype, device_dtype = IndexDtype(host_text), IndexDtype(device_text)
+    else:
+        host_dtype, device_dtype = chooser.choice(space.index_dtypes), chooser.choice(space.index_dtypes)
+    # placement menus with repeats are weights: drawn from the menu as it is
+    host_device = _pick_member(chooser, pins, "host_index_device", space.host_index_devices or space.index_devices)
+    device_device = _pick_member(chooser, pins, "device_index_device",
+                                 space.device_index_devices or space.index_devices)
     tuning = {name: chooser.choice(menu) for name, menu in space.tuning_menus}
     case = Case(
         direction=direction,
@@ -336,10 +355,9 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
         layer=layer,
         host_indices=tuple(host_indices),
         device_indices=tuple(device_indices),
-        host_index=IndexSpec(host_dtype, IndexDevice(_pick(chooser, pins, "host_index_device", host_devices))),
-        device_index=IndexSpec(device_dtype,
-                               IndexDevice(_pick(chooser, pins, "device_index_device", device_devices))),
-        host_allocator=HostAllocator(_pick(chooser, pins, "allocator", [a.value for a in space.allocators])),
+        host_index=IndexSpec(host_dtype, host_device),
+        device_index=IndexSpec(device_dtype, device_device),
+        host_allocator=_pick_member(chooser, pins, "allocator", space.allocators),
         backend=space.backend,
         tuning=make_tuning(tuning),
         seed=chooser.integer(0, 2**31 - 1),

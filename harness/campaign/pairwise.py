@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from functools import lru_cache
+from typing import Any
 
 from hicache_fuzz.harness.campaign.buckets import (
     HEAD_BUCKETS,
@@ -146,9 +147,17 @@ def _round(dims: Dims, seed: int, round_index: int) -> tuple[tuple[str, ...], ..
     return tuple(tuple(relabel[k][rows[r][k]] for k in range(len(dims))) for r in order)
 
 
+_LAST_SPACE: list[Any] = []
+
+
 def pins_for_index(space: CaseSpace, seed: int, index: int) -> dict[str, str]:
     """The buckets case `index` of a campaign with `seed` is drawn in: dimension -> bucket."""
-    dims = schedule_dims(space)
+    memo = _LAST_SPACE
+    if memo and memo[0] is space:
+        dims = memo[1]
+    else:  # a campaign draws from one space object: skip hashing its fields on every case
+        dims = schedule_dims(space)
+        _LAST_SPACE[:] = [space, dims]
     size = len(covering_array(dims, seed))
     row = _round(dims, seed, index // size)[index % size]
     return {name: row[k] for k, (name, _) in enumerate(dims)}
