@@ -60,7 +60,7 @@ TOKEN_BUCKETS = (Bucket("0", 0, 0), Bucket("1-63", 1, 63), Bucket("64-1023", 64,
 HEAD_DIM_BUCKETS = (Bucket("<64", 1, 63), Bucket("64-128", 64, 128), Bucket("129-256", 129, 256),
                     Bucket("257-576", 257, 576), Bucket("577+", 577, OPEN))
 PAGE_BYTES_BUCKETS = (Bucket("<1K", 0, 1023), Bucket("1K-16K", 1024, 16383), Bucket("16K-128K", 16384, 131071),
-                      Bucket("128K-1M", 131072, (1 << 20) - 1), Bucket("1M+", 1 << 20, OPEN))
+                      Bucket("128K+", 131072, OPEN))
 POOL_ROW_BUCKETS = (Bucket("<=256", 1, 256), Bucket("257-65536", 257, 65536), Bucket(">65536", 65537, OPEN))
 
 

@@ -34,6 +34,7 @@ from hicache_fuzz.harness.campaign.buckets import (
     POOL_ROW_BUCKETS,
     ROW_BUCKETS,
     TOKEN_BUCKETS,
+    bucket_named,
     is_power_of_two,
     label_of,
 )
@@ -146,8 +147,21 @@ def pair_name(a: str, b: str) -> str:
     return f"pair:{a}*{b}"
 
 
-def _legal_coverage_pair(dim_a: str, a: str, dim_b: str, b: str) -> bool:
-    """Bucket pairs no case can have (coverage names): layouts an attention kind lacks, multi-head MLA."""
+def _page_bytes_possible(row: str, page_bytes: str, page_sizes: list[int]) -> bool:
+    """Whether some row of bucket `row` times some page size of the range drawn lands in `page_bytes`."""
+    try:
+        row_bucket, page_bucket = bucket_named(ROW_BUCKETS, row), bucket_named(PAGE_BYTES_BUCKETS, page_bytes)
+    except KeyError:  # a bucket of another version's report: assume possible
+        return True
+    return row_bucket.low * page_sizes[0] <= page_bucket.high and row_bucket.high * page_sizes[1] >= page_bucket.low
+
+
+def _legal_coverage_pair(dim_a: str, a: str, dim_b: str, b: str, page_sizes: list[int] | None = None) -> bool:
+    """Bucket pairs no case can have (coverage names): layouts an attention kind lacks, multi-head MLA, row
+    bands whose pages cannot reach a page-bytes band with the page sizes drawn."""
+    if {dim_a, dim_b} == {"row_bytes", "page_bytes"} and page_sizes:
+        row, page = (a, b) if dim_a == "row_bytes" else (b, a)
+        return _page_bytes_possible(row, page, page_sizes)
     if {dim_a, dim_b} == {"attention", "layout"}:
         attention, layout = (a, b) if dim_a == "attention" else (b, a)
         return legal_pair("attention", attention, "dls", f"x/{HostLayout(layout).value}/x")
@@ -207,12 +221,13 @@ class Coverage:
         """Per dimension pair: the bucket pairs reached and the pairs possible among the buckets seen in each
         dimension (a hole is a pair of values each seen, never together)."""
         seen = self.counts.get(backend, {})
+        page_sizes = self.ranges.get(backend, {}).get("page_size")
         out: dict[str, dict[str, int]] = {}
         dimension_pairs = [*combinations(PAIR_DIMENSIONS, 2), (TRIPLE, "page_bytes")]
         for a, b in dimension_pairs:
             values_a = [x for x, n in seen.get(a, Counter()).items() if n]
             values_b = [y for y, n in seen.get(b, Counter()).items() if n]
-            possible = sum(_legal_coverage_pair(a, x, b, y) for x in values_a for y in values_b)
+            possible = sum(_legal_coverage_pair(a, x, b, y, page_sizes) for x in values_a for y in values_b)
             reached = sum(1 for key, n in seen.get(pair_name(a, b), Counter()).items() if n)
             out[f"{a}*{b}"] = {"reached": reached, "possible": possible}
         return out
