@@ -228,7 +228,10 @@ class Coverage:
             values_a = [x for x, n in seen.get(a, Counter()).items() if n]
             values_b = [y for y, n in seen.get(b, Counter()).items() if n]
             possible = sum(_legal_coverage_pair(a, x, b, y, page_sizes) for x in values_a for y in values_b)
-            reached = sum(1 for key, n in seen.get(pair_name(a, b), Counter()).items() if n)
+            # cross products of multi-valued features (several pools) can pair buckets of different rows:
+            # only legal pairs count, so reached <= possible
+            reached = sum(1 for key, n in seen.get(pair_name(a, b), Counter()).items()
+                          if n and _legal_coverage_pair(a, key.split("|")[0], b, key.split("|")[1], page_sizes))
             out[f"{a}*{b}"] = {"reached": reached, "possible": possible}
         return out
 
