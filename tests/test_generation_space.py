@@ -145,3 +145,19 @@ def test_coverage_reports_ranges_edges_and_pairs_and_merges() -> None:
     merged = Coverage.from_dicts([half.to_dict(), other.to_dict()], None, [half.ranges_dict(), other.ranges_dict()])
     assert merged.to_dict() == coverage.to_dict()
     assert merged.summary("reference") == summary
+
+
+def test_fuzz_space_file_errors_exit_2_and_space_is_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hicache_fuzz.harness.commands.cli import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("max_layer = 4\n")
+    assert main(["fuzz", "--platform", "cpu", "--runs", "3", "--space", str(bad)]) == 2
+    assert "'max_layer'" in capsys.readouterr().err
+    report = tmp_path / "r.json"
+    code = main(["fuzz", "--platform", "cpu", "--seed", "3", "--runs", "30", "--corpus", str(tmp_path / "c"),
+                 "--set", "page_sizes=12", "--set", "layer_counts=61", "--set", "byte_budget=65536",
+                 "--json", str(report), "--no-progress"])
+    assert code == 0
+    ranges = json.loads(report.read_text())["coverage_ranges"]["reference"]
+    assert ranges["layers"][1] <= 61 and ranges["page_size"][1] <= 12
