@@ -9,7 +9,7 @@ return from an input predicted invalid is "wrongly accepted".
 that never bounds-check, duplicate destinations racing). Running them proves nothing and may corrupt the
 process, so the runner does not execute them.
 
-Rules and their sources: hicache_semantics.md sections 3.1-3.7 (table 3.7 is the summary).
+Rules and their sources: docs/semantics.md section 3 (table 3.6 is the summary).
 
 Geometry is not an entry-point rule: every positive page size (powers of two or not: a server's --page-size
 is any positive integer), head count, head dim, layer count and transfer length is legal for every entry
