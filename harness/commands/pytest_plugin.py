@@ -253,7 +253,7 @@ class CampaignItem(_HicacheItem):
         if names:
             backends = [state.backend(name) for name in names]
         else:
-            from hicache_fuzz.harness.commands.cli import auto_backends
+            from hicache_fuzz.harness.pipeline.setup import auto_backends
 
             backends = auto_backends(state.registry(), machine)
         corpora = [Path(d) for d in self.config.getoption("--hicache-fuzz-corpus")]
