@@ -117,6 +117,9 @@ def command_line(args: argparse.Namespace) -> str:
     parts += [f"--backend-plugin {spec}" for spec in args.backend_plugin]
     if args.byte_budget is not None:
         parts.append(f"--byte-budget {args.byte_budget}")
+    if getattr(args, "space", None) is not None:
+        parts.append(f"--space {args.space}")
+    parts += [f"--set {item}" for item in getattr(args, "space_set", [])]
     for flag in ("no_isa", "allow_skip_isa"):
         if getattr(args, flag):
             parts.append("--" + flag.replace("_", "-"))
