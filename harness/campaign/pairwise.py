@@ -2,14 +2,15 @@
 
 Uniform independent draws reach a rare combination (say direction x layout x scope with one page-bytes band)
 in a fraction of a percent of cases. Instead, case i of a campaign takes its *buckets* from row i % K of a
-pairwise covering array of K rows: every pair of values of two schedule dimensions occurs in the first K cases
-(K is about the product of the two largest dimensions, ~150 for the default space). The riskiest triple,
-direction x layout x scope, is one composite dimension ("dls"), so every (direction, layout, scope) meets
-every page size, page count, row band, ... within those K cases as well.
+pairwise covering array of K rows (K is about the product of the two largest dimensions, 126 for the default
+space): every pair of values of two schedule dimensions is asked for in the first K cases (the budget fit may
+break a size bucket; coverage counts what ran). The riskiest triple, direction x layout x scope, is one
+composite dimension ("dls"), so every (direction, layout, scope) is asked to meet every page size, page count,
+row band, ... within those K cases as well.
 
 Rounds after the first (i >= K) replay the same array with its rows in a seeded order and the values of each
 unconstrained dimension relabelled by a seeded permutation: a relabelled covering array still covers every
-pair, so every K consecutive cases cover all pairs again, with different combinations of the remaining
+pair, so every round of K cases asks for all pairs again, with different combinations of the remaining
 dimensions. This is the coverage-guided weighting made static: every bucket of every dimension gets 1/|values|
 of the cases whatever its natural frequency, rare buckets included, and the weight of a case depends only on
 (seed, i, the space), never on earlier results: campaigns shard, resume and replay by index unchanged.
