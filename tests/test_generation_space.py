@@ -159,5 +159,7 @@ def test_fuzz_space_file_errors_exit_2_and_space_is_used(tmp_path: Path, capsys:
                  "--set", "page_sizes=12", "--set", "layer_counts=61", "--set", "byte_budget=65536",
                  "--json", str(report), "--no-progress"])
     assert code == 0
-    ranges = json.loads(report.read_text())["coverage_ranges"]["reference"]
+    data = json.loads(report.read_text())
+    assert data["space_overrides"] == {"page_sizes": [12], "layer_counts": [61], "byte_budget": 65536}
+    ranges = data["coverage_ranges"]["reference"]
     assert ranges["layers"][1] <= 61 and ranges["page_size"][1] <= 12

@@ -298,7 +298,9 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
     # Fit the budget: first inside the scheduled buckets (a smaller value of the same bucket), then across.
     layer_floor = bucket_named(LAYER_BUCKETS, label_of(LAYER_BUCKETS, layers)).low
     pages_floor = max(1, bucket_named(PAGES_BUCKETS, label_of(PAGES_BUCKETS, pages)).low) if pages else 0
-    fits = lambda: total(layers, page_size, pages, host_slack, device_slack) <= budget  # noqa: E731
+    def fits() -> bool:
+        return total(layers, page_size, pages, host_slack, device_slack) <= budget
+
     while not fits() and (host_slack > 3 or device_slack > 3):
         host_slack, device_slack = min(host_slack, max(0, host_slack // 2)), max(1, device_slack // 2)
     while not fits() and layers > layer_floor:

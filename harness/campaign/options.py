@@ -64,7 +64,10 @@ def run_from_options(options: CampaignOptions, backends: list[Backend], platform
                      should_stop: Callable[[], bool] | None = None) -> CampaignReport:
     config = options.config([b.name for b in backends], executor)
     config.should_stop = should_stop
-    return run_campaign(config, backends, platform, executor, on_result, record_case_ids=options.record_case_ids)
+    report = run_campaign(config, backends, platform, executor, on_result, record_case_ids=options.record_case_ids)
+    if options.space_overrides:  # case i depends on the space: the report says which, to replay by index
+        report.extra["space_overrides"] = dict(options.space_overrides)
+    return report
 
 
 def parse_shard(text: str) -> tuple[int, int]:
