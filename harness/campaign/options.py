@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry
+from hicache_fuzz.harness.campaign.corpus import load_corpus
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
 from hicache_fuzz.harness.campaign.space_file import apply_space
 from hicache_fuzz.harness.model.case import Case
@@ -88,4 +88,4 @@ def load_known_failures(paths: Iterable[Path]) -> dict[str, str]:
     for path in paths:
         if not path.exists():
             raise UsageError(f"--known {path}: no such file or folder")
-    return known_failures(load_entry(p) for p in iter_case_files(paths))
+    return known_failures(load_corpus(paths))

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # only for annotations: importing these pulls in torch
+    from hicache_fuzz.harness.campaign.corpus import CorpusEntry
     from hicache_fuzz.harness.model.case import Case
     from hicache_fuzz.harness.model.outcome import Result
     from hicache_fuzz.harness.model.platform import Machine
@@ -244,7 +245,7 @@ class _HicacheItem(pytest.Item):
 
 class CampaignItem(_HicacheItem):
     def runtest(self) -> None:
-        from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry
+        from hicache_fuzz.harness.campaign.corpus import load_corpus
         from hicache_fuzz.harness.campaign.loop import CampaignConfig, known_failures, run_campaign
 
         state = _state(self.config)
@@ -257,7 +258,7 @@ class CampaignItem(_HicacheItem):
 
             backends = auto_backends(state.registry(), machine)
         corpora = [Path(d) for d in self.config.getoption("--hicache-fuzz-corpus")]
-        known = known_failures(load_entry(p) for p in iter_case_files(corpora))
+        known = known_failures(load_corpus(corpora))
         out = state.workdir / "campaign"
         config = CampaignConfig(backends=[b.name for b in backends], seed=self.config.getoption("--hicache-fuzz-seed"),
                                 max_seconds=self.config.getoption("--hicache-fuzz-seconds"),
@@ -293,16 +294,16 @@ def _shared_executor(state: _State, backends: list[Backend]) -> Executor:
 
 
 class ReplayItem(_HicacheItem):
-    def __init__(self, *, case_file: Path, **kwargs: Any) -> None:
+    def __init__(self, *, entry: CorpusEntry, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.case_file = case_file
+        self.entry = entry
+        self.case_file = entry.path
 
     def runtest(self) -> None:
-        from hicache_fuzz.harness.campaign.corpus import load_entry
         from hicache_fuzz.harness.campaign.reproducer import judge_replay
 
         state = _state(self.config)
-        entry = load_entry(self.case_file)
+        entry = self.entry
         result = state.executor(state.backend(entry.case.backend)).run(entry.case)
         verdict = judge_replay(entry.expect, entry.signature, result, entry.case)
         if verdict.label == "XFAIL":
@@ -324,19 +325,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     corpora = config.getoption("--hicache-fuzz-corpus")
     if not corpora:
         return
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entries
 
     for directory in map(Path, corpora):
         if not directory.exists():
             raise pytest.UsageError(f"--hicache-fuzz-corpus: {directory}: no such file or directory")
         for path in iter_case_files([directory]):
             try:
-                entry = load_entry(path)
+                entries = load_entries(path)
             except CorpusError as exc:
                 raise pytest.UsageError(f"--hicache-fuzz-corpus: {exc}") from None
             relative = path.relative_to(directory) if directory.is_dir() else Path(path.name)
-            item = ReplayItem.from_parent(session, name=f"hicache_fuzz_replay[{relative}]", case_file=path)
-            if entry.expect == "fail":
-                item.add_marker(pytest.mark.xfail(strict=True, raises=KnownBugReproduced,
-                                                  reason=f"known bug {entry.signature or '(no signature)'}"))
-            items.append(item)
+            for entry in entries:  # a seed file lists every backend it applies to: one item each
+                label = f"{relative}" if len(entries) == 1 else f"{relative}:{entry.case.backend}"
+                item = ReplayItem.from_parent(session, name=f"hicache_fuzz_replay[{label}]", entry=entry)
+                if entry.expect == "fail":
+                    item.add_marker(pytest.mark.xfail(strict=True, raises=KnownBugReproduced,
+                                                      reason=f"known bug {entry.signature or '(no signature)'}"))
+                items.append(item)

@@ -1,5 +1,5 @@
 """Write reports/standalone/scripts/: one standalone script per synthetic valid case of every sglang backend
-kind (tests/test_standalone.py SYNTHETIC), as generated (must pass on a correct sglang) and with a broken call
+kind (tests/campaign/test_standalone.py SYNTHETIC), as generated (must pass on a correct sglang) and with a broken call
 (``*.broken.py``: must fail, naming the first differing byte). Run from the repository root:
 
     python reports/standalone/make_scripts.py
