@@ -9,12 +9,13 @@ mutant that survives is a blind spot of the generator, the contract or the compa
 issue or PR it is taken from. On the CPU platform "device" placement of index
 tensors is simulated; mutants that depend on it read the case's logical placement (``case.host_index``).
 
-Two mutants scale a large-memory bug down so CPU-sized pools reach it; their docstrings say by how much.
+Three mutants scale a large-memory bug down so CPU-sized pools reach it; their docstrings say by how much.
+Four mutants sit only where the menus of earlier versions never went (non-power-of-two page sizes, more than
+8 heads, more than 65,535 tokens, device pools past the scaled 2^31-byte limit): they prove the generator
+reaches the whole legal space, not just its menus.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
@@ -31,65 +32,23 @@ from hicache_fuzz.harness.model.case import (
 from hicache_fuzz.kernels.base import BackendRejected
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
 from hicache_fuzz.kernels.reference import ReferenceBackend
+from hicache_fuzz.kernels.zoo_bytes import copy_bytes, host_chunk_starts
+
+__all__ = ["BACKENDS", "copy_bytes", "host_chunk_starts"]
 
 # The write-back staging buffer holds at most this many pages (sglang base.py _WRITE_BACK_STAGING_PAGE_CHUNK).
 STAGING_PAGE_CHUNK = 64
 # Scaled-down address limits so that pools of a few MiB reach them (see the mutants' docstrings).
 SCALED_OFFSET_LIMIT = 1 << 20  # stands for 2**32: 32-bit byte offsets
 SCALED_REGISTER_CHUNK = 1 << 18  # stands for SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB
+# Stands for 2**31 (a signed 32-bit byte offset). 8 MiB: larger than any device component an 8 MiB case (the
+# former per-case cap, host and device together) could have, so only the wider size distribution reaches it.
+SCALED_INT32_OFFSET_LIMIT = 1 << 23
+CUDA_GRID_LIMIT = 65535  # gridDim.y / gridDim.z maximum
+HEAD_LOOP_LIMIT = 8  # a fixed per-head table of 8 entries
 
 
 # ---- helpers shared by the mutants ----------------------------------------------------------------------
-
-def host_chunk_starts(backend: ReferenceBackend, pool: PoolBuffers, component: str, layer: int,
-                      host: list[int]) -> torch.Tensor:
-    """Byte offsets into the host payload of every contiguous chunk of each host row: shape [n, chunks].
-
-    A row is one chunk per head (heads may be scattered, e.g. page_head) or a single chunk (MLA
-    page_unified). Derived from the strides of the reference's own typed host view.
-    """
-    rows = backend.host_rows(pool, component, layer)
-    if rows.stride(-1) != 1:
-        raise AssertionError("host rows must be contiguous in their innermost dimension")
-    itemsize = rows.element_size()
-    ps = pool.case.page_size
-    h = torch.tensor(host, dtype=torch.int64)
-    page, slot = h // ps, h % ps
-    base = rows.storage_offset() * itemsize - pool.host.payload.storage_offset()
-    starts = base + (page * rows.stride(0) + slot * rows.stride(1)) * itemsize
-    if rows.dim() == 3:  # (P, ps, width): the row is one chunk
-        return starts[:, None]
-    heads = torch.arange(rows.shape[2], dtype=torch.int64) * rows.stride(2) * itemsize
-    return starts[:, None] + heads[None, :]
-
-
-def copy_bytes(backend: ReferenceBackend, pool: PoolBuffers, component: str, layer: int, host: list[int],
-               device: list[int], *, remap_chunk_start: Callable[[torch.Tensor], torch.Tensor] | None = None,
-               copied_columns: torch.Tensor | None = None) -> None:
-    """A byte-level row copy that can misplace host chunks or skip bytes of a row, the way a kernel would.
-
-    ``remap_chunk_start`` maps the true payload offsets of the host chunks to the ones the buggy kernel
-    computes; ``copied_columns`` lists the byte positions (0..row_bytes-1, device row order) it copies.
-    """
-    if not host:
-        return
-    row_bytes = pool.spec.row_bytes(component)
-    starts = host_chunk_starts(backend, pool, component, layer, host)
-    if remap_chunk_start is not None:
-        starts = remap_chunk_start(starts)
-    n, chunks = starts.shape
-    width = row_bytes // chunks
-    host_bytes = (starts[:, :, None] + torch.arange(width, dtype=torch.int64)).reshape(n, row_bytes)
-    columns = copied_columns if copied_columns is not None else torch.arange(row_bytes, dtype=torch.int64)
-    payload = pool.host.payload
-    dev = pool.device_layer(component, layer)
-    d = torch.tensor(device, dtype=torch.int64, device=dev.device)
-    cols_dev = columns.to(dev.device)
-    if pool.case.direction is Direction.WRITE_BACK:
-        payload[host_bytes[:, columns]] = dev[d][:, cols_dev].to(payload.device)
-    else:
-        dev[d[:, None], cols_dev[None, :]] = payload[host_bytes[:, columns]].to(dev.device)
-
 
 def _drop_pages(host: list[int], device: list[int], page_size: int,
                 dropped: set[int]) -> tuple[list[int], list[int]]:
@@ -492,6 +451,93 @@ class PoolGroupCapabilityMismatch(ReferenceBackend):
         super().copy(pool, component, layer, host, device)
 
 
+class PageShiftMask(ReferenceBackend):
+    """Host page and slot computed with a shift and a mask, as if page_size were a power of two.
+
+    ``page = t >> log2(page_size)``, ``slot = t & (page_size - 1)``: exact for powers of two, wrong for any
+    other page size a server accepts (``--page-size 12``), so a host token lands in another page or slot (taken
+    modulo the pool here, where the kernel would leave it). Layer_first addresses tokens, not pages: untouched.
+    """
+
+    name = "zoo-page-shift-mask"
+    description = "host page/slot by shift and mask: wrong for non-power-of-two page sizes"
+    models_bug = ("B8: power-of-two page arithmetic (shift/mask) on a non-power-of-two page size (server "
+                  "--page-size is any positive integer; page-major host layouts)")
+
+    def copy(self, pool: PoolBuffers, component: str, layer: int, host: list[int], device: list[int]) -> None:
+        case = pool.case
+        ps = case.page_size
+        if case.layout is HostLayout.LAYER_FIRST or ps & (ps - 1) == 0:
+            super().copy(pool, component, layer, host, device)
+            return
+        shift, mask = ps.bit_length() - 1, ps - 1
+        moved = [((t >> shift) * ps + (t & mask)) % case.host_slots for t in host]
+        super().copy(pool, component, layer, moved, device)
+
+
+class HeadsPastEight(ReferenceBackend):
+    """Only the first 8 heads of every row move: a per-head table sized for 8 heads (tensor parallelism leaves
+    at most 8 KV heads per rank on the usual deployments; one rank with all heads of a model has 32 to 128)."""
+
+    name = "zoo-heads-past-8"
+    description = "rows with more than 8 heads: heads 8.. are not copied"
+    models_bug = ("B7: per-head loop bound by a fixed 8-entry table (page_head per-head ops, head-group "
+                  "splits); rows with more than 8 heads lose their tail heads")
+
+    def copy(self, pool: PoolBuffers, component: str, layer: int, host: list[int], device: list[int]) -> None:
+        if pool.spec.heads <= HEAD_LOOP_LIMIT:
+            super().copy(pool, component, layer, host, device)
+            return
+        columns = torch.arange(HEAD_LOOP_LIMIT * pool.spec.head_bytes(component), dtype=torch.int64)
+        copy_bytes(self, pool, component, layer, host, device, copied_columns=columns)
+
+
+class GridLimitTokens(ReferenceBackend):
+    """Tokens past the 65,535th are never copied: one block per token on grid.y, clamped to the CUDA limit
+    of 65,535 (a launch that asks for more fails; a launcher that clamps silently drops the rest)."""
+
+    name = "zoo-grid-limit-65535"
+    description = "transfers of more than 65,535 tokens: the tail is not copied"
+    models_bug = ("B5: grid dimension limit (gridDim.y/z <= 65535) with one block per token; transfers of "
+                  "tens of thousands of tokens (long prefixes) lose their tail")
+
+    def expand(self, case: Case, host: list[int], device: list[int]) -> tuple[list[int], list[int]]:
+        host, device = super().expand(case, host, device)
+        return host[:CUDA_GRID_LIMIT], device[:CUDA_GRID_LIMIT]
+
+
+class DeviceOffsetInt32(ReferenceBackend):
+    """Device byte offsets ``(layer * rows + row) * row_bytes`` from the start of a component's buffer are
+    computed in a signed 32-bit integer and wrap (scaled: at SCALED_INT32_OFFSET_LIMIT = 8 MiB, not 2**31).
+
+    Real pools pass 2 GiB per component with long contexts (126 layers x 64 K tokens x 256 bytes). A row past
+    the limit is read from / written to the row at ``offset % limit`` (rounded down to a whole row).
+    """
+
+    name = "zoo-device-offset-int32"
+    description = "device byte offsets wrap at a signed 32-bit limit (scaled to 8 MiB)"
+    models_bug = ("B3: signed 32-bit device byte offset (layer * stride + row * row_bytes) in pools past "
+                  "2 GiB per component; scaled to wrap at 2**23 bytes")
+
+    def copy(self, pool: PoolBuffers, component: str, layer: int, host: list[int], device: list[int]) -> None:
+        rows, row_bytes = pool.case.device_rows, pool.spec.row_bytes(component)
+        if (pool.case.layers * rows) * row_bytes <= SCALED_INT32_OFFSET_LIMIT:
+            super().copy(pool, component, layer, host, device)
+            return
+        by_layer: dict[int, tuple[list[int], list[int]]] = {}
+        for h, d in zip(host, device, strict=True):
+            offset = (layer * rows + d) * row_bytes
+            if offset + row_bytes > SCALED_INT32_OFFSET_LIMIT:
+                offset %= SCALED_INT32_OFFSET_LIMIT
+            landed = offset // row_bytes
+            hosts, devices = by_layer.setdefault(landed // rows, ([], []))
+            hosts.append(h)
+            devices.append(landed % rows)
+        for landed_layer, (hosts, devices) in sorted(by_layer.items()):
+            self.copy_rows(pool, host_component=component, host_layer=layer, device_component=component,
+                           device_layer=landed_layer, host=hosts, device=devices)
+
+
 BACKENDS: tuple[type[ReferenceBackend], ...] = (
     CpuIndicesRejected,
     StagingChunkOffByOne,
@@ -510,4 +556,8 @@ BACKENDS: tuple[type[ReferenceBackend], ...] = (
     SortedHostUnpermutedDevice,
     RowTailTruncated,
     PoolGroupCapabilityMismatch,
+    PageShiftMask,
+    HeadsPastEight,
+    GridLimitTokens,
+    DeviceOffsetInt32,
 )

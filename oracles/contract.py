@@ -10,6 +10,12 @@ that never bounds-check, duplicate destinations racing). Running them proves not
 process, so the runner does not execute them.
 
 Rules and their sources: docs/semantics.md section 3 (table 3.6 is the summary).
+
+Geometry is not an entry-point rule: every positive page size (powers of two or not: a server's --page-size
+is any positive integer), head count, head dim, layer count and transfer length is legal for every entry
+point here; where a kernel has a limit (the TMA kernel's page_size % rows_per_chunk, the 16-byte rows of the
+staged path) it is a selection between implementations or a row rule below, never a page-size rule. The
+generator therefore draws these over their whole range (docs/generation.md).
 """
 
 from __future__ import annotations

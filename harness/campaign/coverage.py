@@ -1,20 +1,45 @@
-"""Which corners of the case space a campaign really exercised, per backend.
+"""Which corners of the case space a campaign really exercised, per backend, and where the holes are.
 
 Only cases the backend actually ran count (passed, rejected as predicted, or failed); unsupported and
-undefined cases never reached the implementation. The buckets are the dimensions bugs live in (page counts
-around the 64-page staging chunk, page size 1 vs >= 16, index dtype and placement per side, ...), and
+undefined cases never reached the implementation. Three views, all in the campaign report:
+
+* ``coverage``: backend -> dimension -> bucket -> cases. Buckets are the finer ones of
+  :mod:`hicache_fuzz.harness.campaign.buckets` (page size 1 / powers of two / non-powers of two, page counts
+  around the 64-page staging chunk, layers to 128, heads past 8, tokens past 65,536, ...). The dimension
+  ``edge`` counts named edges reached (``page_size=npot``, ``tokens>=65536``, ``layers=126``, ...) and each
+  ``pair:a*b`` dimension counts the bucket pairs of two dimensions seen together. All of it is plain counts,
+  so shards and workers sum (merge.py).
+* ``coverage_ranges``: backend -> dimension -> [min, max] of the drawn values (merge takes min and max).
+* ``coverage_summary`` (derived): per backend the ranges, the edges reached and missed, and per dimension pair
+  the pairs reached out of the pairs possible among the buckets seen (less combinations no case can have).
+
 :data:`REQUIRED` / :data:`REQUIRED_DISTINCT` list the minimum every real-kernel backend must see in a campaign
-worth reporting. A backend can declare a required bucket out of its reach (``Backend.coverage_exemptions``,
-e.g. int32 indices for a backend that only takes what sglang's allocators produce); the exemption and its
-reason are reported instead of a gap, so an exemption is visible and never silent.
+worth reporting. A backend can declare a required bucket out of its reach (``Backend.coverage_exemptions``);
+the exemption and its reason are reported instead of a gap, so an exemption is visible and never silent.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from itertools import combinations
 from typing import Any
 
-from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.campaign.buckets import (
+    HEAD_BUCKETS,
+    HEAD_DIM_BUCKETS,
+    LAYER_BUCKETS,
+    PAGE_BYTES_BUCKETS,
+    PAGE_SIZE_BUCKETS,
+    PAGES_BUCKETS,
+    POOL_ROW_BUCKETS,
+    ROW_BUCKETS,
+    TOKEN_BUCKETS,
+    bucket_named,
+    is_power_of_two,
+    label_of,
+)
+from hicache_fuzz.harness.campaign.pairwise import legal_pair
+from hicache_fuzz.harness.model.case import Case, HostLayout
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 
 NOT_EXECUTED = frozenset({Outcome.UNSUPPORTED, Outcome.UNDEFINED})
@@ -22,7 +47,7 @@ NOT_EXECUTED = frozenset({Outcome.UNSUPPORTED, Outcome.UNDEFINED})
 # dimension -> buckets a campaign must have executed at least once per backend (issue 6's "done means")
 REQUIRED: dict[str, tuple[str, ...]] = {
     "attention": ("mha", "mla"),
-    "page_size": ("1", "16+"),
+    "page_size": ("1", "16-64"),
     "index_dtype": ("int32", "int64"),
     "index_device": ("cpu", "device"),
     "pages": ("63-65",),
@@ -30,38 +55,126 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 # dimension -> how many distinct buckets a campaign must have executed per backend
 REQUIRED_DISTINCT: dict[str, int] = {"dtype": 2}
 
+# Dimensions whose bucket pairs are counted (the schedule's dimensions, direction/layout/scope apart).
+PAIR_DIMENSIONS = ("direction", "scope", "layout", "attention", "dtype", "page_size", "pages", "layers", "heads",
+                   "row_bytes", "page_bytes", "index_dtype", "index_device", "allocator", "pools")
+# The riskiest triple, counted as one dimension: direction x layout x scope, and its pairs with page bytes.
+TRIPLE = "dls"
 
-def _pages_bucket(pages: int) -> str:
-    if pages <= 1:
-        return str(pages)
-    if pages < 63:
-        return "2-62"
-    if pages <= 65:
-        return "63-65"
-    return "66-127" if pages < 128 else "128+"
+# Edges: name -> what must hold. Scaled limits are the zoo's (kernels/zoo.py): 2^20 host bytes stand for
+# 2^32, 2^24 device bytes for 2^31.
+EDGES = ("page_size=1", "page_size=npot", "page_size>=128", "heads>8", "heads>=64", "head_dim>=512",
+         "layers>=61", "layers=61", "layers=126", "layers=128", "tokens=0", "tokens>=65536", "pages>=129",
+         "pool_rows>65536", "index=2^k-1", "index=2^k", "index=2^k+1", "index>=2^16", "partial_page",
+         "row_bytes>32768", "host_bytes>=2^20", "device_component_bytes>=2^24", "pools=3")
+RANGE_DIMENSIONS = ("page_size", "layers", "tokens", "pages", "heads", "head_dim", "row_bytes", "host_slots",
+                    "device_rows", "max_index", "pools", "case_bytes")
 
 
-def case_features(case: Case) -> dict[str, list[str]]:
+def _pages(case: Case) -> int:
+    return -(-case.n // case.page_size)
+
+
+def _index_near_power_of_two(indices: set[int], biggest: int, offset: int) -> bool:
+    """True if some index is 2^k + offset (k >= 2): a lookup per power of two, not a pass over the indices."""
+    return any((1 << k) + offset in indices for k in range(2, max(biggest, 1).bit_length() + 1))
+
+
+def case_values(case: Case) -> dict[str, int]:
+    """The numeric values of `case` whose ranges the report shows."""
+    rows = [p.row_bytes(c) for p in case.pools for c in p.components]
+    per_token = sum(rows)
+    biggest = max(max(case.host_indices, default=0), max(case.device_indices, default=0))
+    return {
+        "page_size": case.page_size, "layers": case.layers, "tokens": case.n, "pages": _pages(case),
+        "heads": max(p.heads for p in case.pools), "head_dim": max(p.head_dim for p in case.pools),
+        "row_bytes": max(rows), "host_slots": case.host_slots, "device_rows": case.device_rows,
+        "max_index": biggest, "pools": len(case.pools),
+        "case_bytes": per_token * case.layers * (case.host_slots + case.device_rows),
+    }
+
+
+def case_edges(case: Case, values: dict[str, int]) -> list[str]:
+    ps, indices = case.page_size, set(case.host_indices).union(case.device_indices)
+    biggest = values["max_index"]
+    host_bytes = max(p.row_bytes(c) for p in case.pools for c in p.components) * case.layers * case.host_slots
+    device_component = max(p.row_bytes(c) for p in case.pools for c in p.components) * case.layers * case.device_rows
+    checks = {
+        "page_size=1": ps == 1, "page_size=npot": not is_power_of_two(ps), "page_size>=128": ps >= 128,
+        "heads>8": values["heads"] > 8, "heads>=64": values["heads"] >= 64, "head_dim>=512": values["head_dim"] >= 512,
+        "layers>=61": case.layers >= 61, "layers=61": case.layers == 61, "layers=126": case.layers == 126,
+        "layers=128": case.layers == 128, "tokens=0": case.n == 0, "tokens>=65536": case.n >= 65536,
+        "pages>=129": values["pages"] >= 129, "pool_rows>65536": max(case.host_slots, case.device_rows) > 65536,
+        "index=2^k-1": _index_near_power_of_two(indices, biggest, -1),
+        "index=2^k": _index_near_power_of_two(indices, biggest, 0),
+        "index=2^k+1": _index_near_power_of_two(indices, biggest, 1),
+        "index>=2^16": biggest >= 1 << 16, "partial_page": case.n % ps != 0,
+        "row_bytes>32768": values["row_bytes"] > 32768, "host_bytes>=2^20": host_bytes >= 1 << 20,
+        "device_component_bytes>=2^24": device_component >= 1 << 24, "pools=3": len(case.pools) >= 3,
+    }
+    return [name for name in EDGES if checks[name]]
+
+
+def case_features(case: Case, values: dict[str, int] | None = None) -> dict[str, list[str]]:
     """The buckets `case` falls in, per dimension (a dimension may hold several, e.g. both index sides)."""
-    ps = case.page_size
+    values = values or case_values(case)
+    rows = {p.row_bytes(c) for p in case.pools for c in p.components}
     return {
         "attention": sorted({p.attention.value for p in case.pools}),
         "dtype": sorted({p.dtype.value for p in case.pools}),
         "layout": [case.layout.value],
         "direction": [case.direction.value],
         "scope": [case.scope.value],
-        "page_size": ["1" if ps == 1 else "16+" if ps >= 16 else "2-8"],
-        "pages": [_pages_bucket(case.n // ps)],
+        TRIPLE: [f"{case.direction.value}/{case.layout.value}/{case.scope.value}"],
+        "page_size": [label_of(PAGE_SIZE_BUCKETS, case.page_size)],
+        "pages": [label_of(PAGES_BUCKETS, values["pages"])],
+        "tokens": [label_of(TOKEN_BUCKETS, case.n)],
+        "layers": [label_of(LAYER_BUCKETS, case.layers)],
+        "heads": sorted({label_of(HEAD_BUCKETS, p.heads) for p in case.pools}),
+        "head_dim": sorted({label_of(HEAD_DIM_BUCKETS, p.head_dim) for p in case.pools}),
+        "row_bytes": sorted({label_of(ROW_BUCKETS, r) for r in rows}),
+        "page_bytes": sorted({label_of(PAGE_BYTES_BUCKETS, r * case.page_size) for r in rows}),
+        "pool_rows": [label_of(POOL_ROW_BUCKETS, max(case.host_slots, case.device_rows))],
         "index_dtype": sorted({case.host_index.dtype.value, case.device_index.dtype.value}),
         "index_device": sorted({case.host_index.device.value, case.device_index.device.value}),
         "allocator": [case.host_allocator.value],
         "pools": [str(len(case.pools))],
+        "partial": ["partial" if case.n % case.page_size else "whole"],
     }
+
+
+def pair_name(a: str, b: str) -> str:
+    return f"pair:{a}*{b}"
+
+
+def _page_bytes_possible(row: str, page_bytes: str, page_sizes: list[int]) -> bool:
+    """Whether some row of bucket `row` times some page size of the range drawn lands in `page_bytes`."""
+    try:
+        row_bucket, page_bucket = bucket_named(ROW_BUCKETS, row), bucket_named(PAGE_BYTES_BUCKETS, page_bytes)
+    except KeyError:  # a bucket of another version's report: assume possible
+        return True
+    return row_bucket.low * page_sizes[0] <= page_bucket.high and row_bucket.high * page_sizes[1] >= page_bucket.low
+
+
+def _legal_coverage_pair(dim_a: str, a: str, dim_b: str, b: str, page_sizes: list[int] | None = None) -> bool:
+    """Bucket pairs no case can have (coverage names): layouts an attention kind lacks, multi-head MLA, row
+    bands whose pages cannot reach a page-bytes band with the page sizes drawn."""
+    if {dim_a, dim_b} == {"row_bytes", "page_bytes"} and page_sizes:
+        row, page = (a, b) if dim_a == "row_bytes" else (b, a)
+        return _page_bytes_possible(row, page, page_sizes)
+    if {dim_a, dim_b} == {"attention", "layout"}:
+        attention, layout = (a, b) if dim_a == "attention" else (b, a)
+        return legal_pair("attention", attention, "dls", f"x/{HostLayout(layout).value}/x")
+    if {dim_a, dim_b} == {"attention", "heads"}:
+        attention, heads = (a, b) if dim_a == "attention" else (b, a)
+        return legal_pair("attention", attention, "heads", heads)
+    return True
 
 
 class Coverage:
     def __init__(self) -> None:
         self.counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+        self.ranges: dict[str, dict[str, list[int]]] = defaultdict(dict)  # backend -> dim -> [min, max]
         self.exemptions: dict[str, dict[str, str]] = {}  # backend -> "dimension=bucket" -> why out of reach
 
     def exempt(self, backend: str, exemptions: dict[str, str]) -> None:
@@ -71,9 +184,25 @@ class Coverage:
     def add(self, case: Case, result: Result) -> None:
         if result.outcome in NOT_EXECUTED:
             return
-        for dimension, buckets in case_features(case).items():
-            for bucket in buckets:
-                self.counts[result.backend][dimension][bucket] += 1
+        values = case_values(case)
+        features = case_features(case, values)
+        counts = self.counts[result.backend]
+        for dimension, buckets in features.items():
+            counts[dimension].update(buckets)
+        counts["edge"].update(case_edges(case, values))
+        for a, b in combinations(PAIR_DIMENSIONS, 2):
+            counts[pair_name(a, b)].update(f"{x}|{y}" for x in features[a] for y in features[b])
+        counts[pair_name(TRIPLE, "page_bytes")].update(f"{features[TRIPLE][0]}|{y}" for y in features["page_bytes"])
+        self._widen(result.backend, values)
+
+    def _widen(self, backend: str, values: dict[str, int]) -> None:
+        ranges = self.ranges[backend]
+        for dimension, value in values.items():
+            span = ranges.get(dimension)
+            if span is None:
+                ranges[dimension] = [value, value]
+            else:
+                span[0], span[1] = min(span[0], value), max(span[1], value)
 
     def gaps(self, backend: str) -> list[str]:
         """Required buckets `backend` never executed, as 'dimension=bucket' (or 'dimension: k of n distinct'),
@@ -88,10 +217,42 @@ class Coverage:
                 missing.append(f"{dim}: {len(distinct)} of {needed} distinct ({', '.join(distinct) or 'none'})")
         return missing
 
+    def pairs(self, backend: str) -> dict[str, dict[str, int]]:
+        """Per dimension pair: the bucket pairs reached and the pairs possible among the buckets seen in each
+        dimension (a hole is a pair of values each seen, never together)."""
+        seen = self.counts.get(backend, {})
+        page_sizes = self.ranges.get(backend, {}).get("page_size")
+        out: dict[str, dict[str, int]] = {}
+        dimension_pairs = [*combinations(PAIR_DIMENSIONS, 2), (TRIPLE, "page_bytes")]
+        for a, b in dimension_pairs:
+            values_a = [x for x, n in seen.get(a, Counter()).items() if n]
+            values_b = [y for y, n in seen.get(b, Counter()).items() if n]
+            possible = sum(_legal_coverage_pair(a, x, b, y, page_sizes) for x in values_a for y in values_b)
+            # cross products of multi-valued features (several pools) can pair buckets of different rows:
+            # only legal pairs count, so reached <= possible
+            reached = sum(1 for key, n in seen.get(pair_name(a, b), Counter()).items()
+                          if n and _legal_coverage_pair(a, key.split("|")[0], b, key.split("|")[1], page_sizes))
+            out[f"{a}*{b}"] = {"reached": reached, "possible": possible}
+        return out
+
+    def summary(self, backend: str) -> dict[str, Any]:
+        """Ranges, edges reached and missed, and pairs reached / possible: what makes a hole visible."""
+        edges = self.counts.get(backend, {}).get("edge", Counter())
+        pairs = self.pairs(backend)
+        return {
+            "ranges": {dim: list(span) for dim, span in sorted(self.ranges.get(backend, {}).items())},
+            "edges_reached": {e: edges[e] for e in EDGES if edges[e]},
+            "edges_missed": [e for e in EDGES if not edges[e]],
+            "pairs_reached": sum(p["reached"] for p in pairs.values()),
+            "pairs_possible": sum(p["possible"] for p in pairs.values()),
+            "pairs": pairs,
+        }
+
     @classmethod
-    def from_dicts(cls, parts: list[dict[str, Any]], exemptions: list[dict[str, Any]] | None = None) -> Coverage:
+    def from_dicts(cls, parts: list[dict[str, Any]], exemptions: list[dict[str, Any]] | None = None,
+                   ranges: list[dict[str, Any]] | None = None) -> Coverage:
         """Sum the coverage of several reports (shards, workers); `exemptions` are their
-        ``coverage_exemptions`` fields."""
+        ``coverage_exemptions`` fields, `ranges` their ``coverage_ranges`` (older reports have none)."""
         total = cls()
         for part in parts:
             for backend, dims in part.items():
@@ -100,8 +261,20 @@ class Coverage:
         for declared in exemptions or []:
             for backend, mapping in declared.items():
                 total.exempt(backend, {str(k): str(v) for k, v in mapping.items()})
+        for part_ranges in ranges or []:
+            for backend, dims in part_ranges.items():
+                for dim, (low, high) in dims.items():
+                    total._widen(backend, {dim: int(low)})
+                    total._widen(backend, {dim: int(high)})
         return total
 
     def to_dict(self) -> dict[str, Any]:
         return {backend: {dim: dict(sorted(c.items())) for dim, c in sorted(dims.items())}
                 for backend, dims in sorted(self.counts.items())}
+
+    def ranges_dict(self) -> dict[str, Any]:
+        return {backend: {dim: list(span) for dim, span in sorted(dims.items())}
+                for backend, dims in sorted(self.ranges.items())}
+
+    def summary_dict(self) -> dict[str, Any]:
+        return {backend: self.summary(backend) for backend in sorted(self.counts)}

@@ -1,28 +1,49 @@
 """Generate cases: one decision procedure, driven either by a seeded RNG (fast campaigns) or by Hypothesis
 (shrinkable property tests, see :mod:`hicache_fuzz.harness.campaign.strategies`).
 
-The procedure draws sizes before contents (geometry, then page count, then index patterns), picks from menus
-whose first entry is the simplest (so Hypothesis shrinks toward small, plain cases), and leans toward the
-places bugs live: 1/63/64/65/128/129 pages, the last page of a pool, index 0, reversed and duplicate source
-pages, non-contiguous or misaligned runs inside a page, transfers straddling 128 KiB, row sizes around each
-entry point's rules, int32 indices, CPU vs device indices per side.
+The procedure draws the case's byte budget and sizes before rows and contents (page size, layers, pages, then
+pools, then index patterns), picks from menus whose first entry is the simplest (so Hypothesis shrinks toward
+small, plain cases), and leans toward the places bugs live: page size 1 and non-powers of two, 63/64/65 and
+128/129 pages, 61/126 layers, more than 8 heads, transfers just past 65,536 tokens, pools of 2^k rows with
+indices at 2^k - 1, 2^k, 2^k + 1, the last page of a pool, index 0, reversed and duplicate source pages,
+non-contiguous or misaligned runs inside a page, valid partial last pages, row sizes around each entry point's
+rules, int32 indices, CPU vs device indices per side.
 
-A :class:`CaseSpace` bounds what is drawn; backends narrow it to what they implement (``Backend.case_space``).
+Each numeric dimension is drawn inside a bucket (:mod:`hicache_fuzz.harness.campaign.buckets`); in campaigns
+the buckets come from the pairwise schedule (:mod:`hicache_fuzz.harness.campaign.pairwise`), so combinations
+are reached early. A :class:`CaseSpace` bounds what is drawn; backends narrow it to what they implement
+(``Backend.case_space``); docs/generation.md describes all of it.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from enum import Enum
 from typing import Protocol, TypeVar
 
+from hicache_fuzz.harness.campaign.buckets import (
+    HEAD_BUCKETS,
+    LAYER_BUCKETS,
+    OPEN,
+    PAGE_SIZE_BUCKETS,
+    PAGES_BUCKETS,
+    ROW_BUCKETS,
+    Bucket,
+    bucket_named,
+    label_of,
+    labels_of_menu,
+    menu_in_bucket,
+)
+from hicache_fuzz.harness.campaign.pairwise import pins_for_index
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
     Case,
     Direction,
     HostLayout,
+    IndexDtype,
     IndexSpec,
     KVDtype,
     PoolSpec,
@@ -55,27 +76,90 @@ class RandomChooser:
         return self.rng.random() < probability
 
 
-@dataclass
-class _Geometry:
-    attention: Attention
-    layout: HostLayout
-    pools: list[PoolSpec] = field(default_factory=list)
+def _in_bucket(chooser: Chooser, buckets: tuple[Bucket, ...], label: str, menu: tuple[int, ...], limit: int,
+               range_chance: float = 0.3) -> int:
+    """A value of bucket `label`: a menu value in it, or (range_chance, when `limit` > 0) a uniform draw from the
+    bucket's range up to `limit`; falls back to the whole menu if the bucket holds nothing."""
+    bucket = bucket_named(buckets, label)
+    in_menu = menu_in_bucket(buckets, label, menu)
+    high = min(bucket.high, limit)
+    if limit > 0 and high >= bucket.low and (not in_menu or chooser.chance(range_chance)):
+        for _ in range(8):
+            value = chooser.integer(bucket.low, high)
+            if bucket.accepts(value):
+                return value
+    return chooser.choice(in_menu or list(menu))
 
 
-def _pool(chooser: Chooser, space: CaseSpace, attention: Attention, layout: HostLayout, name: str) -> PoolSpec:
-    for _ in range(64):
-        dtype = chooser.choice(space.dtypes)
-        row = chooser.choice(space.row_bytes)
-        if row % dtype.itemsize:
-            continue
-        elements = row // dtype.itemsize
+def _pick(chooser: Chooser, pins: Mapping[str, str], name: str, values: Sequence[str]) -> str:
+    pinned = pins.get(name)
+    return pinned if pinned is not None and pinned in values else chooser.choice(values)
+
+
+E = TypeVar("E", bound=Enum)
+
+
+def _pick_member(chooser: Chooser, pins: Mapping[str, str], name: str, members: Sequence[E]) -> E:
+    """The pinned member of `members` (str enums equal their values), or a draw from them."""
+    pinned = pins.get(name)
+    if pinned is not None and pinned in members:
+        return members[list(members).index(pinned)]  # type: ignore[arg-type]
+    return chooser.choice(members)
+
+
+def _heads_for(chooser: Chooser, space: CaseSpace, elements: int, heads_label: str | None) -> int:
+    """A head count dividing `elements`, in bucket `heads_label` when one does."""
+    divisors = [h for h in space.heads if elements % h == 0]
+    if heads_label is not None:
+        wanted = bucket_named(HEAD_BUCKETS, heads_label)
+        fitting = [h for h in divisors if wanted.contains(h)]
+        if fitting:
+            return chooser.choice(fitting)
+    return chooser.choice(divisors or [1])
+
+
+def _pool(chooser: Chooser, space: CaseSpace, attention: Attention, layout: HostLayout, name: str,
+          pins: Mapping[str, str], row_cap: int) -> PoolSpec:
+    """One pool: from the row menu (rows around every entry point's rule) or, when the space has head dims,
+    from a geometry (heads x head_dim x itemsize, as real models have). The first attempts keep the pinned
+    dtype, row band and head bucket and rows of at most `row_cap` bytes (so the case's budget holds the drawn
+    sizes); the next ones keep only the cap, the last ones nothing."""
+    row_label, heads_label = pins.get("row"), pins.get("heads")
+    pinned_dtype = next((d for d in space.dtypes if d.value == pins.get("dtype")), None)
+    # No row of the pinned band fits under the cap: skip the attempts that keep both.
+    first = 12 if row_label is not None and bucket_named(ROW_BUCKETS, row_label).low > row_cap else 0
+    for attempt in range(first, 36):
+        strict = attempt < 12  # the pinned buckets and the row cap
+        capped = attempt < 24  # the row cap only
+        dtype = pinned_dtype if strict and pinned_dtype is not None else chooser.choice(space.dtypes)
+        heads_wanted = heads_label if strict else None
+        if space.head_dims and chooser.chance(0.5):
+            head_dim = chooser.choice(space.head_dims)
+            if attention is Attention.MLA:
+                heads = 1
+            else:
+                label = heads_wanted or chooser.choice(labels_of_menu(HEAD_BUCKETS, space.heads))
+                heads = _in_bucket(chooser, HEAD_BUCKETS, label, space.heads, 128)
+            row = heads * head_dim * dtype.itemsize
+            if (capped and row > row_cap) or (
+                    strict and row_label is not None and label_of(ROW_BUCKETS, row) != row_label):
+                continue
+            elements = heads * head_dim
+        else:
+            rows: Sequence[int] = space.row_bytes
+            if strict and row_label is not None:
+                rows = menu_in_bucket(ROW_BUCKETS, row_label, space.row_bytes) or rows
+            row = chooser.choice(rows)
+            if row % dtype.itemsize or (capped and row > row_cap):
+                continue
+            elements = row // dtype.itemsize
+            heads = 1 if attention is Attention.MLA else _heads_for(chooser, space, elements, heads_wanted)
+            head_dim = elements // heads
         if attention is Attention.MLA:
             return PoolSpec(name=name, attention=attention, dtype=dtype, heads=1, head_dim=elements)
-        heads = chooser.choice([h for h in space.heads if elements % h == 0] or [1])
-        head_dim = elements // heads
         groups = 1
         if layout is HostLayout.PAGE_UNIFIED:
-            groups = chooser.choice([g for g in (1, 2, 4) if heads % g == 0])
+            groups = chooser.choice([g for g in (1, 2, 4, 8) if heads % g == 0])
         v_head_dim = None
         if attention is Attention.MHA_ASYM:
             v_head_dim = chooser.choice([d for d in (head_dim // 2, head_dim * 2, head_dim + 8) if d > 0])
@@ -89,47 +173,155 @@ def _bytes_per_token_layer(pools: Sequence[PoolSpec]) -> int:
     return sum(p.row_bytes(c) for p in pools for c in p.components)
 
 
-def draw_case(chooser: Chooser, space: CaseSpace) -> Case:
-    """One case from `space`, every decision taken through `chooser`."""
-    direction = chooser.choice(space.directions)
-    scope = chooser.choice(space.scopes)
-    attention = chooser.choice(space.attentions)
-    layouts = [lay for lay in space.layouts if lay in LAYOUTS_BY_ATTENTION[attention]] or [HostLayout.PAGE_FIRST]
-    layout = chooser.choice(layouts)
-    pool_count = 1 if space.max_pools <= 1 or not chooser.chance(0.15) else chooser.integer(2, space.max_pools)
-    pools = [_pool(chooser, space, attention, layout, "kv")]
-    for i in range(1, pool_count):
-        side_attention = attention if layout not in LAYOUTS_BY_ATTENTION[Attention.MLA] else chooser.choice(
-            [a for a in space.attentions if layout in LAYOUTS_BY_ATTENTION[a]] or [attention])
-        side = _pool(chooser, space, side_attention, layout, f"side{i}")
-        pools.append(replace(side, write_back_jit=chooser.chance(0.5)))
+def _pages_in_bucket(chooser: Chooser, space: CaseSpace, label: str, page_size: int, affordable_tokens: int) -> int:
+    """A page count in bucket `label`; the open bucket is log-uniform up to what the budget affords over the
+    narrowest rows (at most max_tokens), and a third of its draws land on the 65,536-token edge (65,535 /
+    65,536 / 65,537 tokens, the CUDA grid limit) when the budget affords it."""
+    cap = max(1, min(space.max_pages, space.max_tokens // page_size))
+    bucket = bucket_named(PAGES_BUCKETS, label)
+    if bucket.high < OPEN:
+        return min(cap, _in_bucket(chooser, PAGES_BUCKETS, label, space.page_counts, space.max_pages, 0.3))
+    if cap < bucket.low:
+        return cap
+    if chooser.chance(0.33) and affordable_tokens >= 1 << 16:
+        tokens = (1 << 16) + chooser.choice((-1, 0, 1))
+        return min(cap, max(bucket.low, -(-tokens // page_size)))
+    return _log_uniform(chooser, bucket.low, max(bucket.low, min(cap, affordable_tokens // page_size)))
 
-    page_size = chooser.choice(space.page_sizes)
-    layers = chooser.choice(space.layer_counts)
-    pages = chooser.choice(space.page_counts) if chooser.chance(0.7) else chooser.integer(0, space.max_pages)
+
+def _log_uniform(chooser: Chooser, low: int, high: int) -> int:
+    """An integer in [low, high] whose bit length is uniform (every power-of-two band equally likely)."""
+    low, high = max(1, low), max(1, low, high)
+    bits = chooser.integer(low.bit_length(), high.bit_length())
+    return max(low, min(high, chooser.integer(1 << (bits - 1), (1 << bits) - 1)))
+
+
+def _case_budget(chooser: Chooser, space: CaseSpace) -> tuple[int, bool]:
+    """The byte budget of one case, from the space's size distribution (see CaseSpace), and whether it is
+    from the tail."""
+    small = min(space.small_budget, space.byte_budget)
+    if space.tail_rate and space.tail_factor > 1 and chooser.chance(space.tail_rate):
+        return _log_uniform(chooser, space.byte_budget, space.byte_budget * space.tail_factor), True
+    if small < space.byte_budget and not chooser.chance(space.small_rate):
+        return _log_uniform(chooser, small, space.byte_budget), False
+    return _log_uniform(chooser, min(small, 4 << 10), small), False
+
+
+def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None = None) -> Case:
+    """One case from `space`, every decision taken through `chooser`; `pins` (schedule dimension -> bucket,
+    see :mod:`hicache_fuzz.harness.campaign.pairwise`) fix the buckets the schedule asks for, the rest is drawn."""
+    pins = pins or {}
+    dls = pins.get("dls")
+    if dls is not None:
+        d, lay, s = dls.split("/")
+        direction, layout, scope = Direction(d), HostLayout(lay), Scope(s)
+    else:
+        direction, scope = chooser.choice(space.directions), chooser.choice(space.scopes)
+        layout = chooser.choice(space.layouts)
+    attentions = [a for a in space.attentions if layout in LAYOUTS_BY_ATTENTION[a]]
+    if attentions:
+        attention = _pick_member(chooser, pins, "attention", attentions)
+    else:  # no attention kind of the space has this layout: keep the attention, move the layout
+        attention = chooser.choice(space.attentions)
+        layout = chooser.choice([lay for lay in space.layouts if lay in LAYOUTS_BY_ATTENTION[attention]]
+                                or [HostLayout.PAGE_FIRST])
+    if pins.get("pools") is not None:
+        pool_count = 1 if pins["pools"] == "1" else chooser.integer(2, max(2, space.max_pools))
+    else:
+        pool_count = 1 if space.max_pools <= 1 or not chooser.chance(0.15) else chooser.integer(2, space.max_pools)
+    pool_count = min(pool_count, max(1, space.max_pools))
+    budget, tail = _case_budget(chooser, space)
+    page_label = _pick(chooser, pins, "page_size", labels_of_menu(PAGE_SIZE_BUCKETS, space.page_sizes))
+    page_size = _in_bucket(chooser, PAGE_SIZE_BUCKETS, page_label, space.page_sizes, space.max_page_size)
+    layer_label = _pick(chooser, pins, "layers", labels_of_menu(LAYER_BUCKETS, space.layer_counts))
+    layers = _in_bucket(chooser, LAYER_BUCKETS, layer_label, space.layer_counts, space.max_layers)
+    pages_menu = tuple(p for p in space.page_counts if p <= space.max_pages) or (1,)
+    page_labels = labels_of_menu(PAGES_BUCKETS, pages_menu + ((130,) if space.max_pages >= 130 else ()))
+    # In an honour_rate share of the cases the schedule's buckets raise the budget (up to byte_budget / 4) to what
+    # their smallest values need, so the scheduled combination survives; otherwise (and beyond that) the
+    # fit below breaks buckets, keeping the case small.
+    pinned_pages = bucket_named(PAGES_BUCKETS, pins["pages"]).low if "pages" in pins else 1
+    pinned_row = bucket_named(ROW_BUCKETS, pins["row"]).low if "row" in pins else 8
+    components = 1 if attention is Attention.MLA else 2
+    needed = 2 * (pinned_pages + 1) * page_size * layers * max(8, pinned_row) * components
+    if chooser.chance(space.honour_rate):
+        budget = max(budget, min(space.byte_budget // 4, 2 * needed))
+    affordable_tokens = budget // (2 * 8 * layers)  # two sides of 8-byte rows: the cheapest a token gets
+    pages = _pages_in_bucket(chooser, space, _pick(chooser, pins, "pages", page_labels), page_size,
+                             affordable_tokens)
+    long_transfer = space.long_rate > 0 and space.max_tokens > 1 << 16 and chooser.chance(space.long_rate)
+    if long_transfer:
+        # Past the 65,535-token grid limit, over narrow rows and few layers: the budget rises to what that
+        # costs (up to the tail budget) instead of the fit cutting the transfer.
+        pages = -(-((1 << 16) + chooser.choice((-1, 0, 1, page_size))) // page_size)
+        layers = min(layers, chooser.choice((1, 2)))
+        budget = max(budget, min(space.byte_budget * max(1, space.tail_factor),
+                                 2 * (pages + 4) * page_size * layers * 16 * pool_count))
     if space.empty_rate and chooser.chance(space.empty_rate):
         pages = 0
     pages = min(pages, space.max_pages)
-    # Fit the byte budget by shrinking the dimensions that matter least for the bug classes first.
+
+    # Sizes before rows: either the rows fit the drawn sizes (long transfers over narrow rows, many layers),
+    # or the sizes give way to the drawn rows in the budget fit below; which one varies from case to case.
+    slots_per_layer = 2 * (pages + 3) * page_size * layers * (1 if attention is Attention.MLA else 2) * pool_count
+    sizes_first = long_transfer or chooser.chance(0.5)
+    row_cap = max(8, budget // max(1, slots_per_layer)) if sizes_first else max(64, budget // 64)
+    pools = [_pool(chooser, space, attention, layout, "kv", pins, row_cap)]
+    for i in range(1, pool_count):
+        side_attention = attention if layout not in LAYOUTS_BY_ATTENTION[Attention.MLA] else chooser.choice(
+            [a for a in space.attentions if layout in LAYOUTS_BY_ATTENTION[a]] or [attention])
+        side = _pool(chooser, space, side_attention, layout, f"side{i}", {}, row_cap)
+        pools.append(replace(side, write_back_jit=chooser.chance(0.5)))
+
     per_token = _bytes_per_token_layer(pools)
     host_slack, device_slack = chooser.integer(0, 3), chooser.integer(1, 3)
+    # Tail cases make their size count: half of them put it in one big pool (a device component past the
+    # scaled 2^31-byte limit of the zoo, a host pool past 2^20 rows).
+    big_pool = (space.big_pool_rate and chooser.chance(space.big_pool_rate)) or (tail and chooser.chance(0.5))
 
-    def total(layers: int, page_size: int, pages: int) -> int:
+    def total(layers: int, page_size: int, pages: int, host_slack: int, device_slack: int) -> int:
         slots = (pages + host_slack) * page_size + (pages + device_slack) * page_size
         return slots * layers * per_token
 
-    while total(layers, page_size, pages) > space.byte_budget and layers > 1:
-        layers = max(1, layers // 2)
-    while total(layers, page_size, pages) > space.byte_budget and page_size > 1:
-        page_size = max(1, page_size // 2)
-    while total(layers, page_size, pages) > space.byte_budget and pages > 1:
-        pages = max(1, pages // 2)
+    if big_pool:
+        # A pool far larger than the transfer, sized around a power of two of rows, so that indices near 2^k
+        # (and past 2^16 rows) are reachable at the cost of the pool's bytes only.
+        room = budget // max(1, layers * per_token) - 2 * pages * page_size
+        if room > 64:
+            bits = room.bit_length() - 1 if tail else chooser.integer(6, room.bit_length() - 1)
+            extra_pages = ((1 << bits) + chooser.choice((-1, 0, 1, page_size))) // page_size + 1
+            if chooser.chance(0.5):
+                host_slack = max(host_slack, extra_pages)
+            else:
+                device_slack = max(device_slack, extra_pages)
+
+    # Fit the budget: first inside the scheduled buckets (a smaller value of the same bucket), then across.
+    layer_floor = bucket_named(LAYER_BUCKETS, label_of(LAYER_BUCKETS, layers)).low
+    pages_floor = max(1, bucket_named(PAGES_BUCKETS, label_of(PAGES_BUCKETS, pages)).low) if pages else 0
+    def fits() -> bool:
+        return total(layers, page_size, pages, host_slack, device_slack) <= budget
+
+    while not fits() and (host_slack > 3 or device_slack > 3):
+        host_slack, device_slack = min(host_slack, max(0, host_slack // 2)), max(1, device_slack // 2)
+    while not fits() and layers > layer_floor:
+        layers = max(layer_floor, layers // 2)
+    while not fits() and pages > pages_floor:
+        pages = max(pages_floor, pages // 2)
+    # Across buckets, in a drawn order, so that which scheduled bucket gives way varies from case to case.
+    for dimension in chooser.choice(_SHRINK_ORDERS):
+        while not fits() and dimension == "layers" and layers > 1:
+            layers = max(1, layers // 2)
+        while not fits() and dimension == "page_size" and page_size > 1:
+            page_size = max(1, page_size // 2)
+        while not fits() and dimension == "pages" and pages > 1:
+            pages = max(1, pages // 2)
     host_pages = max(1, pages + host_slack)
     device_pages = pages + device_slack  # device page 0 is sglang's padding page
     layer = chooser.integer(0, layers - 1) if scope is Scope.ONE_LAYER else 0
 
-    host_pages_chosen = _page_ids(chooser, host_pages, pages, first=0)
-    device_pages_chosen = _page_ids(chooser, device_pages, pages, first=1 if not chooser.chance(0.05) else 0)
+    host_pages_chosen = _page_ids(chooser, host_pages, pages, first=0, page_size=page_size)
+    device_pages_chosen = _page_ids(chooser, device_pages, pages, first=1 if not chooser.chance(0.05) else 0,
+                                    page_size=page_size)
     # Repeated source pages are legal and deterministic (unlike repeated destinations).
     source_is_device = direction is Direction.WRITE_BACK
     if pages > 1 and chooser.chance(0.1):
@@ -138,6 +330,20 @@ def draw_case(chooser: Chooser, space: CaseSpace) -> Case:
     host_indices = _expand(chooser, host_pages_chosen, page_size, space.irregular_rate, host_pages * page_size)
     device_indices = _expand(chooser, device_pages_chosen, page_size, space.irregular_rate,
                              device_pages * page_size)
+    if page_size > 1 and host_indices and space.partial_rate and chooser.chance(space.partial_rate):
+        # A partial last page: valid for per-token entry points, a rejection for page-granular ones (the
+        # contract decides per entry point).
+        cut = chooser.integer(1, page_size - 1)
+        del host_indices[-cut:], device_indices[-cut:]
+    if "index_dtypes" in pins:
+        host_text, _, device_text = pins["index_dtypes"].partition("/")
+        host_dtype, device_dtype = IndexDtype(host_text), IndexDtype(device_text)
+    else:
+        host_dtype, device_dtype = chooser.choice(space.index_dtypes), chooser.choice(space.index_dtypes)
+    # placement menus with repeats are weights: drawn from the menu as it is
+    host_device = _pick_member(chooser, pins, "host_index_device", space.host_index_devices or space.index_devices)
+    device_device = _pick_member(chooser, pins, "device_index_device",
+                                 space.device_index_devices or space.index_devices)
     tuning = {name: chooser.choice(menu) for name, menu in space.tuning_menus}
     case = Case(
         direction=direction,
@@ -151,11 +357,9 @@ def draw_case(chooser: Chooser, space: CaseSpace) -> Case:
         layer=layer,
         host_indices=tuple(host_indices),
         device_indices=tuple(device_indices),
-        host_index=IndexSpec(chooser.choice(space.index_dtypes),
-                             chooser.choice(space.host_index_devices or space.index_devices)),
-        device_index=IndexSpec(chooser.choice(space.index_dtypes),
-                               chooser.choice(space.device_index_devices or space.index_devices)),
-        host_allocator=chooser.choice(space.allocators),
+        host_index=IndexSpec(host_dtype, host_device),
+        device_index=IndexSpec(device_dtype, device_device),
+        host_allocator=_pick_member(chooser, pins, "allocator", space.allocators),
         backend=space.backend,
         tuning=make_tuning(tuning),
         seed=chooser.integer(0, 2**31 - 1),
@@ -165,23 +369,54 @@ def draw_case(chooser: Chooser, space: CaseSpace) -> Case:
     return case
 
 
-def _page_ids(chooser: Chooser, available: int, count: int, first: int) -> list[int]:
+_SHRINK_ORDERS = (("layers", "page_size", "pages"), ("pages", "layers", "page_size"),
+                  ("page_size", "pages", "layers"), ("layers", "pages", "page_size"))
+SHUFFLE_LIMIT = 4096  # page ids: shuffled picks up to this many pages, runs beyond (cost stays per page)
+
+
+def _near_powers_of_two(available: int, first: int, page_size: int) -> list[int]:
+    """Pages holding the tokens 2^k - 1, 2^k, 2^k + 1 (largest k first) inside [first, available)."""
+    pages: list[int] = []
+    k = (available * page_size).bit_length()
+    while k >= 1:
+        for token in ((1 << k) - 1, 1 << k, (1 << k) + 1):
+            page = token // page_size
+            if first <= page < available and page not in pages:
+                pages.append(page)
+        k -= 1
+    return pages
+
+
+def _page_ids(chooser: Chooser, available: int, count: int, first: int, page_size: int = 1) -> list[int]:
     """`count` distinct page ids from [first, available), in a biased order."""
-    pool = list(range(first, available))
-    count = min(count, len(pool))
-    pattern = chooser.choice(("shuffled", "ascending", "descending", "ends"))
+    span = available - first
+    count = max(0, min(count, span))
+    if count == 0:
+        return []
+    patterns = ("shuffled", "ascending", "descending", "ends", "powers")
+    pattern = chooser.choice(patterns if count <= SHUFFLE_LIMIT else patterns[1:3])
     if pattern == "ascending":
-        start = chooser.integer(0, len(pool) - count)
-        return pool[start : start + count]
+        start = first + chooser.integer(0, span - count)
+        return list(range(start, start + count))
     if pattern == "descending":
-        start = chooser.integer(0, len(pool) - count)
-        return list(reversed(pool[start : start + count]))
+        start = first + chooser.integer(0, span - count)
+        return list(range(start + count - 1, start - 1, -1))
     picked: list[int] = []
-    if pattern == "ends" and count:
-        picked = [pool[-1]] + ([pool[0]] if count > 1 and pool[0] != pool[-1] else [])
-    rest = [p for p in pool if p not in picked]
-    while len(picked) < count:
-        picked.append(rest.pop(chooser.integer(0, len(rest) - 1)))
+    if pattern == "ends":
+        picked = [available - 1] + ([first] if count > 1 and first != available - 1 else [])
+    elif pattern == "powers":
+        picked = _near_powers_of_two(available, first, page_size)[:count]
+    taken = set(picked)
+    if span <= 4 * count:
+        rest = [p for p in range(first, available) if p not in taken]
+        while len(picked) < count:
+            picked.append(rest.pop(chooser.integer(0, len(rest) - 1)))
+        return picked
+    while len(picked) < count:  # sparse picks from a large pool: rejection beats listing the pool
+        page = chooser.integer(first, available - 1)
+        if page not in taken:
+            taken.add(page)
+            picked.append(page)
     return picked
 
 
@@ -236,4 +471,6 @@ def case_for_index(seed: int, index: int, space: CaseSpace) -> Case:
     """The `index`-th case of a campaign with `seed`: independent of every other index, so campaigns can be
     sharded and resumed by index range without generating the cases before them."""
     rng = random.Random(f"hicache-fuzz:{seed}:{index}")
-    return draw_case(RandomChooser(rng), space.at_index(index))
+    space = space.at_index(index)
+    pins = pins_for_index(space, seed, index) if space.schedule else None
+    return draw_case(RandomChooser(rng), space, pins)

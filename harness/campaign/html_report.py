@@ -158,7 +158,8 @@ def _coverage(report: Mapping[str, Any]) -> str:
     for backend, dims in sorted(coverage.items()):
         peak = max((c for buckets in dims.values() for c in buckets.values()), default=1)
         rows = []
-        for dim in sorted(set(dims) | set(REQUIRED)):
+        # bucket pairs are summarized (coverage_summary), not drawn as one row per dimension pair
+        for dim in sorted(d for d in set(dims) | set(REQUIRED) if not d.startswith("pair:")):
             buckets = dict(dims.get(dim, {}))
             for required in REQUIRED.get(dim, ()):
                 buckets.setdefault(required, 0)
@@ -171,6 +172,10 @@ def _coverage(report: Mapping[str, Any]) -> str:
                              f"{_e(bucket)}<br>{count}</td>")
             rows.append(f"<tr><th>{_e(dim)}</th>{''.join(cells)}</tr>")
         note = ""
+        summary = report.get("coverage_summary", {}).get(backend)
+        if summary:
+            note += (f'<p>bucket pairs reached: {summary["pairs_reached"]} of {summary["pairs_possible"]}; '
+                     f'edges missed: {_e(", ".join(summary["edges_missed"]) or "none")}</p>')
         if gaps.get(backend):
             note += f'<p class="fail">gaps: {_e(", ".join(gaps[backend]))}</p>'
         for bucket, why in exemptions.get(backend, {}).items():

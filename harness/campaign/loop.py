@@ -133,6 +133,8 @@ class CampaignReport:
             "unique_failures": [f.__dict__ for f in self.failures],
             "case_ids": self.case_ids,
             "coverage": self.coverage.to_dict(),
+            "coverage_ranges": self.coverage.ranges_dict(),
+            "coverage_summary": self.coverage.summary_dict(),
             "coverage_gaps": {b: gaps for b in self.backends if (gaps := self.coverage.gaps(b))},
             "coverage_exemptions": {b: dict(e) for b, e in sorted(self.coverage.exemptions.items())},
             **({"storage_error": self.storage_error} if self.storage_error else {}),

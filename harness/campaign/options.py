@@ -11,10 +11,12 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hicache_fuzz.harness.campaign.corpus import load_corpus
 from hicache_fuzz.harness.campaign.feed import EngineOptions
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
+from hicache_fuzz.harness.campaign.space_file import apply_space
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.exit_codes import UsageError
 from hicache_fuzz.harness.model.outcome import Result
@@ -42,9 +44,12 @@ class CampaignOptions:
     minimize: bool = False  # minimize the first case of each new signature before saving it
     record_case_ids: bool = False
     engine: EngineOptions = field(default_factory=EngineOptions)  # batches, case mix, scale tier ("auto")
+    # CaseSpace fields changed by --space / --set, in plain JSON form (see harness/campaign/space_file.py)
+    space_overrides: dict[str, Any] = field(default_factory=dict)
 
     def space(self) -> CaseSpace:
-        return CaseSpace() if self.byte_budget is None else CaseSpace(byte_budget=self.byte_budget)
+        base = CaseSpace() if self.byte_budget is None else CaseSpace(byte_budget=self.byte_budget)
+        return apply_space(base, self.space_overrides)
 
     def config(self, backend_names: list[str], executor: Executor) -> CampaignConfig:
         config = CampaignConfig(list(backend_names), self.seed, self.max_cases, self.max_seconds, self.corpus,
@@ -62,7 +67,10 @@ def run_from_options(options: CampaignOptions, backends: list[Backend], platform
                      should_stop: Callable[[], bool] | None = None) -> CampaignReport:
     config = options.config([b.name for b in backends], executor)
     config.should_stop = should_stop
-    return run_campaign(config, backends, platform, executor, on_result, record_case_ids=options.record_case_ids)
+    report = run_campaign(config, backends, platform, executor, on_result, record_case_ids=options.record_case_ids)
+    if options.space_overrides:  # case i depends on the space: the report says which, to replay by index
+        report.extra["space_overrides"] = dict(options.space_overrides)
+    return report
 
 
 def parse_shard(text: str) -> tuple[int, int]:

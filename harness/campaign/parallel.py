@@ -218,6 +218,7 @@ class ShardJob:
     workers: int = 1
     start_index: int = 0
     byte_budget: int | None = None
+    space_overrides: dict[str, Any] = field(default_factory=dict)  # --space / --set, plain JSON
     isolate: str = "auto"
     case_timeout: float = 60.0
     stop_on_failure: bool = False
@@ -245,7 +246,8 @@ def shard_job(kind: str, backends: list[str], options: CampaignOptions, executio
     return ShardJob(platform=kind, backends=list(backends), plugins=list(execution.backend_plugins),
                     seed=options.seed, runs_total=options.max_cases, max_seconds=options.max_seconds,
                     corpus=str(options.corpus), journal="", report="", shard=options.shard,
-                    start_index=options.start_index, byte_budget=options.byte_budget, isolate=execution.isolate,
+                    start_index=options.start_index, byte_budget=options.byte_budget,
+                    space_overrides=dict(options.space_overrides), isolate=execution.isolate,
                     case_timeout=execution.case_timeout, stop_on_failure=options.stop_on_first_failure,
                     record_case_ids=record_case_ids, minimize=options.minimize, warm_up=warm_up,
                     known_signatures=dict(options.known_signatures))
@@ -257,7 +259,8 @@ def _campaign_options(job: ShardJob, max_cases: int | None) -> CampaignOptions:
 
     return CampaignOptions(job.seed, max_cases, job.max_seconds, Path(job.corpus),
                            worker_shard(job.shard, job.worker, job.workers), job.start_index, job.byte_budget,
-                           job.stop_on_failure, job.known_signatures, job.minimize, job.record_case_ids)
+                           job.stop_on_failure, job.known_signatures, job.minimize, job.record_case_ids,
+                           space_overrides=dict(job.space_overrides))
 
 
 # ---- worker side: prepare and shard ------------------------------------------------------------------------

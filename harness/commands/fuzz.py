@@ -20,6 +20,7 @@ from hicache_fuzz.harness.campaign.parallel import (
     shard_job,
     visible_devices,
 )
+from hicache_fuzz.harness.campaign.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.campaign.stop import StopOnSignal
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
@@ -44,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start-index", type=non_negative_int, default=0,
                         help="first case index (resume a campaign)")
     parser.add_argument("--byte-budget", type=positive_int, help="largest case in bytes (all storages)")
+    add_space_arguments(parser)
     add_isolation(parser)
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
     parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
@@ -69,7 +71,8 @@ def campaign_options(args: argparse.Namespace, seed: int) -> CampaignOptions:
         raise UsageError(str(exc)) from None
     return CampaignOptions(seed, args.runs, args.max_total_time, Path(args.corpus), shard, args.start_index,
                            args.byte_budget, args.stop_on_failure, load_known_failures(args.known),
-                           minimize=args.minimize, record_case_ids=args.record_case_ids, engine=engine)
+                           minimize=args.minimize, record_case_ids=args.record_case_ids, engine=engine,
+                           space_overrides=space_from_args(args))
 
 
 def _check_budget(args: argparse.Namespace) -> None:

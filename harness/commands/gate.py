@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from hicache_fuzz.harness.campaign.junit import write_junit
+from hicache_fuzz.harness.campaign.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
 from hicache_fuzz.harness.commands.common import write_json_report
 from hicache_fuzz.harness.commands.gate_report import GateReport, junit_cases, one_line, render_markdown
@@ -85,6 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend-plugin", action="append", default=[], metavar="MODULE:CALLABLE",
                         help="load extra backends from a callable returning Backend(s); repeatable")
     parser.add_argument("--byte-budget", type=positive_int, default=None, help="largest campaign case in bytes")
+    add_space_arguments(parser)
     parser.add_argument("--case-timeout", type=finite_positive_float, default=120.0,
                         help="seconds before a case in a worker counts as a hang (default: %(default)s)")
     parser.add_argument("--no-isa", action="store_true",
@@ -118,6 +120,9 @@ def command_line(args: argparse.Namespace) -> str:
     parts += [f"--backend-plugin {spec}" for spec in args.backend_plugin]
     if args.byte_budget is not None:
         parts.append(f"--byte-budget {args.byte_budget}")
+    if getattr(args, "space", None) is not None:
+        parts.append(f"--space {args.space}")
+    parts += [f"--set {item}" for item in getattr(args, "space_set", [])]
     for flag in ("no_isa", "allow_skip_isa"):
         if getattr(args, flag):
             parts.append("--" + flag.replace("_", "-"))
@@ -150,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         args.budget_seconds, machine.platform.kind, len(backends))
     campaign = CampaignOptions(args.seed, cases_per_backend, corpus=args.artifacts / "campaign",
                                byte_budget=args.byte_budget, known_signatures=known_failures(entries),
-                               record_case_ids=True)
+                               record_case_ids=True, space_overrides=space_from_args(args))
     # Real kernels always run in a worker on a GPU, whatever they declare: a fault must not end the gate.
     execution = ExecutionOptions(args.platform, list(args.backend_plugin),
                                  isolate="yes" if machine.platform.kind != "cpu" else "auto",

@@ -1,9 +1,20 @@
-"""The case space: the menus and bounds every generator draws from (vocabulary shared by the generator, the
-backends that narrow it, and the commands that widen it)."""
+"""The case space: the menus, ranges and size distribution every generator draws from (vocabulary shared by the
+generator, the backends that narrow it, and the commands and space files that widen it).
+
+Every numeric dimension has a *menu* (edges and production values, drawn often) and a *range* it is also drawn
+from uniformly inside the bucket the schedule asks for, so the whole legal range is reachable and the menus only
+bias it. Legality is the contract's business (:mod:`hicache_fuzz.oracles.contract`): every positive page size,
+head count, head dim and layer count is a legal case for the reference; backends narrow the space to what they
+implement (``Backend.case_space``).
+
+Cost stays proportional to bytes through the size distribution, not through caps: most cases are fitted to a
+small budget, the others to ``byte_budget``, and a ``tail_rate`` share to a budget drawn log-uniformly up to
+``byte_budget * tail_factor``; a long transfer over narrow rows fits a small budget.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from hicache_fuzz.harness.model.case import (
     Attention,
@@ -24,13 +35,22 @@ ROW_BYTES_MENU = (
     32784,
 )
 PAGE_COUNT_BIAS = (1, 2, 3, 4, 63, 64, 65, 128, 129)
-CASE_BYTE_BUDGET = 8 << 20  # per case, all pools, device + host: keeps CPU campaigns fast
-
+CASE_BYTE_BUDGET = 8 << 20  # typical case, all pools, device + host
+# Page sizes: every positive value is legal for the reference and the host pools; the menu holds powers of two
+# (server defaults), non-powers of two (any --page-size a server accepts) and 63/100-style odd values.
+PAGE_SIZE_MENU = (1, 16, 4, 2, 8, 32, 64, 3, 5, 7, 12, 24, 48, 63, 100, 128, 256)
+# Head counts per rank: 1..128 with the production ones (GQA 8, Llama 32/64/128, 40 for some 13B/70B shards).
+HEADS_MENU = (1, 2, 4, 8, 16, 32, 40, 64, 128, 3, 6, 12, 20, 24, 48, 96)
+# Head dims of real models: 64..256 MHA, 512/576 MLA latents (kv_lora_rank [+ rope]), 80/96/192 odd ones.
+HEAD_DIM_MENU = (128, 64, 80, 96, 192, 256, 512, 576, 32, 16, 8)
+# Layers: 61 DeepSeek-V3, 126 Llama-3-405B, 80 Llama-70B, 1..8 small, powers of two and their neighbours.
+LAYER_MENU = (1, 2, 3, 4, 8, 61, 126, 5, 7, 16, 32, 64, 80, 127, 128)
+MAX_TOKENS = 1 << 17  # transfers reach past 65,536 tokens (65,535 is the CUDA grid y/z limit)
 
 
 @dataclass(frozen=True)
 class CaseSpace:
-    """Menus the generator draws from. Narrow it to fit a backend, widen it to explore."""
+    """Menus and ranges the generator draws from. Narrow it to fit a backend, widen it to explore."""
 
     directions: tuple[Direction, ...] = (Direction.WRITE_BACK, Direction.LOAD_BACK)
     scopes: tuple[Scope, ...] = (Scope.ALL_LAYERS, Scope.ONE_LAYER)
@@ -38,11 +58,17 @@ class CaseSpace:
     attentions: tuple[Attention, ...] = (Attention.MHA, Attention.MLA, Attention.MHA_ASYM)
     dtypes: tuple[KVDtype, ...] = (KVDtype.BF16, KVDtype.FP8, KVDtype.FP16, KVDtype.FP32)
     row_bytes: tuple[int, ...] = ROW_BYTES_MENU
-    heads: tuple[int, ...] = (1, 2, 4, 8)
-    page_sizes: tuple[int, ...] = (1, 16, 4, 2, 8, 32, 64)
-    layer_counts: tuple[int, ...] = (1, 2, 3, 4, 8)
+    heads: tuple[int, ...] = HEADS_MENU
+    # Geometry draws (heads x head_dim x itemsize) beside the row menu; () = rows from row_bytes only (a
+    # backend whose every row size is a compile narrows row_bytes, which turns this off, see narrowed()).
+    head_dims: tuple[int, ...] = HEAD_DIM_MENU
+    page_sizes: tuple[int, ...] = PAGE_SIZE_MENU
+    max_page_size: int = 256  # page sizes are also drawn uniformly up to this (0: menu only)
+    layer_counts: tuple[int, ...] = LAYER_MENU
+    max_layers: int = 128  # layer counts are also drawn uniformly up to this (0: menu only)
     page_counts: tuple[int, ...] = PAGE_COUNT_BIAS
-    max_pages: int = 160
+    max_pages: int = MAX_TOKENS
+    max_tokens: int = MAX_TOKENS  # per transfer; pages are capped at max_tokens // page_size
     index_dtypes: tuple[IndexDtype, ...] = (IndexDtype.INT64, IndexDtype.INT32)
     index_devices: tuple[IndexDevice, ...] = (IndexDevice.DEVICE, IndexDevice.CPU, IndexDevice.PINNED)
     # Per-side overrides of index_devices, for backends whose callers fix one side's placement (the host pools
@@ -55,7 +81,18 @@ class CaseSpace:
     invalid_rate: float = 0.1  # share of cases with one deliberate contract violation
     irregular_rate: float = 0.25  # share with irregular in-page runs (non-contiguous, misaligned)
     empty_rate: float = 0.02  # share of zero-length transfers (B13); uniform page counts reach 0 too rarely
+    partial_rate: float = 0.1  # share of valid partial last pages (legal for per-token entry points)
+    long_rate: float = 0.004  # share of transfers just past 65,536 tokens (costly on the CPU: ~0.3-0.8 s each)
+    big_pool_rate: float = 0.15  # share of pools far larger than the transfer (indices near 2^k, > 2^16 rows)
+    # The size distribution (budgets are log-uniform inside each class): small_rate of the cases fit
+    # small_budget, the rest byte_budget, and a tail_rate share a budget up to byte_budget * tail_factor.
     byte_budget: int = CASE_BYTE_BUDGET
+    small_budget: int = 256 << 10
+    small_rate: float = 0.75
+    tail_rate: float = 0.02
+    honour_rate: float = 0.35  # share of cases whose budget rises to fit the scheduled buckets (see generate)
+    tail_factor: int = 8
+    schedule: bool = True  # draw scheduled dimensions from a covering array (see harness/campaign/pairwise.py)
     backend: str = "reference"
     tuning_menus: tuple[tuple[str, tuple[int | str | bool, ...]], ...] = ()
     # Menu growth, for backends where every row size is a compile (sglang's JIT kernels): row_bytes_growth[k]
@@ -66,7 +103,16 @@ class CaseSpace:
     grow_every: int = 0
 
     def narrowed(self, **changes: object) -> CaseSpace:
-        return replace(self, **changes)  # type: ignore[arg-type]
+        """A copy with `changes`. Narrowing a menu also narrows its range to the menu unless the range is given
+        too: a backend that lists its page sizes (or rows, or layers) means those, not the default range."""
+        implied: dict[str, object] = {}
+        if "page_sizes" in changes and "max_page_size" not in changes:
+            implied["max_page_size"] = 0
+        if "row_bytes" in changes and "head_dims" not in changes:
+            implied["head_dims"] = ()
+        if "layer_counts" in changes and "max_layers" not in changes:
+            implied["max_layers"] = 0
+        return replace(self, **{**implied, **changes})  # type: ignore[arg-type]
 
     def growth_stage(self, index: int) -> int:
         """How many rows of row_bytes_growth case `index` may draw."""
@@ -88,3 +134,6 @@ class CaseSpace:
             return ()
         row = self.row_bytes_growth[stage - 1]
         return () if row in self.row_bytes else (row,)
+
+
+SPACE_FIELDS = tuple(f.name for f in fields(CaseSpace))

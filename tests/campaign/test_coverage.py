@@ -47,7 +47,7 @@ def test_unexecuted_cases_do_not_count_and_gaps_are_named() -> None:
     coverage = Coverage()
     case = mla_case(64, 16)
     coverage.add(case, Result(case.case_id, "b", Outcome.UNSUPPORTED))
-    assert coverage.gaps("b") == ["attention=mha", "attention=mla", "page_size=1", "page_size=16+",
+    assert coverage.gaps("b") == ["attention=mha", "attention=mla", "page_size=1", "page_size=16-64",
                                   "index_dtype=int32", "index_dtype=int64", "index_device=cpu",
                                   "index_device=device", "pages=63-65", "dtype: 0 of 2 distinct (none)"]
     coverage.add(case, Result(case.case_id, "b", Outcome.PASS))

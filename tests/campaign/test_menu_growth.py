@@ -15,8 +15,8 @@ from hicache_fuzz.kernels.reference import ReferenceBackend
 from hicache_fuzz.kernels.registry import Registry
 from hicache_fuzz.oracles.contract import Platform
 
-GROWING = CaseSpace(row_bytes=(128,), row_bytes_growth=(256, 128, 384), grow_every=10, byte_budget=64 << 10,
-                    max_pools=1, attentions=(Attention.MHA, Attention.MLA), invalid_rate=0.0)
+GROWING = CaseSpace(row_bytes=(128,), head_dims=(), row_bytes_growth=(256, 128, 384), grow_every=10,
+                    byte_budget=64 << 10, max_pools=1, attentions=(Attention.MHA, Attention.MLA), invalid_rate=0.0)
 
 
 def test_rows_join_the_menu_by_index() -> None:

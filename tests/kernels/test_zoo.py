@@ -69,6 +69,9 @@ class ZooCheck:
 
 LONG = 64  # pages: one full staging chunk
 MLA_64 = PoolSpec(name="kv", attention=Attention.MLA, dtype=KVDtype.FP8, heads=1, head_dim=64)
+MLA_8 = PoolSpec(name="kv", attention=Attention.MLA, dtype=KVDtype.FP8, heads=1, head_dim=8)
+MLA_1K = PoolSpec(name="kv", attention=Attention.MLA, dtype=KVDtype.FP8, heads=1, head_dim=1024)
+GRID = zoo.CUDA_GRID_LIMIT  # tokens one launch copies at most in the mutant
 
 CHECKS = [
     ZooCheck(zoo.CpuIndicesRejected,
@@ -132,6 +135,22 @@ CHECKS = [
              (make_case(pools=(MHA_256, PoolSpec(name="side1", heads=1, head_dim=64))),
               make_case(pools=(MHA_256, PoolSpec(name="side1", heads=1, head_dim=64, write_back_jit=False)),
                         direction=Direction.LOAD_BACK))),
+    # Mutants whose triggers lie only outside the former menus.
+    ZooCheck(zoo.PageShiftMask,  # page size 3: token 6 is page 2 slot 0, the shift/mask makes it page 3 slot 2
+             make_case(page_size=3, host_slots=30, device_rows=30), Outcome.MISMATCH,
+             (make_case(), make_case(page_size=3, host_slots=30, device_rows=30, layout=HostLayout.LAYER_FIRST))),
+    ZooCheck(zoo.HeadsPastEight,  # 16 heads of 8 bf16 elements (256-byte rows) vs 8 heads of 16 (same rows)
+             make_case(pools=(PoolSpec(heads=16, head_dim=8),)), Outcome.MISMATCH,
+             (make_case(pools=(PoolSpec(heads=8, head_dim=16),)),)),
+    ZooCheck(zoo.GridLimitTokens,
+             make_case(page_size=1, layers=1, pools=(MLA_8,), host_slots=GRID + 1, device_rows=GRID + 2,
+                       host_pages=list(range(GRID + 1)), device_pages=list(range(1, GRID + 2))), Outcome.MISMATCH,
+             (make_case(page_size=1, layers=1, pools=(MLA_8,), host_slots=GRID, device_rows=GRID + 1,
+                        host_pages=list(range(GRID)), device_pages=list(range(1, GRID + 1))),)),
+    # 1 KiB rows x 4400 device rows: layer 1 starts at 4.3 MiB, its page 1099 past the scaled 8 MiB limit.
+    ZooCheck(zoo.DeviceOffsetInt32,
+             make_case(pools=(MLA_1K,), device_rows=4400, device_pages=[1099, 3]), Outcome.MISMATCH,
+             (make_case(pools=(MLA_1K,), device_rows=4400, device_pages=[1099, 3], layers=1),)),
 ]
 
 
