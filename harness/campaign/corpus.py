@@ -13,11 +13,12 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.campaign.identity import identify, signature
+from hicache_fuzz.harness.campaign.scope import KnownScope, ScopeError
 from hicache_fuzz.harness.model.case import Case, CaseError
 from hicache_fuzz.harness.model.outcome import Result
 
@@ -34,10 +35,20 @@ class CorpusEntry:
     path: Path
     case: Case
     observed: Result | None  # what the campaign saw when it saved the file (None for bare cases)
-    signature: str
-    # "pass" (default) or "fail": a known, unfixed bug whose replay must fail with `signature`
+    signature: str  # as recorded in the file (informative: identities are recomputed, see `bug`)
+    # "pass" (default) or "fail": a known, unfixed bug whose replay must fail with the same bug identity
     # (see docs/reproducers.md, "Expected failures").
     expect: str = "pass"
+    scope: KnownScope = field(default_factory=KnownScope)  # where an expected failure applies
+
+    @property
+    def bug(self) -> str:
+        """The bug identity of the recorded failure, recomputed with today's identity rules (so an entry
+        recorded under an older signature scheme still matches); the recorded signature when the file has
+        no observed failure."""
+        if self.observed is not None and self.observed.outcome.is_failure:
+            return signature(self.observed, self.case)
+        return self.signature
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -61,7 +72,8 @@ def reproducer_dict(case: Case, result: Result) -> dict[str, Any]:
     return {
         "format": REPRODUCER_FORMAT,
         "version": REPRODUCER_VERSION,
-        "signature": signature(result, case),
+        "signature": (identity := identify(result, case)).bug,
+        "variant": identity.variant,
         "case": case.to_dict(),
         "observed": result.to_dict(),
     }
@@ -97,10 +109,15 @@ def load_entry(path: Path) -> CorpusEntry:
             expect = str(data.get("expect", "pass"))
             if expect not in ("pass", "fail"):
                 raise CorpusError(f"{path}: expect must be \"pass\" or \"fail\", got {expect!r}")
-            return CorpusEntry(path, case, observed, str(data.get("signature", "")), expect)
+            scope = KnownScope.from_dict(data["scope"], f"{path}: scope") if "scope" in data else KnownScope()
+            if "scope" in data and expect != "fail":
+                raise CorpusError(f"{path}: a scope only applies to an expected failure (\"expect\": \"fail\")")
+            return CorpusEntry(path, case, observed, str(data.get("signature", "")), expect, scope)
         case = Case.from_dict(data)
     except CaseError as exc:
         raise CorpusError(f"{path}: {exc}") from None
+    except ScopeError as exc:  # its message already names the file
+        raise CorpusError(str(exc)) from None
     except (KeyError, ValueError, TypeError) as exc:
         raise CorpusError(f"{path}: malformed reproducer ({exc})") from None
     return CorpusEntry(path, case, None, "")
