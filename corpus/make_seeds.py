@@ -7,7 +7,8 @@ Run from the repository root: ``python corpus/make_seeds.py`` (deterministic; re
   CPU memory; DeepSeek-V3 MLA 576 elements in bf16 (1152 B rows) and fp8 (576 B); GLM-4.5's 656-byte rows
   (MLA bf16, 328 elements); a MiMo-V2-style asymmetric K/V pool (K 192, V 128 dims). Layer counts are scaled
   down (each case's note says so) to keep CPU replay fast; the row geometry is the model's.
-* The upstream tests' cases (sgl-kernel test_kvcacheio.py / jit test_hicache.py, anchors.md 1.1-1.3):
+* The upstream tests' cases (sglang's test/registered/jit/test_hicache.py and
+  test_hicache_page_first_write_back.py, sgl-kernel's tests/test_kvcacheio.py; README, "Upstream tests"):
   2 layers, MHA element dims 128 and 512, MLA 576, bf16, page counts 1/64/65/129, page size 16, plus
   reversed host pages.
 

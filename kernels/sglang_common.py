@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.kernels.base import Availability
@@ -70,6 +72,14 @@ def hicache() -> Any:
         except Exception as exc:  # ImportError, missing CUDA libs, a broken transitive dependency
             _import_error = f"cannot import {HICACHE_MODULE}: {type(exc).__name__}: {exc}"
             raise SglangUnavailable(_import_error) from None
+        missing = missing_hooks(module)
+        if missing:
+            # Without these the path spy (or the rules) would silently switch off: refuse instead.
+            _import_error = (
+                f"{sglang_origin()} lacks what the harness hooks into (written against sglang {SGLANG_VERSION}): "
+                f"{', '.join(missing)}"
+            )
+            raise SglangUnavailable(_import_error)
         _install_jit_spies(module)
         _hicache = module
         return module
@@ -82,6 +92,39 @@ def sglang_version() -> str | None:
         return metadata.version("sglang")
     except Exception:
         return None
+
+
+def sglang_origin() -> str:
+    """Which sglang is under test: version, folder and, for a source checkout, its git commit."""
+    import importlib.util
+
+    version = sglang_version() or "(version unknown: no installed metadata)"
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return f"sglang {version}"
+    folder = Path(spec.origin).resolve().parent
+    commit = _checkout_commit(folder)
+    return f"sglang {version} at {folder}" + (f", git commit {commit}" if commit else "")
+
+
+def _checkout_commit(package_folder: Path) -> str | None:
+    """HEAD of the sglang checkout the package is imported from (``<checkout>/python/sglang``), else None.
+
+    The layout check keeps a site-packages folder that merely lies inside some other git repository from
+    reporting that repository's commit."""
+    try:
+        done = subprocess.run(["git", "-C", str(package_folder), "rev-parse", "--show-toplevel", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split()
+    if done.returncode != 0 or len(lines) != 2:
+        return None
+    toplevel, commit = Path(lines[0]).resolve(), lines[1]
+    return commit[:12] if toplevel / "python" / "sglang" == package_folder else None
 
 
 def gpu_reason(platform: Platform) -> str | None:
@@ -107,12 +150,15 @@ def probe_sglang(platform: Platform) -> Availability:
         module = hicache()
     except SglangUnavailable as exc:
         return Availability(False, str(exc))
+    missing = missing_pool_base_hooks()
+    if missing:
+        return Availability(False, f"{sglang_origin()} lacks what the harness hooks into: {', '.join(missing)}")
     rules = platform_rules(platform)
     note = "" if version == SGLANG_VERSION else f" (WARNING: harness models {SGLANG_VERSION})"
     drift = rules_drift(platform)
     return Availability(
         True,
-        f"sglang {version}{note}, {module.__name__}; {rules.describe()}" + (f"; RULE DRIFT: {drift}" if drift else ""),
+        f"{sglang_origin()}{note}, {module.__name__}; {rules.describe()}" + (f"; RULE DRIFT: {drift}" if drift else ""),
     )
 
 
@@ -330,6 +376,34 @@ _FACTORIES = {
     "_jit_hicache_page_unified_module": PAGE_UNIFIED,
     "_jit_page_unified_write_back": PAGE_UNIFIED,
 }
+
+# Everything private the harness needs from sglang's HiCache module: the factories it wraps to spy on the path
+# taken, the TMA gate it forces, the rule constants it reads (and ``_is_hip``, which says whose rules they
+# are). Checked when sglang is imported: a missing name makes every sglang backend unavailable with the
+# reason, because a renamed factory would otherwise leave its path unspied and the rules unread.
+REQUIRED_HOOKS: tuple[str, ...] = (
+    *_FACTORIES, "use_hicache_tma_kernel", "_is_hip", "GROUP_BYTES", "DEFAULT_BLOCK_QUOTA", "TMA_BLOCK_QUOTA",
+    "TMA_STAGE_BYTES",
+)
+POOL_BASE_MODULE = "sglang.srt.mem_cache.pool_host.base"
+POOL_BASE_HOOKS: tuple[str, ...] = ("_WRITE_BACK_STAGING_PAGE_CHUNK",)
+
+
+def missing_hooks(module: Any) -> list[str]:
+    """The names of REQUIRED_HOOKS that `module` (sglang's HiCache module) lacks, qualified."""
+    return [f"{module.__name__}.{name}" for name in REQUIRED_HOOKS if not hasattr(module, name)]
+
+
+def missing_pool_base_hooks() -> list[str]:
+    """POOL_BASE_HOOKS the host-pool base module lacks (none when it does not import: the pool backend's own
+    probe reports that)."""
+    import importlib
+
+    try:
+        base = importlib.import_module(POOL_BASE_MODULE)
+    except Exception:
+        return []
+    return [f"{POOL_BASE_MODULE}.{name}" for name in POOL_BASE_HOOKS if not hasattr(base, name)]
 
 
 def _install_jit_spies(module: Any) -> None:

@@ -2,7 +2,7 @@
 
 Entry points (``sglang.kernels.ops.kvcache.hicache``): ``transfer_hicache_one_layer[_mla]`` and
 ``transfer_hicache_all_layer[_mla]``, called with explicit row geometry (``element_dim`` /
-``element_size``; see the element_dim pitfall in shared/gpu/README.md). sglang picks the TMA kernel or the
+``element_size``; see the element_dim trap in docs/semantics.md 3.1). sglang picks the TMA kernel or the
 register kernel inside the call; three backends differ only in how that choice is steered:
 
 * ``sglang-jit``: sglang's own gate (``SGLANG_HICACHE_TMA_TRANSFER`` read once per argument tuple, page-size

@@ -5,8 +5,8 @@ copy, or the path name run() returns) so that it behaves like the reference exce
 class. ``hicache-fuzz selftest`` runs a campaign against each one and expects all of them to be caught: a
 mutant that survives is a blind spot of the generator, the contract or the comparator.
 
-``models_bug`` names the bug class (B1-B19 of docs/research hicache_semantics.md section 6) and the real
-issue or PR it is taken from (anchors.md section 2). On the CPU platform "device" placement of index
+``models_bug`` names the bug class (B1-B19 of docs/semantics.md section 7) and the real sglang
+issue or PR it is taken from. On the CPU platform "device" placement of index
 tensors is simulated; mutants that depend on it read the case's logical placement (``case.host_index``).
 
 Two mutants scale a large-memory bug down so CPU-sized pools reach it; their docstrings say by how much.

@@ -9,7 +9,7 @@ return from an input predicted invalid is "wrongly accepted".
 that never bounds-check, duplicate destinations racing). Running them proves nothing and may corrupt the
 process, so the runner does not execute them.
 
-Rules and their sources: hicache_semantics.md sections 3.1-3.7 (table 3.7 is the summary).
+Rules and their sources: docs/semantics.md section 3 (table 3.6 is the summary).
 """
 
 from __future__ import annotations

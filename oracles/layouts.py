@@ -1,7 +1,7 @@
 """Where every byte lives: the one place that knows the host and device layouts.
 
 Every other part of hicache-fuzz (materialize, the oracle, the mismatch locator) asks this module where the
-bytes of a (component, layer, token) row are. Facts: hicache_semantics.md sections 1 and 2.
+bytes of a (component, layer, token) row are. Facts: docs/semantics.md sections 1 and 2.
 
 Storage model (per pool):
 

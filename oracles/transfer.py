@@ -1,6 +1,6 @@
 """The expected result of a transfer, computed over uint8 views (numpy on the CPU, torch on a device).
 
-Two semantics families exist in sglang 0.5.23 (hicache_semantics.md 5.2-5.5):
+Two semantics families exist in sglang 0.5.23 (docs/semantics.md section 5):
 
 * per-token: for every i, row h[i] of the host and row d[i] of the device correspond;
 * page-granular: only the first index of each page counts and whole pages move. The staged write-back

@@ -1,6 +1,6 @@
 """Test-wide settings: Hypothesis profiles and torch threads.
 
-Profiles (anchors.md section 4): ``ci`` is derandomized (every run draws the same examples, xdist-safe) and
+Profiles: ``ci`` is derandomized (every run draws the same examples, xdist-safe) and
 prints reproduction blobs; ``nightly`` hunts with 10**4 random examples; ``dev`` is the local default.
 Choose with HYPOTHESIS_PROFILE; the default is ``ci`` when CI=true, else ``dev``. No profile has a deadline:
 first calls compile or warm caches and would be flagged as flaky timing.

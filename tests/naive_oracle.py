@@ -1,7 +1,7 @@
 """A deliberately simple, loop-by-loop model of HiCache transfers, written from the sglang shapes alone.
 
 It shares nothing with hicache_fuzz.oracles except the Case type: host tensors are numpy arrays in sglang's
-documented shapes (hicache_semantics.md 2.2/2.3), rows are read and written one token at a time, and the
+documented shapes (docs/semantics.md section 2), rows are read and written one token at a time, and the
 page-granular rules are spelled out per page. The oracle must agree with it on every case.
 """
 

@@ -1,4 +1,4 @@
-"""The contract model's rules, checked against the facts in hicache_semantics.md (table 3.7)."""
+"""The contract model's rules, checked against the facts in docs/semantics.md (table 3.6)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ A signature is a hash of the key (backend, path taken, outcome kind, role):
   inner one, an unaddressed one, device padding page 0), and whether the byte was left stale (never
   written) or overwritten with a wrong value.
 
-The Python stack is deliberately not part of it (ClusterFuzz's lesson, anchors.md section 4: the harness'
+The Python stack is deliberately not part of it (ClusterFuzz's lesson: the harness'
 own frames would merge distinct bugs or split one). Roles are relative to the transfer, not absolute
 numbers, so that the minimizer can shrink a case without changing its signature, and a signature survives
 being found again on a different geometry.

@@ -44,7 +44,7 @@ from hicache_fuzz.harness.campaign.junit import write_junit
 from hicache_fuzz.harness.commands.gate_report import GateReport, junit_cases, one_line, render_markdown
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 
-# A fixed default so that a PR gate is derandomized (anchors.md 4: "do derandomize PR CI"); the nightly
+# A fixed default so that a PR gate is derandomized (as Hypothesis and ClusterFuzz advise for PR CI); the nightly
 # campaign is where random seeds belong.
 DEFAULT_SEED = 20260610
 DEFAULT_CORPUS = Path("corpus")

@@ -71,7 +71,7 @@ BLOCK_SIZE = 1024
 PACKAGE_BYTES = (4, 8, 16)
 
 # The passes that re-merge adjacent 32-bit accesses; each one alone is enough to merge a scalarized
-# load_nc back into one dwordx4 (rocm_static.md, Step 2).
+# load_nc back into one dwordx4 (docs/isa.md).
 ROCM_STRICT_FLAGS: tuple[str, ...] = (
     "-fno-slp-vectorize",
     "-mllvm", "-amdgpu-load-store-vectorizer=false",

@@ -1,6 +1,6 @@
 """GPU-only: the sglang backends against the oracle on a real device (skipped without a GPU and sglang).
 
-Run on the GPU machine after `source .gpu-bundle/device-setup.sh`: `python -m pytest -q tests/gpu`.
+Run on the GPU machine after `source .gpu-bundle/device-setup.sh` (docs/gpu.md): `python -m pytest -q tests/gpu`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.sglang]
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA or ROCm GPU (torch.cuda.is_available() is False)", allow_module_level=True)
 if importlib.util.find_spec("sglang") is None:
-    pytest.skip("needs sglang 0.5.23 importable (see shared/gpu/README.md)", allow_module_level=True)
+    pytest.skip("needs sglang 0.5.23 importable (docs/gpu.md)", allow_module_level=True)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports" / "gpu"))
 from drive import smoke_cases  # noqa: E402
