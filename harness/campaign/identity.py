@@ -148,3 +148,8 @@ def _page_role(case: Case, first: dict[str, object]) -> str:
     if page not in pages:
         return "unaddressed-page"
     return "last-page" if page == pages[-1] else "first-page" if page == pages[0] else "inner-page"
+
+
+def signature_key(result: Result, case: Case | None = None) -> str:
+    """The readable key the bug identity hashes (written into reproducers next to the identity)."""
+    return identify(result, case).bug_key

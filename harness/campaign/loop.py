@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry, write_json_atomic
+from hicache_fuzz.harness.campaign.corpus import write_json_atomic
 from hicache_fuzz.harness.campaign.coverage import Coverage
 from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.campaign.identity import identify
+from hicache_fuzz.harness.campaign.known import match_known
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
-from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -38,14 +39,17 @@ class CampaignConfig:
     start_index: int = 0
     space: CaseSpace = field(default_factory=CaseSpace)
     stop_on_first_failure: bool = False
-    # signature -> reproducer file of known, unfixed failures ("expect": "fail" corpus entries): a failure
-    # with one of these signatures is counted and marked known, and not saved again.
+    # bug identity -> reproducer file of known, unfixed failures that apply here (campaign/known.py
+    # known_bugs): a failure with one of these identities is counted and marked known, and not saved again.
     known_signatures: dict[str, str] = field(default_factory=dict)
     # Polled before every case; True ends the campaign as if its budget ran out (fuzz: SIGTERM/SIGINT).
     should_stop: Callable[[], bool] | None = None
     # Called on the first case of each new signature before it is saved (fuzz --minimize): returns the
     # smaller case, its result (same signature) and extra JSON fields for the reproducer file.
     minimizer: Callable[[Case, Result], tuple[Case, Result, dict[str, Any]]] | None = None
+
+
+MAX_VARIANTS_SAVED = 16  # reproducers kept per bug in one campaign: one per fine-grained variant, at most this
 
 
 @dataclass
@@ -59,6 +63,7 @@ class FailureClass:
     summary: str
     file: str
     known: str = ""  # the known-failure reproducer with this signature ("" = a new failure)
+    variants: list[str] = field(default_factory=list)  # fine-grained keys met (identity.variant), in order
 
 
 @dataclass
@@ -230,33 +235,35 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
 
 def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], case: Case, result: Result,
                     index: int) -> None:
-    sig = signature(result, case)
-    known = config.known_signatures.get(sig, "")
+    identity = identify(result, case)
+    sig = identity.bug
+    known = match_known(config.known_signatures, sig, result.backend)
     if known:  # already in a corpus as an expected failure: count it, keep no second copy
         if sig in classes:
             classes[sig].count += 1
         else:
             classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
-                                        _summary(result), known, known)
+                                        _summary(result), known, known, [identity.variant])
         return
     if sig in classes:
-        classes[sig].count += 1
-        if config.corpus_dir is not None and classes[sig].count <= 3:
-            save_reproducer(config.corpus_dir, case, result)  # a few examples per class, not thousands
+        failure = classes[sig]
+        failure.count += 1
+        if identity.variant not in failure.variants and len(failure.variants) < MAX_VARIANTS_SAVED:
+            failure.variants.append(identity.variant)  # one example per variant of the bug, not thousands
+            if config.corpus_dir is not None:
+                save_reproducer(config.corpus_dir, case, result)
         return
     extra: dict[str, Any] = {}
     if config.minimizer is not None:
         case, result, extra = config.minimizer(case, result)
     file = str(save_reproducer(config.corpus_dir, case, result, extra)) if config.corpus_dir is not None else ""
     classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
-                                _summary(result), file)
+                                _summary(result), file, variants=[identity.variant])
 
 
 def _summary(result: Result) -> str:
     return result.summary.splitlines()[0][:300] if result.summary else result.error[:300]
 
 
-def known_failures(entries: Iterable[CorpusEntry]) -> dict[str, str]:
-    """signature -> file of the corpus entries marked as expected failures ("expect": "fail")."""
-    return {e.signature: str(e.path) for e in entries if e.expect == "fail" and e.signature}
+
 

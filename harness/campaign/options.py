@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry
-from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
+from hicache_fuzz.harness.campaign.known import known_bugs
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
+from hicache_fuzz.harness.campaign.scope import Environment
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.exit_codes import UsageError
 from hicache_fuzz.harness.model.outcome import Result
@@ -74,10 +76,11 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def load_known_failures(paths: Iterable[Path]) -> dict[str, str]:
-    """signature -> file of every expected-failure entry under `paths` (fuzz --known)."""
+def load_known_failures(paths: Iterable[Path], environment: Environment) -> dict[str, str]:
+    """bug identity -> file of every expected-failure entry under `paths` that applies on `environment`
+    (fuzz --known; campaign/known.py)."""
     paths = list(paths)
     for path in paths:
         if not path.exists():
             raise UsageError(f"--known {path}: no such file or folder")
-    return known_failures(load_entry(p) for p in iter_case_files(paths))
+    return known_bugs((load_entry(p) for p in iter_case_files(paths)), environment)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry
 from hicache_fuzz.harness.campaign.reproducer import ReplayVerdict, judge_replay
-from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.campaign.identity import signature
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine
@@ -67,4 +67,4 @@ def _replay_one(replay: Replayed, run: Callable[[Case], Result], overridden: boo
     replay.signature = signature(result, replay.case) if result.outcome.is_failure else ""
     # On another backend than the entry's, its expectation says nothing: the case must simply pass.
     expect = "pass" if overridden else replay.entry.expect
-    replay.verdict = judge_replay(expect, replay.entry.signature, result, replay.case)
+    replay.verdict = judge_replay(expect, replay.entry.bug, result, replay.case)
