@@ -1,14 +1,15 @@
 """The AOT ops of ``sgl_kernel.kvcacheio`` (sglang-kernel 0.4.10), per-token transfers, MHA and MLA.
 
-Works wherever the real sgl_kernel loads against the installed torch. Where it cannot (the H200 machine's
-torch 2.11 vs sglang-kernel's torch 2.14 build: ``undefined symbol``), or where only the import-only stand-in
-is on the path, ``probe`` says so and ``hicache-fuzz backends`` shows the reason.
+Runs the real sgl_kernel where it loads against the installed torch, else this project's build of the same
+ops from sglang's pinned public sources (hicache_fuzz.kernels.aot_build, docs/aot.md); the prebuilt
+sglang-kernel 0.4.10 wheel targets torch 2.14 and fails on e.g. torch 2.11 (``undefined symbol``).
+``probe`` / ``hicache-fuzz backends`` say which build is in use and where it came from, or why none is.
 
 Ops (keyword names as sglang's pools call them): load-back one layer ``transfer_kv_per_layer[_mla]``
 (layer_first), ``transfer_kv_per_layer[_mla]_pf_lf`` (page_first), ``transfer_kv_per_layer_ph_lf`` (page_head);
 write-back all layers ``transfer_kv_all_layer[_mla]`` (layer_first, pointer tables),
 ``transfer_kv_all_layer[_mla]_lf_pf`` (page_first), ``transfer_kv_all_layer_lf_ph`` (page_head).
-Not run on a GPU by this project yet (no machine where it loads); see docs/gpu.md.
+Results on an H200: reports/aot/README.md.
 """
 
 from __future__ import annotations
@@ -24,32 +25,24 @@ from hicache_fuzz.kernels.sglang_jit import SglangBackend, _host_layer, gpu_spac
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 AOT_ROW_MENU = (128, 256, 576, 1152, 24, 12, 656)
-_status: tuple[bool, str] | None = None
 
 
 def aot_status() -> tuple[bool, str]:
-    """(loadable, reason): whether the real ``sgl_kernel.kvcacheio`` ops are callable in this process."""
-    global _status
-    if _status is not None:
-        return _status
-    try:
-        import sgl_kernel
-        import sgl_kernel.kvcacheio as kvcacheio
-    except Exception as exc:  # OSError: undefined symbol (torch ABI), ImportError: not installed
-        _status = (False, f"sgl_kernel.kvcacheio does not load: {type(exc).__name__}: {str(exc)[:300]}")
-        return _status
-    op = getattr(kvcacheio, "transfer_kv_per_layer", None)
-    if op is None:
-        _status = (False, "sgl_kernel.kvcacheio has no transfer_kv_per_layer")
-    elif type(op).__name__ == "Placeholder" or "stub" in str(getattr(sgl_kernel, "__file__", "")):
-        _status = (
-            False,
-            "only the import-only sgl_kernel stand-in is installed (the real sglang-kernel "
-            "does not load against this torch)",
-        )
-    else:
-        _status = (True, f"sgl_kernel {getattr(sgl_kernel, '__version__', '?')}")
-    return _status
+    """(callable, what is in use and where it came from / why not) for the ``sgl_kernel.kvcacheio`` ops.
+
+    The real sglang-kernel when it loads against this torch, else this project's build of the same sources
+    (hicache_fuzz.kernels.aot_build: fetched at a pinned sglang commit, built for the installed torch)."""
+    from hicache_fuzz.kernels.aot_build.loader import activate
+
+    state = activate()
+    return state.available, state.reason
+
+
+def aot_build_note() -> str:
+    """What this project's AOT build folder holds (without loading anything), for reasons shown on CPU."""
+    from hicache_fuzz.kernels.aot_build.loader import read_build
+
+    return f"AOT ops: {read_build().reason}"
 
 
 def aot_op(case: Case) -> str:
@@ -69,7 +62,7 @@ class SglangAotBackend(SglangBackend):
     def probe(self, platform: Platform) -> Availability:
         why = common.gpu_reason(platform)
         if why is not None:
-            return Availability(False, why)
+            return Availability(False, f"{why}; {aot_build_note()}")
         ok, reason = aot_status()
         return Availability(ok, reason)
 
@@ -100,6 +93,7 @@ class SglangAotBackend(SglangBackend):
         return Plan(EntryPoint.AOT, f"aot:{aot_op(case)}")
 
     def run(self, buffers: Materialized) -> str:
+        aot_status()  # in a fresh worker process: load the build and route sgl_kernel.kvcacheio first
         import sgl_kernel.kvcacheio as ops
 
         case = buffers.case

@@ -540,7 +540,8 @@ def host_alias(tensor: Any) -> int:
     try:  # ROCm: hipHostGetDevicePointer through sglang's AOT helper when it loads
         from sgl_kernel.kvcacheio import get_device_accessible_ptr
 
-        return int(get_device_accessible_ptr(tensor))
+        # sglang-kernel 0.4.10 signature: (tensor, device_index of the GPU that will dereference it)
+        return int(get_device_accessible_ptr(tensor, torch.cuda.current_device()))
     except Exception:
         return ptr
 

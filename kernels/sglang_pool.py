@@ -149,7 +149,8 @@ class SglangPoolBackend(SglangBackend):
         except Exception as exc:
             return Availability(False, f"sglang host-pool modules do not import: {type(exc).__name__}: {exc}")
         ok, why = aot_available()
-        return Availability(True, base.reason + ("" if ok else f"; AOT fallbacks unavailable ({why})"))
+        aot = f"; AOT fallbacks: {why}" if ok else f"; AOT fallbacks unavailable ({why})"
+        return Availability(True, base.reason + aot)
 
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
         return gpu_space(
@@ -263,12 +264,17 @@ class SglangPoolBackend(SglangBackend):
 
 
 def _load_pool_modules() -> Any:
+    # The pool modules bind ``from sgl_kernel.kvcacheio import transfer_kv_*`` at import: make the AOT ops
+    # callable first (real sglang-kernel, else this project's build) so the real pool code reaches them.
+    aot_available()
     import sglang.srt.mem_cache.pool_host.mha as mha
     import sglang.srt.mem_cache.pool_host.mla as mla
     from sglang.srt.managers.cache_controller import HiCacheController
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
     from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry
 
+    _rebind_placeholder_ops(mha)
+    _rebind_placeholder_ops(mla)
     common.spy_aot_ops(mha)
     common.spy_aot_ops(mla)
     return types.SimpleNamespace(
@@ -280,6 +286,19 @@ def _load_pool_modules() -> Any:
         HostPoolGroup=HostPoolGroup,
         PoolEntry=PoolEntry,
     )
+
+
+def _rebind_placeholder_ops(module: Any) -> None:
+    """If the pool module was imported before the AOT ops were made callable (so it bound an import-only
+    stand-in's placeholders), point those names at the now callable ``sgl_kernel.kvcacheio`` functions."""
+    import sgl_kernel.kvcacheio as kvcacheio
+
+    for name in dir(module):
+        bound = getattr(module, name)
+        if name.startswith("transfer_kv") and type(bound).__name__ in ("Placeholder", "MissingOp"):
+            replacement = getattr(kvcacheio, name, None)
+            if callable(replacement) and type(replacement).__name__ not in ("Placeholder", "MissingOp"):
+                setattr(module, name, replacement)
 
 
 _MODS: Any = None

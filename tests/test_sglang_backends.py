@@ -118,16 +118,26 @@ def test_probe_without_sglang_names_the_import(monkeypatch: pytest.MonkeyPatch) 
     assert "cannot import sglang.kernels.ops.kvcache.hicache" in availability.reason
 
 
-def test_aot_probe_reports_missing_sgl_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def fresh_aot_loader(tmp_path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """No AOT build (an empty build folder) and no cached loader state, before and after the test."""
+    from hicache_fuzz.kernels.aot_build import loader
+
+    monkeypatch.setenv(loader.BUILD_ENV, str(tmp_path))
+    loader.reset_for_tests()
+    yield
+    loader.reset_for_tests()
+
+
+def test_aot_probe_reports_missing_sgl_kernel(monkeypatch: pytest.MonkeyPatch, fresh_aot_loader) -> None:  # type: ignore[no-untyped-def]
     from hicache_fuzz.kernels import sglang_aot
 
-    monkeypatch.setattr(sglang_aot, "_status", None)
     monkeypatch.setitem(sys.modules, "sgl_kernel", None)
     ok, why = sglang_aot.aot_status()
-    assert not ok and "sgl_kernel" in why
+    assert not ok and "sgl_kernel does not load" in why and "no AOT build in" in why
 
 
-def test_aot_probe_recognises_the_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aot_probe_recognises_the_stand_in(monkeypatch: pytest.MonkeyPatch, fresh_aot_loader) -> None:  # type: ignore[no-untyped-def]
     from hicache_fuzz.kernels import sglang_aot
 
     class Placeholder:
@@ -139,11 +149,10 @@ def test_aot_probe_recognises_the_stand_in(monkeypatch: pytest.MonkeyPatch) -> N
     sub = types.ModuleType("sgl_kernel.kvcacheio")
     sub.transfer_kv_per_layer = Placeholder()  # type: ignore[attr-defined]
     pkg.kvcacheio = sub  # type: ignore[attr-defined]
-    monkeypatch.setattr(sglang_aot, "_status", None)
     monkeypatch.setitem(sys.modules, "sgl_kernel", pkg)
     monkeypatch.setitem(sys.modules, "sgl_kernel.kvcacheio", sub)
     ok, why = sglang_aot.aot_status()
-    assert not ok and "stand-in" in why
+    assert not ok and "import-only sgl_kernel stand-in" in why and "no AOT build in" in why
 
 
 # ---- platform rules ------------------------------------------------------------------------------------------

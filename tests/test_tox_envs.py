@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hicache_fuzz.harness import envcheck
+from hicache_fuzz.harness.commands import envcheck
 
 ROOT = Path(__file__).resolve().parents[1]
 TOX_INI = ROOT / "tox.ini"
