@@ -7,7 +7,8 @@ unrelated rule violations of their cases. The identity key is
 
 * implementation path: the path the backend planned (and the one that ran, where it differs), so sglang-jit
   and sglang-jit-register failing in the same register kernel share an identity, and each zoo mutant (whose
-  path is its name) has its own;
+  path is its name) has its own; a crash or hang is placed at its backend (the process died before it could
+  say which path ran);
 * cause, by outcome:
   - wrongly accepted: the PRIMARY contract rule the input broke: of the rules it broke, the first in the
     contract's priority order (``oracles/contract.py`` RULE_PRIORITY), so a case that also breaks unrelated
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 from hicache_fuzz.harness.model.case import Case, Direction
 from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.pipeline.damage import fill_word, storage_salts
 from hicache_fuzz.oracles.contract import primary_rule, rules_of
 
 _ADDRESSES = re.compile(r"0x[0-9a-fA-F]+")
@@ -81,9 +83,14 @@ def _digest(text: str) -> str:
 
 
 def _location(result: Result) -> str:
+    """Where the failure happened: the planned implementation path, and the one that ran where it differs.
+    A crash or hang is placed at its backend: the process died before it could say which path ran, and
+    whether the parent knows the plan must not change the identity."""
+    if result.outcome in (Outcome.CRASH, Outcome.HANG):
+        return result.backend
     planned = result.expected_path or result.backend
     ran = result.path
-    if ran and ran != planned:
+    if ran and ran not in (planned, "none"):  # "none": nothing was launched, so no other path ran
         return f"{planned}->{ran}"
     return planned
 
@@ -108,13 +115,28 @@ def _damage_cause(result: Result, case: Case | None) -> str:
     damage = result.diff.get("damage") or {}
     if damage:
         return str(damage.get("family", "?"))
-    # A reproducer saved before damage was recorded: the family its coarse diff still tells.
+    return _family_from_first_byte(result, case)
+
+
+def _family_from_first_byte(result: Result, case: Case | None) -> str:
+    """The damage family of a reproducer saved before damage was recorded, from what its diff kept: the
+    first differing byte of each storage. A destination byte that still holds its pre-transfer fill is a
+    missing write, as the full classification would say of a row left stale."""
     storages = result.diff.get("storages", [])
-    if case is not None and storages:
-        source = "device" if case.direction is Direction.WRITE_BACK else "host"
-        if any(str(s.get("storage", "")).endswith("/" + source) for s in storages):
-            return "source-modified"
-    return "misplaced" if any(s.get("outside_addressed") for s in storages) else "unknown"
+    if case is None or not storages:
+        return "unknown"
+    source = "device" if case.direction is Direction.WRITE_BACK else "host"
+    if any(str(s.get("storage", "")).endswith("/" + source) for s in storages):
+        return "source-modified"
+    if any(s.get("outside_addressed") for s in storages):
+        return "misplaced"
+    salts = storage_salts(case)
+    first = storages[0]
+    key, offset = str(first.get("storage", "")), first.get("first_offset")
+    if key in salts and isinstance(offset, int):
+        fill_byte = (fill_word(offset // 8, salts[key]) >> (8 * (offset % 8))) & 0xFF
+        return "missing" if fill_byte == first.get("actual_byte") else "misplaced"
+    return "unknown"
 
 
 def _variant_detail(result: Result, case: Case | None) -> str:

@@ -27,9 +27,9 @@ from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, Una
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.loop import CampaignReport
     from hicache_fuzz.harness.campaign.options import CampaignOptions
-    from hicache_fuzz.harness.model.platform import Machine
     from hicache_fuzz.harness.model.case import Case
     from hicache_fuzz.harness.model.outcome import Result
+    from hicache_fuzz.harness.model.platform import Machine
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)

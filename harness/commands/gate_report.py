@@ -265,7 +265,8 @@ def junit_cases(report: GateReport) -> list[JUnitCase]:
             seconds=campaign_row.seconds, failure_message=message, failure_text=text,
             system_out="\n".join([f"KNOWN [{f['signature']}] x{f['count']}: {f['known']}"
                                    for f in campaign_row.known_failures]
-                                  + [f"FLAKY [{f['signature']}] x{f['count']}: {f['file']}" for f in campaign_row.flaky]),
+                                  + [f"FLAKY [{f['signature']}] x{f['count']}: {f['file']}"
+                                     for f in campaign_row.flaky]),
             properties={"cases": str(campaign_row.cases), "planned_cases": str(campaign_row.planned_cases),
                         "case_ids_sha256": campaign_row.case_ids_sha256,
                         "known": str(len(campaign_row.known_failures)), "flaky": str(len(campaign_row.flaky))}))

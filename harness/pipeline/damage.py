@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from hicache_fuzz.harness.model.case import Case, Direction, PoolSpec
@@ -36,8 +37,8 @@ from hicache_fuzz.oracles import layouts
 
 DAMAGE_PRIORITY = (
     "source-modified", "guard-overwrite", "out-of-range-write", "wrong-pool", "swapped-kv", "wrong-layer",
-    "wrong-page", "wrong-token-in-page", "shifted-bytes", "copied-from-destination", "partial-row", "stale",
-    "corrupt",
+    "wrong-page", "wrong-token-in-page", "shifted-bytes", "copied-from-destination", "untraced", "partial-row",
+    "stale", "corrupt",
 )
 # The family of each class: what a bug identity keeps. A misdirected write lands inside or outside the
 # addressed rows, in another page or another layer, depending on the case's geometry; the family does not.
@@ -46,6 +47,7 @@ DAMAGE_FAMILY = {
     "guard-overwrite": "misplaced", "out-of-range-write": "misplaced", "wrong-pool": "misplaced",
     "swapped-kv": "misplaced", "wrong-layer": "misplaced", "wrong-page": "misplaced",
     "wrong-token-in-page": "misplaced", "shifted-bytes": "misplaced", "copied-from-destination": "misplaced",
+    "untraced": "misplaced",  # bytes of another place, in a stretch too short to say which
     "corrupt": "corrupt",
     "partial-row": "missing", "stale": "missing",
 }
@@ -185,19 +187,19 @@ def _differing_rows(case: Case, pool: PoolSpec, side: str,
 def _row_class(case: Case, tracer: _Tracer, key: str, want: torch.Tensor, got: torch.Tensor,
                row_offsets: torch.Tensor) -> str:
     raw = row_offsets + GUARD_BYTES
+    observed, expected = got[raw], want[raw]
+    correct = observed == expected
+    stale = torch.from_numpy(fill_bytes_at(raw.numpy(), tracer.salts[key])) == observed
+    if bool((correct | stale).all()):  # nothing but right bytes and never-written bytes: a missing write
+        return "partial-row" if bool(correct.any()) else "stale"
+    # Some bytes came from elsewhere: trace the first contiguous run of the row to where it was filled.
     run = _contiguous_prefix(row_offsets)
-    observed, expected = got[raw[:run]], want[raw[:run]]
-    observed_origin, expected_origin = tracer.origin(observed), tracer.origin(expected)
-    if observed_origin is None:
-        whole_observed, whole_expected = got[raw], want[raw]
-        same_prefix = int((whole_observed == whole_expected).long().cumprod(0).sum())
-        if same_prefix and tracer.holds_own_fill(key, got, raw[same_prefix : same_prefix + 16]):
-            return "partial-row"
-        return "corrupt"
-    if expected_origin is None:
-        return "corrupt"
+    observed_origin, expected_origin = tracer.origin(observed[:run]), tracer.origin(expected[:run])
+    if observed_origin is None or expected_origin is None:
+        # Too short to trace (under 8 contiguous bytes), or bytes of no storage of the case.
+        return "untraced" if run < 16 else "corrupt"
     if observed_origin.storage == key:
-        return "stale" if tracer.holds_own_fill(key, got, raw[:16]) else "copied-from-destination"
+        return "copied-from-destination"
     if observed_origin.storage.split("/")[0] != expected_origin.storage.split("/")[0]:
         return "wrong-pool"
     if observed_origin.storage != expected_origin.storage:
@@ -211,7 +213,19 @@ def _row_class(case: Case, tracer: _Tracer, key: str, want: torch.Tensor, got: t
         return "wrong-token-in-page" if same_page else "wrong-page"
     if observed_origin.byte != expected_origin.byte:
         return "shifted-bytes"
-    return "corrupt"
+    return "corrupt"  # the right first bytes, wrong bytes later in the row
+
+
+def fill_bytes_at(raw_offsets: np.ndarray, fill_salt: int) -> np.ndarray:
+    """The fill's byte at each raw offset of a storage filled with `fill_salt` (vectorized fill_word)."""
+    with np.errstate(over="ignore"):
+        x = (raw_offsets // 8).astype(np.int64) ^ np.int64(fill_salt)
+        x = x * np.int64(SPLITMIX_MULTIPLIER_1)
+        x ^= x >> 31
+        x = x * np.int64(SPLITMIX_MULTIPLIER_2)
+        x ^= x >> 29
+    shifts = ((raw_offsets % 8) * 8).astype(np.uint64)
+    return ((x.view(np.uint64) >> shifts) & np.uint64(0xFF)).astype(np.uint8)
 
 
 def _contiguous_prefix(offsets: torch.Tensor, limit: int = 16) -> int:
@@ -231,11 +245,6 @@ class _Tracer:
         self.salts = storage_salts(case)
         self.sizes = {key: tensor.numel() for key, tensor in actual.items()}
         self._owners: dict[str, tuple[torch.Tensor, list[str], int]] = {}
-
-    def holds_own_fill(self, key: str, storage: torch.Tensor, raw: torch.Tensor) -> bool:
-        """True if the bytes of `storage` at raw offsets `raw` still hold the storage's own fill."""
-        return bool(raw.numel()) and all(self._fill_byte(key, offset) == int(storage[offset])
-                                         for offset in raw.tolist())
 
     def _fill_byte(self, key: str, raw_offset: int) -> int:
         return (fill_word(raw_offset // 8, self.salts[key]) >> (8 * (raw_offset % 8))) & 0xFF
