@@ -1,4 +1,4 @@
-"""Write the seed corpus (corpus/seeds/<backend>/<name>.json): real model geometries and the upstream tests' cases.
+"""Write the seed corpus (corpus/seeds/<name>.json): real model geometries and the upstream tests' cases.
 
 Run from the repository root: ``python corpus/make_seeds.py`` (deterministic; rewrites corpus/seeds/).
 
@@ -12,13 +12,16 @@ Run from the repository root: ``python corpus/make_seeds.py`` (deterministic; re
   2 layers, MHA element dims 128 and 512, MLA 576, bf16, page counts 1/64/65/129, page size 16, plus
   reversed host pages.
 
-Every seed is written for the CPU "reference" backend, and copied for each sglang backend
-(kernels/sglang_backends.py) whose plan and contract accept it on an sm90 CUDA GPU (the copies are skipped
-on machines without one). Seeds are bare case files: expected to pass.
+Every seed runs on the CPU "reference" backend and on each sglang backend (kernels/sglang_backends.py) whose
+plan and contract accept it on an sm90 CUDA GPU (replay skips those on machines without one). Each distinct
+case is stored once, as a bare case file whose ``"backends"`` lists every backend it applies to (a backend
+that needs the host indices pinned gets its own file, ``<name>-host-pinned.json``; docs/corpus.md). Seeds
+are expected to pass.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +37,6 @@ from hicache_fuzz.harness.model.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.campaign.reproducer import readable_case_json
 from hicache_fuzz.oracles.contract import Platform, Verdict, predict
 
 SEEDS = Path(__file__).resolve().parent / "seeds"
@@ -125,17 +127,37 @@ def sglang_copies(case: Case) -> Iterator[Case]:
                 break
 
 
+def seed_json(case: Case, backends: list[str]) -> str:
+    """The case's JSON with ``"backends"`` in place of ``"backend"``, one top-level field per line."""
+    data = {k: v for k, v in case.to_dict().items() if k != "backend"}
+    data["backends"] = backends
+    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}"
+                               for k, v in sorted(data.items())) + "\n}\n"
+
+
+def seed_files(name: str, case: Case) -> dict[str, tuple[Case, list[str]]]:
+    """file name -> (case, backends): the reference case and its sglang copies, each distinct case once."""
+    files: dict[str, tuple[Case, list[str]]] = {}
+    for copy in (case, *sglang_copies(case)):
+        pinned = copy.host_index.device is IndexDevice.PINNED and case.host_index.device is not IndexDevice.PINNED
+        file_name = f"{name}-host-pinned.json" if pinned else f"{name}.json"
+        stored, backends = files.setdefault(file_name, (copy.replace(backend="reference"), []))
+        assert stored == copy.replace(backend="reference"), file_name  # one file, one case
+        backends.append(copy.backend)
+    return files
+
+
 def main() -> None:
     if SEEDS.exists():
         shutil.rmtree(SEEDS)
-    written = 0
+    SEEDS.mkdir(parents=True)
+    files = entries = 0
     for name, case in (*model_seeds(), *upstream_seeds()):
-        for copy in (case, *sglang_copies(case)):
-            path = SEEDS / copy.backend / f"{name}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(readable_case_json(copy) + "\n")
-            written += 1
-    print(f"wrote {written} seed files under {SEEDS}")
+        for file_name, (stored, backends) in seed_files(name, case).items():
+            (SEEDS / file_name).write_text(seed_json(stored, backends))
+            files += 1
+            entries += len(backends)
+    print(f"wrote {files} seed files ({entries} case x backend entries) under {SEEDS}")
 
 
 if __name__ == "__main__":

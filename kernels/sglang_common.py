@@ -29,17 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hicache_fuzz.harness.model import copy_rules
 from hicache_fuzz.kernels.base import Availability
-from hicache_fuzz.oracles import contract
 from hicache_fuzz.oracles.contract import Platform
 
 SGLANG_VERSION = "0.5.23"
 HICACHE_MODULE = "sglang.kernels.ops.kvcache.hicache"
 TMA_ENV = "SGLANG_HICACHE_TMA_TRANSFER"
 # sglang 0.5.23 defaults, used when sglang is not importable (hicache.py:22-31, 94; pool_host/base.py:30)
-FALLBACK_BLOCK_QUOTA = {"cuda": 2, "rocm": 32}
 FALLBACK_TMA_BLOCK_QUOTA = 4
-FALLBACK_TMA_STAGE_BYTES = 32 * 1024
 STAGING_PAGE_CHUNK = 64
 
 # Path names returned by run() and predicted by plan().
@@ -203,10 +201,10 @@ def platform_rules(platform: Platform) -> Rules:
             _staging_chunk(),
             "sglang",
         )
-    groups = contract.HIP_GROUP_BYTES if platform.is_hip else contract.CUDA_GROUP_BYTES
-    quota = FALLBACK_BLOCK_QUOTA["rocm" if platform.is_hip else "cuda"]
+    groups = copy_rules.group_bytes(platform.is_hip)
+    quota = copy_rules.block_quota(platform.is_hip)
     return Rules(
-        tuple(groups), quota, FALLBACK_TMA_BLOCK_QUOTA, FALLBACK_TMA_STAGE_BYTES, STAGING_PAGE_CHUNK, "fallback"
+        tuple(groups), quota, FALLBACK_TMA_BLOCK_QUOTA, copy_rules.TMA_MAX_ROW_BYTES, STAGING_PAGE_CHUNK, "fallback"
     )
 
 
@@ -224,36 +222,27 @@ def rules_drift(platform: Platform) -> str:
     rules = platform_rules(platform)
     if rules.source != "sglang":
         return ""
-    expected = contract.HIP_GROUP_BYTES if platform.is_hip else contract.CUDA_GROUP_BYTES
+    expected = copy_rules.group_bytes(platform.is_hip)
     out = []
     if tuple(expected) != rules.group_bytes:
         out.append(f"contract GROUP_BYTES {expected} != sglang {rules.group_bytes}")
-    if rules.tma_stage_bytes != contract.TMA_MAX_ROW_BYTES:
-        out.append(f"contract TMA_MAX_ROW_BYTES {contract.TMA_MAX_ROW_BYTES} != sglang {rules.tma_stage_bytes}")
+    if rules.tma_stage_bytes != copy_rules.TMA_MAX_ROW_BYTES:
+        out.append(f"contract TMA_MAX_ROW_BYTES {copy_rules.TMA_MAX_ROW_BYTES} != sglang {rules.tma_stage_bytes}")
     return "; ".join(out)
 
 
 def default_unroll(row_bytes: int) -> int:
-    return contract.register_unroll(row_bytes)
+    return copy_rules.register_unroll(row_bytes)
 
 
 def register_row_ok(row_bytes: int, platform: Platform, unroll: int | None = None) -> bool:
     """`_tiles_across_lanes` with the platform's copy rounds."""
-    unroll = unroll or default_unroll(row_bytes)
-    if unroll <= 0 or unroll > 32 or 32 % unroll:
-        return False
-    lanes = 32 // unroll
-    return any(
-        g % lanes == 0 and row_bytes % g == 0 and g // lanes in (4, 8, 16) for g in platform_rules(platform).group_bytes
-    )
+    lanes = copy_rules.register_lanes(unroll or default_unroll(row_bytes))
+    return bool(lanes) and copy_rules.copy_round(row_bytes, lanes, platform_rules(platform).group_bytes) > 0
 
 
 def tma_rows_per_chunk(row_bytes: int, platform: Platform) -> int:
-    stage = platform_rules(platform).tma_stage_bytes
-    rows = 1
-    while rows * 2 <= stage // max(row_bytes, 1) and rows * 2 <= 128:
-        rows *= 2
-    return rows
+    return copy_rules.tma_rows_per_chunk(row_bytes, platform_rules(platform).tma_stage_bytes)
 
 
 def tma_env_enabled() -> bool:

@@ -27,6 +27,13 @@ from hicache_fuzz.harness.model.case import (
     IndexDtype,
     Scope,
 )
+from hicache_fuzz.harness.model.copy_rules import (
+    TMA_MAX_ROW_BYTES,
+    copy_round,
+    group_bytes,
+    register_lanes,
+    register_unroll,
+)
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.oracles.transfer import Semantics, token_pairs
 
@@ -60,32 +67,14 @@ class Prediction:
 
 # ---- platform rules ----------------------------------------------------------------------------------
 
-# JIT register kernel copy rounds (hicache.py GROUP_BYTES): CUDA copies 128-byte rounds only; HIP also 64/32
-# bytes, but the round must leave each of the 32/unroll lanes a 4/8/16-byte package.
-CUDA_GROUP_BYTES = (128,)
-HIP_GROUP_BYTES = (128, 64, 32, 16)
-TMA_MAX_ROW_BYTES = 32768
-
-
-def register_unroll(row_bytes: int) -> int:
-    """sglang's default unroll for a row size (hicache.py:216-224)."""
-    return 4 if row_bytes <= 512 else 2 if row_bytes <= 1024 else 1
+# The copy-round rules (row tiling, unroll, TMA chunk rows) live in harness/model/copy_rules.py, shared with
+# the sglang backends and the ISA check.
 
 
 def register_kernel_accepts_row(row_bytes: int, platform: Platform, unroll: int | None = None) -> bool:
     """Mirror of `_tiles_across_lanes`: some copy round tiles the row and splits evenly across lanes."""
-    lanes = 32 // (unroll or register_unroll(row_bytes))
-    groups = HIP_GROUP_BYTES if platform.is_hip else CUDA_GROUP_BYTES
-    return any(g % lanes == 0 and row_bytes % g == 0 and g // lanes in (4, 8, 16) for g in groups)
-
-
-def tma_rows_per_chunk(row_bytes: int) -> int:
-    """Largest power of two <= min(32768 // row_bytes, 128) (hicache.py:114-119)."""
-    limit = max(1, min(TMA_MAX_ROW_BYTES // max(row_bytes, 1), 128))
-    rows = 1
-    while rows * 2 <= limit:
-        rows *= 2
-    return rows
+    lanes = register_lanes(unroll or register_unroll(row_bytes))
+    return bool(lanes) and copy_round(row_bytes, lanes, group_bytes(platform.is_hip)) > 0
 
 
 # ---- the prediction -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Test-only backend for tests/test_gate.py: the reference with the device indices reversed.
+"""Test-only backend for tests/commands/test_gate.py: the reference with the device indices reversed.
 
 Any transfer of two or more distinct tokens lands rows in the wrong device slots, so the gate's corpus
 replay and its campaign both have something to find.

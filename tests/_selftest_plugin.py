@@ -1,4 +1,5 @@
-"""Backends for tests/test_selftest.py: a "mutant" that is the reference in disguise, and a broken reference."""
+"""Backends for tests/commands/test_selftest.py: a "mutant" that is the reference in disguise, and a broken
+reference."""
 
 from __future__ import annotations
 

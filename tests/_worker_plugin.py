@@ -1,4 +1,4 @@
-"""Test-only backends for tests/test_worker.py: one that aborts the process, one that never returns."""
+"""Test-only backends for tests/pipeline/test_worker.py: one that aborts the process, one that never returns."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 console entry imports the CLI wiring.
 
 Layers, lowest first: model (vocabulary) <- oracles <- kernels <- pipeline <- campaign <- commands. The ISA
-check and the mutation tester stand apart: they import nothing of the layers but the exit codes, and only
+check and the mutation tester stand apart: they import nothing of the layers but the exit codes and copy rules, and only
 commands import them.
 Every import counts, also one inside a function: a lazy import is still a dependency.
 """
@@ -30,9 +30,10 @@ LAYERS = {
     "hicache_fuzz": 5,  # the package root (__main__) sits with the commands
 }
 APART = ("hicache_fuzz.harness.isa", "hicache_fuzz.harness.mutate")  # stand-alone tools
-# Modules of the lowest layer that the stand-alone tools may import too: the exit codes, so that every
-# command and tool exits with the same codes, defined once.
-SHARED_WITH_TOOLS = {"hicache_fuzz.harness.model.exit_codes"}
+# Modules of the lowest layer that the stand-alone tools may import too (standard library only): the exit
+# codes, so that every command and tool exits with the same codes, and sglang's copy-round rules, so that the
+# contract, the sglang backends and the ISA check apply one row-tiling rule.
+SHARED_WITH_TOOLS = {"hicache_fuzz.harness.model.exit_codes", "hicache_fuzz.harness.model.copy_rules"}
 CLI = "hicache_fuzz.harness.commands.cli"
 CLI_IMPORTERS = {"hicache_fuzz.__main__"}
 

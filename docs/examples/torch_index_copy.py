@@ -1,7 +1,7 @@
 """A worked example of a third-party backend (the one shown in the README).
 
 Run it:  hicache-fuzz fuzz --backend-plugin torch_index_copy:backends --backend torch-index-copy --runs 500
-(with this folder on PYTHONPATH). tests/test_readme_example.py runs exactly this and expects a clean campaign.
+(with this folder on PYTHONPATH). tests/commands/test_readme_example.py runs exactly this and expects a clean campaign.
 """
 
 from __future__ import annotations

@@ -87,6 +87,17 @@ def save_failure(corpus_dir: Path, case: Case, result: Result) -> Path:
 
 
 def load_entry(path: Path) -> CorpusEntry:
+    """The one entry of a corpus file (a reproducer, or a bare case naming one backend)."""
+    entries = load_entries(path)
+    if len(entries) != 1:
+        raise CorpusError(f"{path}: lists {len(entries)} backends; read it with load_entries")
+    return entries[0]
+
+
+def load_entries(path: Path) -> list[CorpusEntry]:
+    """The entries of a corpus file: one for a reproducer or a bare case with ``"backend"``, one per backend
+    for a bare case with ``"backends": [...]`` (how corpus/seeds stores a case once for every backend it
+    applies to; docs/corpus.md)."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -112,15 +123,33 @@ def load_entry(path: Path) -> CorpusEntry:
             scope = KnownScope.from_dict(data["scope"], f"{path}: scope") if "scope" in data else KnownScope()
             if "scope" in data and expect != "fail":
                 raise CorpusError(f"{path}: a scope only applies to an expected failure (\"expect\": \"fail\")")
-            return CorpusEntry(path, case, observed, str(data.get("signature", "")), expect, scope)
-        case = Case.from_dict(data)
+            return [CorpusEntry(path, case, observed, str(data.get("signature", "")), expect, scope)]
+        return [CorpusEntry(path, Case.from_dict(case_data), None, "") for case_data in _per_backend(path, data)]
     except CaseError as exc:
         raise CorpusError(f"{path}: {exc}") from None
     except ScopeError as exc:  # its message already names the file
         raise CorpusError(str(exc)) from None
     except (KeyError, ValueError, TypeError) as exc:
         raise CorpusError(f"{path}: malformed reproducer ({exc})") from None
-    return CorpusEntry(path, case, None, "")
+
+
+def _per_backend(path: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """A bare case's data once per backend: ``"backends": [names]`` stands for one case per name."""
+    if "backends" not in data:
+        return [data]
+    backends = data["backends"]
+    if "backend" in data:
+        raise CorpusError(f"{path}: give \"backend\" or \"backends\", not both")
+    if (not isinstance(backends, list) or not backends
+            or not all(isinstance(name, str) and name for name in backends) or len(set(backends)) != len(backends)):
+        raise CorpusError(f"{path}: \"backends\" must be a non-empty list of distinct backend names")
+    rest = {key: value for key, value in data.items() if key != "backends"}
+    return [{**rest, "backend": name} for name in backends]
+
+
+def load_corpus(paths: Iterable[Path]) -> list[CorpusEntry]:
+    """Every entry of every corpus file under `paths` (files or folders), in a stable order."""
+    return [entry for path in iter_case_files(paths) for entry in load_entries(path)]
 
 
 def iter_case_files(paths: Iterable[Path]) -> Iterator[Path]:

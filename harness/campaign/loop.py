@@ -84,6 +84,8 @@ class CampaignReport:
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. compile seconds from backends
     stopped_early: bool = False  # should_stop ended it (a signal), not the budget
     menu_growth: dict[str, list[int]] = field(default_factory=dict)  # backend -> rows its menu grew by
+    # throughput over time: {"t": seconds, "cases": n, "failures": n} samples (html report's chart)
+    timeline: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def failure_count(self) -> int:
@@ -119,8 +121,29 @@ class CampaignReport:
             "coverage": self.coverage.to_dict(),
             "coverage_gaps": {b: gaps for b in self.backends if (gaps := self.coverage.gaps(b))},
             "coverage_exemptions": {b: dict(e) for b, e in sorted(self.coverage.exemptions.items())},
+            **({"timeline": self.timeline} if self.timeline else {}),
             **self.extra,
         }
+
+
+class Timeline:
+    """Samples (seconds, cases, failures) about every `every` seconds; past `limit` samples every other one is
+    dropped and the interval doubles, so an hours-long campaign keeps a bounded, evenly spread list."""
+
+    def __init__(self, started: float, every: float = 1.0, limit: int = 240) -> None:
+        self.started, self.every, self.limit = started, every, limit
+        self.samples: list[dict[str, float]] = []
+        self.next_at = started + every
+
+    def __call__(self, cases: int, failures: int, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and now < self.next_at:
+            return
+        self.samples.append({"t": round(now - self.started, 3), "cases": cases, "failures": failures})
+        if len(self.samples) > self.limit:
+            self.samples = self.samples[1::2]
+            self.every *= 2
+        self.next_at = now + self.every
 
 
 def backend_space(backend: Backend, base_space: CaseSpace, platform: Platform) -> CaseSpace:
@@ -182,6 +205,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
         index += 1
     report.first_index = index
     growth = MenuGrowth(backends, config.space, platform)
+    timeline = Timeline(started)
+    failures_seen = 0
     done = False
     while not done:
         for backend in backends:
@@ -212,12 +237,15 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             if result.path:
                 path_counts[backend.name][result.path] += 1
             if result.outcome.is_failure:
+                failures_seen += 1
                 _record_failure(config, classes, case, result, index)
                 if config.stop_on_first_failure:
                     done = True
+            timeline(report.cases, failures_seen)
             if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
                 report.seconds = time.perf_counter() - started
                 report.failures = list(classes.values())
+                report.timeline = timeline.samples
                 report.next_index = index + n if backend is backends[-1] else index
                 on_result(case, result, report)
             if done:
@@ -225,6 +253,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
         if not done:  # a budget that ends before (or inside) this index must not skip it on resume
             index += n
     report.next_index = index
+    timeline(report.cases, failures_seen, force=True)
+    report.timeline = timeline.samples
     report.menu_growth = {name: rows for name, rows in growth.grown.items() if rows}
     report.seconds = time.perf_counter() - started
     report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}

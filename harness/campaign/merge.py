@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry, CorpusError, load_entry
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry, CorpusError, load_entries
 from hicache_fuzz.harness.campaign.coverage import Coverage
 from hicache_fuzz.harness.campaign.junit import JUnitCase
 
@@ -253,7 +253,7 @@ def merge_corpora(corpus_dirs: Sequence[Path], out_dir: Path, max_per_signature:
     seen: set[tuple[str, str]] = set()
     for path in corpus_files(corpus_dirs):
         try:
-            entry = load_entry(path)
+            entry = load_entries(path)[0]  # a file is copied once, even when it lists several backends
         except CorpusError as exc:
             merge.unreadable.append(str(exc))
             continue

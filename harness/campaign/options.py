@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry
+from hicache_fuzz.harness.campaign.corpus import load_corpus
 from hicache_fuzz.harness.campaign.known import known_bugs
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
 from hicache_fuzz.harness.campaign.scope import Environment
@@ -83,4 +83,4 @@ def load_known_failures(paths: Iterable[Path], environment: Environment) -> dict
     for path in paths:
         if not path.exists():
             raise UsageError(f"--known {path}: no such file or folder")
-    return known_bugs((load_entry(p) for p in iter_case_files(paths)), environment)
+    return known_bugs(load_corpus(paths), environment)

@@ -6,6 +6,8 @@ Files, side by side in ``<corpus>/<signature>/``:
 * ``<case_id>.json``: the reproducer (format in :mod:`hicache_fuzz.harness.campaign.corpus`), plus optional fields
   ``"expect"`` (``"pass"`` by default; ``"fail"`` marks a known, unfixed bug), ``"signature_key"`` (the
   readable key the signature hashes) and ``"minimized"`` (original vs minimized size);
+* ``<case_id>.standalone.py`` (sglang backends): the same failure as a script that needs only torch and
+  sglang (:mod:`hicache_fuzz.harness.campaign.standalone`);
 * ``repro_<case_id>.py``: the case embedded as a JSON literal; it needs torch, hicache_fuzz's core (case,
   materialize, oracle, compare: :func:`hicache_fuzz.harness.pipeline.runner.run_case`) and the backend's own class,
   imported directly (not through the registry, so no other backend family is imported). It prints PASS or
@@ -17,6 +19,7 @@ literal and parses it with ``json.loads``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from dataclasses import dataclass
@@ -95,7 +98,25 @@ def save_reproducer(corpus_dir: Path, case: Case, result: Result, extra: dict[st
     spec = backend_class or backend_class_spec(case.backend)
     write_script(script_path, case, data["signature"], str(data.get("expect", "pass")), spec,
                  result.summary.splitlines()[0] if result.summary else result.error[:200])
+    _write_standalone(json_path, case)
     return json_path
+
+
+def _write_standalone(json_path: Path, case: Case) -> None:
+    """``<case_id>.standalone.py`` (torch + sglang only) beside the reproducer, for sglang backends. A case the
+    generator cannot express (e.g. one the contract leaves undefined) keeps only the harness script."""
+    from hicache_fuzz.harness.campaign.standalone import (
+        DEFAULT_PLATFORM,
+        StandaloneUnsupported,
+        supports,
+        write_standalone,
+    )
+    from hicache_fuzz.harness.model.platform import detect
+
+    if supports(case.backend):
+        here = detect().platform  # the contract's verdict depends on the platform the failure was seen on
+        with contextlib.suppress(StandaloneUnsupported):
+            write_standalone(json_path, here if here.kind != "cpu" else DEFAULT_PLATFORM)
 
 
 def readable_case_json(case: Case) -> str:

@@ -24,17 +24,13 @@ is the fair one-core figure on a shared machine).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import random
 import statistics
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,6 +58,7 @@ from hicache_fuzz.harness.pipeline.compare import storages_equal
 from hicache_fuzz.harness.pipeline.fill import fill_pattern
 from hicache_fuzz.harness.pipeline.materialize import index_tensor, materialize
 from hicache_fuzz.harness.pipeline.runner import run_case
+from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, Materialized
 from hicache_fuzz.kernels.registry import Registry
@@ -210,18 +207,9 @@ def _device_usable(machine: Machine) -> bool:
 
 def measure_zoo(platform: str, backend_plugins: list[str], seconds_per_mutant: float, max_cases_per_mutant: int,
                 seed: int) -> dict[str, Any]:
-    """Time-to-kill per zoo mutant via ``hicache-fuzz selftest`` (its table is printed as it runs)."""
-    parser = argparse.ArgumentParser(prog="hicache-fuzz selftest")
-    selftest.add_arguments(parser)
-    with tempfile.TemporaryDirectory(prefix="hicache-fuzz-bench-") as scratch:
-        report_path = Path(scratch) / "selftest.json"
-        argv = ["--platform", platform, "--seed", str(seed), "--reference-cases", "0",
-                "--max-seconds-per-mutant", str(seconds_per_mutant),
-                "--max-cases-per-mutant", str(max_cases_per_mutant), "--isolate", "no", "--json", str(report_path)]
-        for plugin in backend_plugins:
-            argv += ["--backend-plugin", plugin]
-        selftest.run(parser.parse_args(argv))
-        report = json.loads(report_path.read_text())
+    """Time-to-kill per zoo mutant via ``hicache-fuzz selftest``'s own code (its table is printed as it runs)."""
+    options = selftest.SelftestOptions(seed, max_cases_per_mutant, seconds_per_mutant, reference_cases=0)
+    report = selftest.run_selftest(options, ExecutionOptions(platform, list(backend_plugins), isolate="no"))
     rows = [{"mutant": r["mutant"], "bug_class": r["bug_class"], "killed": r["killed"], "cases": r["cases"],
              "seconds": round(r["seconds"], 3), "outcome": r.get("outcome", "")} for r in report["mutants"]]
     return {"source": "hicache-fuzz selftest", "seed": seed, "rows": rows, **_kill_summary(rows)}

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--budget-seconds must be positive")
     if args.cases_per_backend is not None and args.cases_per_backend < 1:
         raise UsageError("--cases-per-backend must be >= 1")
-    from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_entry, write_json_atomic
+    from hicache_fuzz.harness.campaign.corpus import load_corpus, write_json_atomic
     from hicache_fuzz.harness.campaign.known import detect_environment, known_bugs
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.commands.gate_phases import campaign_backends, run_fuzz_phases, run_isa_checks
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         if not folder.exists():
             raise UsageError(f"corpus folder {folder} does not exist")
     # The default corpus/ may be absent (git keeps no empty folders); the report then shows 0 entries.
-    entries = [load_entry(path) for path in iter_case_files(d for d in corpus_dirs if d.exists())]
+    entries = load_corpus(d for d in corpus_dirs if d.exists())
     environment = detect_environment(machine)
     backends = campaign_backends(registry, machine, args.backend)
     cases_per_backend = args.cases_per_backend or planned_cases_per_backend(

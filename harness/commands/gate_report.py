@@ -244,7 +244,8 @@ def junit_cases(report: GateReport) -> list[JUnitCase]:
     for row in report.replay:
         failed = row.status in (FAILED, UNEXPECTED_PASS)
         cases.append(JUnitCase(
-            name=row.file, classname="gate.corpus", seconds=row.seconds,
+            # a seed file lists several backends: the backend makes each corpus test case name unique
+            name=f"{row.file} [{row.backend}]", classname="gate.corpus", seconds=row.seconds,
             failure_message=f"{row.status}: {row.reason}" if failed else None,
             failure_text=f"reproducer: {row.artifact}\nrerun: hicache-fuzz replay {row.artifact}" if failed
             else "",

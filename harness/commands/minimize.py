@@ -55,7 +55,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0: every input reproduced its failure and was minimized; 1: some input no longer fails."""
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry, write_json_atomic
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus, write_json_atomic
     from hicache_fuzz.harness.campaign.minimize import DEFAULT_MAX_RUNS, DEFAULT_MAX_SECONDS, NotFailing, minimize
     from hicache_fuzz.harness.campaign.reproducer import save_reproducer
     from hicache_fuzz.harness.pipeline.setup import available_backend, executor_for, machine_for, registry_for
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     machine = machine_for(execution.platform)
     registry = registry_for(execution.backend_plugins)
     try:
-        entries = [load_entry(path) for path in iter_case_files(args.paths)]
+        entries = load_corpus(args.paths)
     except CorpusError as exc:
         raise UsageError(str(exc)) from None
     if not entries:

@@ -22,14 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entry
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus
     from hicache_fuzz.harness.campaign.replay import replay_entries
     from hicache_fuzz.harness.pipeline.setup import available_backend, machine_for, registry_for
 
     machine = machine_for(args.platform)
     registry = registry_for(args.backend_plugin)
     try:
-        entries = [load_entry(path) for path in iter_case_files(args.paths)]
+        entries = load_corpus(args.paths)
     except CorpusError as exc:
         raise UsageError(str(exc)) from None
     if not entries:

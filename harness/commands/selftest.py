@@ -16,7 +16,7 @@ import argparse
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.model.platform import Machine
     from hicache_fuzz.harness.pipeline.executor import Executor
+    from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
     from hicache_fuzz.kernels.base import Backend
     from hicache_fuzz.kernels.registry import Registry
 
@@ -126,31 +127,52 @@ def _print_row(row: MutantRow, width: int) -> None:
           flush=True)
 
 
+@dataclass
+class SelftestOptions:
+    """What the selftest runs: the seed, the budget per mutant, which mutants, the reference's case count."""
+
+    seed: int = DEFAULT_SEED
+    max_cases_per_mutant: int = DEFAULT_MAX_CASES_PER_MUTANT
+    max_seconds_per_mutant: float = DEFAULT_MAX_SECONDS_PER_MUTANT
+    reference_cases: int = DEFAULT_REFERENCE_CASES
+    mutants: list[str] = field(default_factory=list)  # empty: every registered mutant
+    byte_budget: int | None = None
+    corpus: Path | None = None  # save the killing cases here as reproducers
+
+
 def run(args: argparse.Namespace) -> int:
+    options = SelftestOptions(args.seed, args.max_cases_per_mutant, args.max_seconds_per_mutant,
+                              args.reference_cases, list(args.mutant), args.byte_budget, args.corpus)
+    report = run_selftest(options, execution_options(args))
+    write_json_report(report, args.json)
+    return int(report["exit_code"])
+
+
+def run_selftest(options: SelftestOptions, execution: ExecutionOptions) -> dict[str, Any]:
+    """Run the selftest, printing its table as it goes; returns the report (what --json writes)."""
     for option in ("max_cases_per_mutant", "max_seconds_per_mutant"):
-        if getattr(args, option) <= 0:
+        if getattr(options, option) <= 0:
             raise UsageError(f"--{option.replace('_', '-')} must be positive")
-    if args.reference_cases < 0:
+    if options.reference_cases < 0:
         raise UsageError("--reference-cases must be >= 0")
     from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
     from hicache_fuzz.harness.pipeline.setup import executor_for, machine_for, registry_for
 
-    execution = execution_options(args)
     machine = machine_for(execution.platform)
     registry = registry_for(execution.backend_plugins)
-    mutants = _mutants(registry, args.mutant)
+    mutants = _mutants(registry, options.mutants)
     if not mutants:
         raise UsageError("no zoo mutants are registered (backends with models_bug set)")
-    mutant_campaign = CampaignOptions(args.seed, args.max_cases_per_mutant, args.max_seconds_per_mutant,
-                                      args.corpus, byte_budget=args.byte_budget, stop_on_first_failure=True)
-    reference_campaign = CampaignOptions(args.seed, args.reference_cases, None, args.corpus,
-                                         byte_budget=args.byte_budget)
+    mutant_campaign = CampaignOptions(options.seed, options.max_cases_per_mutant, options.max_seconds_per_mutant,
+                                      options.corpus, byte_budget=options.byte_budget, stop_on_first_failure=True)
+    reference_campaign = CampaignOptions(options.seed, options.reference_cases, None, options.corpus,
+                                         byte_budget=options.byte_budget)
     reference = registry.get("reference")
 
-    print(f"hicache-fuzz selftest: seed {args.seed}", flush=True)
+    print(f"hicache-fuzz selftest: seed {options.seed}", flush=True)
     print(f"platform: {machine.description}; {len(mutants)} mutants; budget per mutant "
-          f"{args.max_cases_per_mutant} cases / {args.max_seconds_per_mutant:g} s; reference "
-          f"{args.reference_cases} cases", flush=True)
+          f"{options.max_cases_per_mutant} cases / {options.max_seconds_per_mutant:g} s; reference "
+          f"{options.reference_cases} cases", flush=True)
     width = max(len(m.name) for m in mutants)
     print(f"  {'mutant':<{width}}  {'killed':<6} {'cases':>6} {'seconds':>8}  {'class':<8} outcome / signature")
     # Worker executors (--isolate) journal the case in flight; selftest keeps no journal beyond the run.
@@ -168,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             _print_row(row, width)
 
         reference_report = run_from_options(reference_campaign, [reference], machine.platform,
-                                            reference_executor) if args.reference_cases else None
+                                            reference_executor) if options.reference_cases else None
     finally:
         reference_executor.close()
         journals.cleanup()
@@ -205,17 +227,16 @@ def run(args: argparse.Namespace) -> int:
     ok = not survivors and reference_clean
     exit_code = EXIT_CLEAN if ok else EXIT_FAILURES
     print("selftest passed" if ok else "selftest FAILED", flush=True)
-    write_json_report({
-        "seed": args.seed,
+    return {
+        "seed": options.seed,
         "platform": machine.description,
         "command": "hicache-fuzz " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["selftest"] else "",
-        "budget": {"max_cases_per_mutant": args.max_cases_per_mutant,
-                   "max_seconds_per_mutant": args.max_seconds_per_mutant,
-                   "reference_cases": args.reference_cases, "byte_budget": mutant_campaign.space().byte_budget},
+        "budget": {"max_cases_per_mutant": options.max_cases_per_mutant,
+                   "max_seconds_per_mutant": options.max_seconds_per_mutant,
+                   "reference_cases": options.reference_cases, "byte_budget": mutant_campaign.space().byte_budget},
         "mutants": [asdict(r) for r in rows],
         "summary": summary,
         "reference": reference_data,
         "passed": ok,
         "exit_code": exit_code,
-    }, args.json)
-    return exit_code
+    }

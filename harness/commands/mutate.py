@@ -1,0 +1,260 @@
+"""`hicache-fuzz mutate`: mutation testing of sglang's HiCache transfer sources.
+
+Exit codes: 0 the run finished and the score is computed (or --list / --show printed); 1 the score is below
+--min-score; 2 bad usage or input; 3 environment (no sglang sources, the unmutated baseline fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.mutate import report, sources
+from hicache_fuzz.harness.mutate.mutant import Mutant
+from hicache_fuzz.harness.mutate.operators import OPERATORS
+from hicache_fuzz.harness.mutate.runner import BaselineFailed, RunConfig, finished, run_all, write_json_atomic
+from hicache_fuzz.harness.mutate.targets import (
+    DEFAULT_BUILD_ERROR_PATTERN,
+    CampaignTarget,
+    CommandTarget,
+    Stopped,
+    Target,
+    stop_all,
+)
+
+
+class UsageError(Exception):
+    """Exit 2."""
+
+
+HELP = "mutation testing of sglang's HiCache transfer sources against a campaign or a test command"
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """`mutate` on an argparse subparsers object (what a CLI without a module table wires)."""
+    p = subparsers.add_parser("mutate", help=HELP, description=HELP)
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options (the CLI's SUBCOMMAND_MODULES protocol: add_arguments + run)."""
+    p.add_argument("--sglang-src", type=Path, metavar="DIR",
+                   help="sglang sources: the package, a folder holding it (site-packages, unpacked wheel) or a "
+                        "checkout with python/sglang (default: the installed sglang, found without importing it)")
+    p.add_argument("--file", action="append", default=[], metavar="PATTERN",
+                   help="only mutants of files matching this fnmatch pattern or path suffix (repeatable)")
+    p.add_argument("--operator", action="append", default=[], choices=OPERATORS,
+                   help="only mutants of this operator (repeatable)")
+    p.add_argument("--sample", type=int, metavar="N", help="a seeded sample of N mutants spread over files and "
+                                                            "operators (default: all)")
+    p.add_argument("--seed", type=int, default=0, help="sample seed (default 0)")
+    p.add_argument("--list", action="store_true", help="print the (sampled) mutants and counts; run nothing")
+    p.add_argument("--show", metavar="ID", help="print the diff of one mutant; run nothing")
+    p.add_argument("--target", action="append", default=[], choices=("campaign", "test-cmd"),
+                   help="what each mutant runs against (repeatable: side by side); default from the options given")
+    p.add_argument("--test-cmd", action="append", default=[], metavar="CMD",
+                   help="a shell command; non-zero exit kills the mutant (repeatable, at most 2)")
+    p.add_argument("--platform", default="auto", help="campaign platform (passed to fuzz --platform)")
+    p.add_argument("--campaign-seconds", type=float, default=60.0, help="campaign length (default 60)")
+    p.add_argument("--campaign-seed", type=int, default=1, help="campaign seed, the same for every mutant")
+    p.add_argument("--fuzz-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for `hicache-fuzz fuzz` (repeatable; write --fuzz-arg=--option)")
+    p.add_argument("fuzz_passthrough", nargs="*", metavar="-- FUZZ_ARG",
+                   help="after `--`: more arguments for `hicache-fuzz fuzz` (same as --fuzz-arg)")
+    p.add_argument("--known", action="append", default=[], metavar="PATH",
+                   help="passed to fuzz --known: failures the unmutated sglang already has (e.g. corpus/sglang)")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="per mutant and target (default: 2 x campaign + 600 s; 900 s for a test command)")
+    p.add_argument("--gpus", default="auto", help="auto (all visible), N (the first N), a list 0,2,3, or 0 (no "
+                                                  "device pinning): one mutant per GPU at a time")
+    p.add_argument("--jit-cache", choices=("shared", "per-mutant"), default="shared",
+                   help="sglang JIT cache: one content-addressed cache under --out (default), or a fresh one "
+                        "per mutant")
+    p.add_argument("--build-error-pattern", default=DEFAULT_BUILD_ERROR_PATTERN, metavar="REGEX",
+                   help="output that marks a mutant that did not build (not scored)")
+    p.add_argument("--out", type=Path, metavar="DIR", help="results: mutants/<id>.json (resumable), summary.json, "
+                                                           "summary.md, junit.xml")
+    p.add_argument("--min-score", type=float, metavar="X", help="exit 1 when a target's score is below X (0..1)")
+    p.add_argument("--keep-workspace", action="store_true", help="keep the private sglang copies under --out")
+    p.add_argument("--reuse-baseline", action="store_true",
+                   help="keep a passed baseline already under --out for the same targets (resuming on the same "
+                        "machine image) instead of running the unmutated copy again")
+    p.add_argument("--report-only", action="store_true",
+                   help="no baseline, no runs: write the reports from the results already under --out")
+
+
+def _targets(args: argparse.Namespace) -> list[Target]:
+    kinds = list(dict.fromkeys(args.target)) or (["test-cmd"] if args.test_cmd else ["campaign"])
+    if "test-cmd" in kinds and not args.test_cmd:
+        raise UsageError("--target test-cmd needs --test-cmd CMD")
+    if args.test_cmd and "test-cmd" not in kinds:
+        kinds.append("test-cmd")
+    if (args.fuzz_passthrough or args.fuzz_arg or args.known) and "campaign" not in kinds:
+        raise UsageError("--fuzz-arg, --known and arguments after -- are for the campaign, which is not a target "
+                         "here (add --target campaign)")
+    if len(args.test_cmd) > 2:
+        raise UsageError("at most two --test-cmd")
+    if args.campaign_seconds <= 0:
+        raise UsageError("--campaign-seconds must be positive")
+    targets: list[Target] = []
+    if "campaign" in kinds:
+        fuzz_args = [*args.fuzz_arg, *args.fuzz_passthrough, *(a for path in args.known for a in ("--known", path))]
+        targets.append(CampaignTarget("campaign", args.platform, args.campaign_seconds, args.campaign_seed,
+                                      fuzz_args, args.build_error_pattern))
+    if "test-cmd" in kinds:
+        for k, command in enumerate(args.test_cmd, start=1):
+            name = "test-cmd" if len(args.test_cmd) == 1 else f"test-cmd-{k}"
+            targets.append(CommandTarget(name, command, args.build_error_pattern))
+    return targets
+
+
+def _slots(spec: str, device_env: str) -> list[str | None]:
+    """Device ids, one per slot, as the children's CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES. When this process
+    is already restricted (that variable set), ids are taken from its list, so `2,3` stays GPUs 2 and 3."""
+    inherited = [d.strip() for d in os.environ.get(device_env, "").split(",") if d.strip()]
+    if spec == "auto":
+        count = _visible_gpus()
+        ids = inherited[:count] if inherited else [str(i) for i in range(count)]
+        return list(ids) or [None]
+    if "," in spec:
+        ids = [s.strip() for s in spec.split(",") if s.strip()]
+        if not all(s.isdigit() for s in ids):
+            raise UsageError(f"--gpus {spec}: expected auto, a count or a comma list of device ids")
+        return [inherited[int(i)] if inherited and int(i) < len(inherited) else i for i in ids]
+    if not spec.isdigit():
+        raise UsageError(f"--gpus {spec}: expected auto, a count or a comma list of device ids")
+    count = int(spec)
+    if inherited and count > len(inherited):
+        raise UsageError(f"--gpus {spec}: only {len(inherited)} device(s) visible ({device_env}={','.join(inherited)})")
+    return list(inherited[:count] if inherited else [str(i) for i in range(count)]) or [None]
+
+
+def _visible_gpus() -> int:
+    probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+        return int(done.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+        return 0
+
+
+def _device_env(platform: str) -> str:
+    if platform == "rocm":
+        return "HIP_VISIBLE_DEVICES"
+    if platform == "auto":
+        try:
+            import torch
+
+            if getattr(torch.version, "hip", None):
+                return "HIP_VISIBLE_DEVICES"
+        except ImportError:
+            pass
+    return "CUDA_VISIBLE_DEVICES"
+
+
+def _mutants(args: argparse.Namespace, root: Path) -> list[Mutant]:
+    all_mutants = sources.select(sources.generate_all(root, sources.default_sources(root)), args.file,
+                                 args.operator)
+    if not all_mutants:
+        raise UsageError("no mutants: no source file or operator matches the --file/--operator filters")
+    if args.sample is not None:
+        if args.sample <= 0:
+            raise UsageError("--sample must be positive")
+        return sources.sample(all_mutants, args.sample, args.seed)
+    return all_mutants
+
+
+def _print_list(mutants: list[Mutant]) -> None:
+    by_file: dict[str, int] = {}
+    by_operator: dict[str, int] = {}
+    for m in mutants:
+        print(f"{m.id}  {m.file}:{m.line}  {m.operator:14}  {m.description}")
+        by_file[m.file] = by_file.get(m.file, 0) + 1
+        by_operator[m.operator] = by_operator.get(m.operator, 0) + 1
+    print(f"\n{len(mutants)} mutants")
+    for name, table in (("file", by_file), ("operator", by_operator)):
+        print(f"per {name}: " + json.dumps(table, indent=1))
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    stop_all()  # kill every target's process group; their mutants stay unfinished (resumable)
+    raise SystemExit(128 + signum)
+
+
+def run(args: argparse.Namespace) -> int:
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _run(args)
+    except Stopped:
+        return 130
+    except UsageError as exc:
+        print(f"hicache-fuzz mutate: {exc}", file=sys.stderr)
+        return 2
+    except sources.SourcesMissing as exc:
+        print(f"hicache-fuzz mutate: {exc}", file=sys.stderr)
+        return 3
+    except BaselineFailed as exc:
+        print(f"hicache-fuzz mutate: baseline failed: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(args: argparse.Namespace) -> int:
+    root = sources.find_sglang_root(args.sglang_src)
+    mutants = _mutants(args, root)
+    if args.show:
+        match = next((m for m in sources.generate_all(root, sources.default_sources(root)) if m.id == args.show),
+                     None)
+        if match is None:
+            raise UsageError(f"--show {args.show}: no such mutant id in {root}")
+        print(match.diff((root / match.file).read_text(encoding="utf-8")), end="")
+        return 0
+    if args.list:
+        _print_list(mutants)
+        return 0
+    if args.out is None:
+        raise UsageError("--out DIR is required to run mutants")
+    args.out = args.out.resolve()  # targets may change directory: every path handed to them is absolute
+    targets = _targets(args)
+    device_env = _device_env(args.platform)
+    slots = [None] if args.report_only else _slots(args.gpus, device_env)
+    meta = {"sglang_root": str(root), "sample": args.sample, "seed": args.seed,
+            "targets": {t.name: t.describe() for t in targets}, "slots": slots,
+            "jit_cache": args.jit_cache}
+    write_json_atomic(args.out / "mutants.json", [m.to_dict() for m in mutants])
+
+    def timeout(target: Target) -> float:
+        if args.timeout is not None:
+            return float(args.timeout)
+        return 2 * args.campaign_seconds + 600 if isinstance(target, CampaignTarget) else 900.0
+
+    config = RunConfig(root=root, mutants=mutants, targets=targets, out=args.out, slots=slots,
+                       device_env=device_env, timeout=timeout, jit_cache=args.jit_cache,
+                       keep_workspace=args.keep_workspace, reuse_baseline=args.reuse_baseline)
+    if args.report_only:
+        described = {t.name: t.describe() for t in targets}
+        records = {m.id: r for m in mutants if (r := finished(args.out, m.id, described)) is not None}
+    else:
+        records = run_all(config, log=lambda line: print(line, flush=True))
+    meta["unfinished"] = [m.id for m in mutants if m.id not in records]
+    summary = report.summarize(records, [t.name for t in targets], meta)
+    report.write_reports(args.out, summary)
+    for name, target in summary["targets"].items():
+        score = target["score"]
+        print(f"{name}: score {report.pct(score)} {json.dumps(target['counts'])}")
+    print(f"reports: {args.out / 'summary.md'}, {args.out / 'summary.json'}, {args.out / 'junit.xml'}")
+    if args.min_score is not None:
+        low = [n for n, t in summary["targets"].items() if t["score"] is not None and t["score"] < args.min_score]
+        if low:
+            print(f"score below --min-score {args.min_score}: {', '.join(low)}", file=sys.stderr)
+            return 1
+    return 0

@@ -1,0 +1,1 @@
+"""Fake sgl_kernel (CPU tests of the standalone reproducers)."""
