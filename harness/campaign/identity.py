@@ -15,7 +15,8 @@ unrelated rule violations of their cases. The identity key is
     rules (page alignment, index device, index dtype) names the same bug as one that breaks only the rule
     the implementation forgot;
   - wrongly rejected, crash, hang: the normalized error (first line; numbers, addresses, paths and quoted
-    values replaced);
+    values replaced) and what the contract said of the input ("valid", or its primary broken rule): the same
+    CUDA error ends a zero-length launch and a grid past its limit;
   - mismatch: the family of the damage (``pipeline/damage.py``): missing (stale or truncated rows),
     misplaced (bytes of the wrong row, page, layer, component or pool, or written out of range), corrupt
     (bytes from no storage of the case) or source-modified; the exact classes (shifted, swapped, ...) are
@@ -99,10 +100,19 @@ def _cause(result: Result, case: Case | None) -> str:
     if result.outcome is Outcome.WRONGLY_ACCEPTED:
         return primary_rule(_reasons(result.prediction))
     if result.outcome in (Outcome.WRONGLY_REJECTED, Outcome.CRASH, Outcome.HANG):
-        return normalize_error(result.error)
+        # The same error text can end different bugs (CUDA's "invalid argument" ends both a zero-length
+        # launch and a grid past its limit): what the contract said of the input tells them apart.
+        return f"{normalize_error(result.error)}|{_input_rule(result.prediction)}"
     if result.outcome is Outcome.MISMATCH:
         return _damage_cause(result, case)
     return ""  # unexpected path: the location says it all
+
+
+def _input_rule(prediction: str) -> str:
+    """"valid" for an input the contract accepts, else the primary rule it breaks."""
+    if not prediction or prediction.startswith("accept"):
+        return "valid"
+    return primary_rule(_reasons(prediction))
 
 
 def _reasons(prediction: str) -> list[str]:

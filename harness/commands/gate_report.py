@@ -48,11 +48,11 @@ class CampaignRow:
     failures: list[dict[str, Any]] = field(default_factory=list)  # one per unique NEW signature (findings)
     # failures whose bug identity a corpus entry marked "expect": "fail" already records (not findings)
     known_failures: list[dict[str, Any]] = field(default_factory=list)
-    # failures that passed when re-run alone in a fresh worker (not findings, not passes: listed apart)
-    flaky: list[dict[str, Any]] = field(default_factory=list)
     case_ids_sha256: str = ""  # digest of the case ids run, in order: equal digests = equal cases
     first_index: int = 0
     seconds: float = 0.0
+    # failures that passed when re-run alone in a fresh worker (not findings, not passes: listed apart)
+    flaky: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

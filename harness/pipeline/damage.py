@@ -152,10 +152,14 @@ def classify_damage(case: Case, expected: dict[str, torch.Tensor], actual: dict[
             classes.add("out-of-range-write")
         pool = next(p for p in case.pools if p.name == pool_name)
         pool_components.update(pool.components)
-        for component, row_offsets in _differing_rows(case, pool, side, payload_diff & allowed):
+        for component, layer, row, row_offsets in _differing_rows(case, pool, side, payload_diff & allowed):
             damaged_components.add(component)
             if want.numel() <= TRACE_LIMIT_BYTES:
-                classes.add(_row_class(case, tracer, key, want, got, row_offsets))
+                row_class = _row_class(case, tracer, key, want, got, row_offsets)
+                if row_class in ("corrupt", "untraced"):  # bytes gathered from scattered chunks: compare rows
+                    row_class = _neighbour_class(case, pool, side, (component, layer, row), want,
+                                                 got[row_offsets + GUARD_BYTES]) or row_class
+                classes.add(row_class)
     if not classes:
         classes.add("corrupt")
     primary = next(c for c in DAMAGE_PRIORITY if c in classes)
@@ -166,8 +170,8 @@ def classify_damage(case: Case, expected: dict[str, torch.Tensor], actual: dict[
 
 
 def _differing_rows(case: Case, pool: PoolSpec, side: str,
-                    payload_diff: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
-    """Up to SAMPLED_ROWS (component, payload offsets of the row) whose addressed bytes differ."""
+                    payload_diff: torch.Tensor) -> Iterator[tuple[str, int, int, torch.Tensor]]:
+    """Up to SAMPLED_ROWS (component, layer, row, payload offsets of the row) whose addressed bytes differ."""
     count = case.host_slots if side == "host" else case.device_rows
     all_rows = torch.arange(count, dtype=torch.int64)
     found = 0
@@ -178,7 +182,7 @@ def _differing_rows(case: Case, pool: PoolSpec, side: str,
             else:
                 offsets = layouts.device_row_bytes(case, pool, component, layer, all_rows)
             for row in payload_diff[offsets].any(dim=1).nonzero().flatten().tolist():
-                yield component, offsets[row]
+                yield component, layer, row, offsets[row]
                 found += 1
                 if found >= SAMPLED_ROWS:
                     return
@@ -214,6 +218,32 @@ def _row_class(case: Case, tracer: _Tracer, key: str, want: torch.Tensor, got: t
     if observed_origin.byte != expected_origin.byte:
         return "shifted-bytes"
     return "corrupt"  # the right first bytes, wrong bytes later in the row
+
+
+def _neighbour_class(case: Case, pool: PoolSpec, side: str, where: tuple[str, int, int], want: torch.Tensor,
+                    observed: torch.Tensor) -> str | None:
+    """Whether a row holds what the oracle put in a neighbouring row of the same destination: the same row of
+    another component, another layer, or a nearby row. It finds misplaced rows that tracing cannot (rows
+    gathered from per-head chunks scattered through a page_head or page_unified host page)."""
+    component, layer, row = where
+    rows = case.host_slots if side == "host" else case.device_rows
+
+    def row_of(c: str, lay: int, r: int) -> torch.Tensor | None:
+        if not (0 <= r < rows and pool.row_bytes(c) == observed.numel()):
+            return None
+        index = torch.tensor([r], dtype=torch.int64)
+        offsets = (layouts.host_row_bytes if side == "host" else layouts.device_row_bytes)(case, pool, c, lay, index)
+        return want[offsets[0] + GUARD_BYTES]
+
+    candidates = [("swapped-kv", c, layer, row) for c in pool.components if c != component]
+    candidates += [("wrong-layer", component, other, row) for other in range(case.layers) if other != layer]
+    candidates += [("wrong-token-in-page" if abs(delta) < case.page_size else "wrong-page", component, layer,
+                    row + delta) for delta in (-1, 1, -case.page_size, case.page_size)]
+    for name, c, lay, r in candidates:
+        neighbour = row_of(c, lay, r)
+        if neighbour is not None and torch.equal(neighbour, observed):
+            return name
+    return None
 
 
 def fill_bytes_at(raw_offsets: np.ndarray, fill_salt: int) -> np.ndarray:
