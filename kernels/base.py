@@ -17,7 +17,7 @@ Backends never compare anything; the harness does. See README "Adding a backend"
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
@@ -25,6 +25,7 @@ from typing import ClassVar
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.buffers import Materialized
+from hicache_fuzz.kernels.compile_books import CompileBooks
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 
@@ -71,6 +72,15 @@ class Backend(ABC):
         """Get ready, in the background, for cases drawn from `space`, whose row_bytes are rows about to join
         this backend's menu (CaseSpace.row_bytes_growth): e.g. start their JIT compiles. Called by the
         campaign one growth stage ahead; must return at once. Default: nothing to prepare."""
+        return None
+
+    def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Callable[[], object]]:
+        """The module builds cases from `space` need (JIT backends): run up front, in parallel, by the worker's
+        warm-up. Default: none."""
+        return []
+
+    def compile_books(self) -> CompileBooks | None:
+        """The bookkeeping of this backend's JIT builds (kernels/compile_books.py), or None if it builds none."""
         return None
 
     @abstractmethod

@@ -55,6 +55,27 @@ class HostArena:
             self._free.setdefault((allocator, buffer.numel()), []).append(buffer)
 
 
+REGISTER_CHUNK_ENV = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"  # sglang 0.5.23's knob (pool_host/common.py)
+
+
+def register_chunk_bytes() -> int:
+    """Bytes per cudaHostRegister call for host_register storages: sglang's chunk limit rule (whole GiB, at least
+    1), from its environment variable; unset, the harness uses 1 GiB (sglang's default is 256 GiB): the
+    smallest chunk a deployment can configure, so every storage past 1 GiB spans several registrations."""
+    import os
+
+    try:
+        gib = int(os.environ.get(REGISTER_CHUNK_ENV, "1"))
+    except ValueError:
+        gib = 1
+    return max(gib, 1) << 30
+
+
+def registration_ranges(nbytes: int, chunk: int) -> list[tuple[int, int]]:
+    """(offset, size) of each registration of an `nbytes` buffer in `chunk`-byte pieces, the last one shorter."""
+    return [(offset, min(chunk, nbytes - offset)) for offset in range(0, max(nbytes, 1), chunk)]
+
+
 _SHARED_ARENA: HostArena | None = None
 ARENA_MIN_SIMULATED_BYTES = 1 << 18
 
@@ -100,15 +121,25 @@ class HostMemory:
     def _mmap_registered(self, nbytes: int) -> torch.Tensor:
         # What sglang does in production (pool_host/common.py alloc_with_host_register): an mmap-backed
         # tensor, then cudaHostRegister (hipHostRegister on ROCm). Its device alias may differ from the VA.
+        # Like sglang's _cuda_host_register, it registers in chunks (see registration_ranges), so large
+        # storages span several registrations, and a row may straddle two of them.
         region = mmap.mmap(-1, max(nbytes, 1))
         tensor = torch.frombuffer(region, dtype=torch.uint8, count=nbytes)
         cudart = torch.cuda.cudart()
-        status = cudart.cudaHostRegister(tensor.data_ptr(), nbytes, 0)
-        if int(status) != 0:
-            raise RuntimeError(f"cudaHostRegister of {nbytes} bytes failed with status {int(status)}")
+        base = tensor.data_ptr()
+        registered: list[int] = []
+        for offset, size in registration_ranges(nbytes, register_chunk_bytes()):
+            status = cudart.cudaHostRegister(base + offset, size, 0)
+            if int(status) != 0:
+                for ptr in registered:
+                    cudart.cudaHostUnregister(ptr)
+                raise RuntimeError(f"cudaHostRegister of {size} bytes at offset {offset} (of {nbytes}) failed "
+                                   f"with status {int(status)}")
+            registered.append(base + offset)
 
-        def unregister(ptr: int = tensor.data_ptr(), keep: object = (region, tensor)) -> None:
-            cudart.cudaHostUnregister(ptr)
+        def unregister(ptrs: tuple[int, ...] = tuple(registered), keep: object = (region, tensor)) -> None:
+            for ptr in reversed(ptrs):
+                cudart.cudaHostUnregister(ptr)
 
         self._cleanups.append(unregister)
         return tensor

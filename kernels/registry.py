@@ -77,7 +77,10 @@ class Registry:
         """Why backend `name` cannot run on `platform` ("" if it can): what replay and the gate skip on."""
         if name not in self.backends:
             return f"backend {name!r} is not installed here"
-        availability = self.backends[name].probe(platform)
+        try:
+            availability = self.backends[name].probe(platform)
+        except Exception as exc:  # a plugin's probe that raises says the backend cannot run here
+            return f"backend {name} unavailable: its probe raised {type(exc).__name__}: {exc}"
         return "" if availability.available else f"backend {name} unavailable: {availability.reason}"
 
     def zoo(self) -> list[Backend]:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.kernels import sglang_common
+from hicache_fuzz.kernels import compile_books
 from hicache_fuzz.kernels.sglang_aot import SglangAotBackend
 from hicache_fuzz.kernels.sglang_jit import SglangJitBackend, SglangJitRegisterBackend, SglangJitTmaBackend
 from hicache_fuzz.kernels.sglang_page_unified import SglangPageUnifiedBackend
@@ -41,17 +41,10 @@ BACKENDS = (
 def warm_up_backends(backends: Iterable[Any], platform: Platform, space: CaseSpace | None = None) -> float:
     """Compile, in parallel threads, every JIT module the backends' narrowed spaces can draw; wall seconds.
 
-    Backends that are not sglang backends, or that are unavailable, are skipped. Call it once before a
-    campaign so compile time is reported apart from run time (sglang_common.compile_seconds sums both).
-    """
-    jobs: list[Any] = []
-    for backend in backends:
-        compile_jobs = getattr(backend, "compile_jobs", None)
-        if compile_jobs is None or not backend.probe(platform).available:
-            continue
-        narrowed = backend.case_space(space or CaseSpace(), platform)
-        jobs.extend(compile_jobs(narrowed, platform))
-    return sglang_common.compile_parallel(jobs)
+    Backends that declare no compile jobs (Backend.compile_jobs), or that are unavailable, add nothing. Call it
+    once before a campaign so compile time is reported apart from run time (the backends' compile books sum
+    both)."""
+    return compile_books.warm_up(backends, platform, space or CaseSpace())
 
 
 def warm_up(

@@ -31,6 +31,7 @@ from typing import Any
 
 from hicache_fuzz.harness.model import copy_rules
 from hicache_fuzz.kernels.base import Availability
+from hicache_fuzz.kernels.compile_books import SGLANG_BOOKS
 from hicache_fuzz.oracles.contract import Platform
 
 SGLANG_VERSION = "0.5.23"
@@ -269,8 +270,7 @@ def tma_selected(row_bytes: int, page_size: int | None, platform: Platform, mode
 
 _events: list[str] | None = None
 _compile_lock = threading.Lock()
-compile_seconds = 0.0  # total time spent in first calls of JIT module factories (compiles and cache loads)
-compiled_keys: dict[str, float] = {}  # "factory(args)" -> seconds
+BOOKS = SGLANG_BOOKS  # compile seconds, modules built, background seconds (kernels/compile_books.py)
 _tma_mode = threading.local()
 
 
@@ -324,7 +324,6 @@ def _memo_factory(original: Callable[..., Any], path: str, label: str) -> Callab
     key_locks: dict[Any, threading.Lock] = {}
 
     def factory(*args: Any, **kwargs: Any) -> Any:
-        global compile_seconds
         key = (args, tuple(sorted(kwargs.items())))
         if key in results:
             return results[key]
@@ -346,10 +345,7 @@ def _memo_factory(original: Callable[..., Any], path: str, label: str) -> Callab
                 failures[key] = exc
                 raise
             finally:
-                spent = time.perf_counter() - started
-                with _compile_lock:
-                    compile_seconds += spent
-                    compiled_keys[f"{label}{args or ''}{dict(kwargs)}"] = round(spent, 3)
+                BOOKS.record(f"{label}{args or ''}{dict(kwargs)}", time.perf_counter() - started)
             results[key] = _LaunchSpy(module, path)
             return results[key]
 
@@ -484,7 +480,6 @@ def compile_parallel(jobs: Iterable[Callable[[], Any]], workers: int | None = No
 
 _background: ThreadPoolExecutor | None = None
 _background_lock = threading.Lock()
-background_seconds = 0.0  # wall time of background (prefetch) compile batches, summed
 
 
 def compile_in_background(make_jobs: Callable[[], Iterable[Callable[[], Any]]], workers: int = 4) -> None:
@@ -495,12 +490,10 @@ def compile_in_background(make_jobs: Callable[[], Iterable[Callable[[], Any]]], 
     global _background
 
     def batch() -> None:
-        global background_seconds
         started = time.perf_counter()
         with contextlib.suppress(Exception):
             compile_parallel(make_jobs(), workers)
-        with _background_lock:
-            background_seconds += time.perf_counter() - started
+        BOOKS.add_background(time.perf_counter() - started)
 
     with _background_lock:
         if _background is None:  # one batch at a time: growth stages are minutes apart

@@ -31,6 +31,7 @@ from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Backend, Plan
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
+from hicache_fuzz.kernels.compile_books import CompileBooks
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 # Row sizes worth compiling: CUDA register-tiling ones, TMA-only ones (576 DeepSeek fp8 MLA, 528, 1040), and a
@@ -76,6 +77,9 @@ class SglangBackend(Backend):
 
     def probe(self, platform: Platform) -> Availability:
         return common.probe_sglang(platform)
+
+    def compile_books(self) -> CompileBooks | None:
+        return common.BOOKS
 
     def common_unsupported(self, case: Case, platform: Platform) -> str | None:
         if platform.kind == "cpu":

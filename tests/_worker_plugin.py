@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import time
 
+from hicache_fuzz.kernels.compile_books import CompileBooks
 from hicache_fuzz.kernels.reference import ReferenceBackend
+
+BOOKS = CompileBooks()  # the test backend's own books (one per process)
 
 
 class AbortBackend(ReferenceBackend):
@@ -52,10 +55,10 @@ class CompileInCaseBackend(ReferenceBackend):
     needs_isolation = True
 
     def run(self, buffers):  # type: ignore[no-untyped-def]
-        from hicache_fuzz.kernels import sglang_common
-
         key = f"fake_module(element_size={buffers.case.seed})"
-        if key not in sglang_common.compiled_keys:
-            sglang_common.compiled_keys[key] = 0.25
-            sglang_common.compile_seconds += 0.25
+        if key not in BOOKS.compiled_keys:
+            BOOKS.record(key, 0.25)
         return super().run(buffers)
+
+    def compile_books(self) -> CompileBooks:
+        return BOOKS

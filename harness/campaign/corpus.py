@@ -19,14 +19,24 @@ from typing import Any
 
 from hicache_fuzz.harness.campaign.identity import identify, signature
 from hicache_fuzz.harness.campaign.scope import KnownScope, ScopeError
-from hicache_fuzz.harness.model.case import Case, CaseError
-from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.json_input import (
+    InputError,
+    child_path,
+    expect_keys,
+    expect_number,
+    expect_object,
+    expect_str,
+    read_json_file,
+    safe_name,
+)
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 
 REPRODUCER_FORMAT = "hicache-fuzz-reproducer"
 REPRODUCER_VERSION = 1
 
 
-class CorpusError(ValueError):
+class CorpusError(InputError):
     """A corpus file is unreadable or malformed; the message names the file and the problem."""
 
 
@@ -56,6 +66,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; reports and reproducers are for everyone to read
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2, sort_keys=True)
             handle.write("\n")
@@ -81,75 +92,98 @@ def reproducer_dict(case: Case, result: Result) -> dict[str, Any]:
 
 def save_failure(corpus_dir: Path, case: Case, result: Result) -> Path:
     """Write the failing case and what was observed; returns the file's path."""
-    path = corpus_dir / signature(result, case) / f"{case.case_id}.json"
+    path = child_path(corpus_dir, signature(result, case), f"{case.case_id}.json", where="corpus file")
     write_json_atomic(path, reproducer_dict(case, result))
     return path
 
 
+# Top-level fields of a reproducer file (see docs/reproducers.md); anything else is a typo or another tool's file.
+_REPRODUCER_KEYS = frozenset({"format", "version", "signature", "signature_key", "variant", "scope", "case",
+                              "observed", "expect",
+                              "minimized", "gate_corpus_file"})
+_OBSERVED_KEYS = frozenset({"case_id", "backend", "outcome", "expected_path", "path", "prediction", "error", "diff",
+                            "summary", "seconds"})
+
+
+def load_entries(path: Path) -> list[CorpusEntry]:
+    """The entries of one case or reproducer file: one per backend (a case may name one ``"backend"`` or list
+    several under ``"backends"``). Every problem is a CorpusError naming the file and the field."""
+    try:
+        data = expect_object(read_json_file(path), "file")
+        if data.get("format") == REPRODUCER_FORMAT:
+            return _reproducer_entries(path, data)
+        return [CorpusEntry(path, Case.from_dict(case_data), None, "") for case_data in _per_backend(data, "case")]
+    except CorpusError:
+        raise
+    except InputError as exc:  # CaseError included
+        text = str(exc)
+        raise CorpusError(text if text.startswith(str(path)) else f"{path}: {text}") from None
+
+
 def load_entry(path: Path) -> CorpusEntry:
-    """The one entry of a corpus file (a reproducer, or a bare case naming one backend)."""
+    """The one entry of a file that names one backend (load_entries for files that list several)."""
     entries = load_entries(path)
     if len(entries) != 1:
         raise CorpusError(f"{path}: lists {len(entries)} backends; read it with load_entries")
     return entries[0]
 
 
-def load_entries(path: Path) -> list[CorpusEntry]:
-    """The entries of a corpus file: one for a reproducer or a bare case with ``"backend"``, one per backend
-    for a bare case with ``"backends": [...]`` (how corpus/seeds stores a case once for every backend it
-    applies to; docs/corpus.md)."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CorpusError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise CorpusError(f"{path}: expected a JSON object")
-    try:
-        if data.get("format") == REPRODUCER_FORMAT:
-            if data.get("version") != REPRODUCER_VERSION:
-                raise CorpusError(f"{path}: reproducer version {data.get('version')!r}, expected {REPRODUCER_VERSION}")
-            case_data = data.get("case")
-            if not isinstance(case_data, dict):
-                raise CorpusError(f"{path}: reproducer has no case object")
-            case = Case.from_dict(case_data)
-            observed = Result.from_dict(data["observed"]) if isinstance(data.get("observed"), dict) else None
-            expect = str(data.get("expect", "pass"))
-            if expect not in ("pass", "fail"):
-                raise CorpusError(f"{path}: expect must be \"pass\" or \"fail\", got {expect!r}")
-            scope = KnownScope.from_dict(data["scope"], f"{path}: scope") if "scope" in data else KnownScope()
-            if "scope" in data and expect != "fail":
-                raise CorpusError(f"{path}: a scope only applies to an expected failure (\"expect\": \"fail\")")
-            return [CorpusEntry(path, case, observed, str(data.get("signature", "")), expect, scope)]
-        return [CorpusEntry(path, Case.from_dict(case_data), None, "") for case_data in _per_backend(path, data)]
-    except CaseError as exc:
-        raise CorpusError(f"{path}: {exc}") from None
-    except ScopeError as exc:  # its message already names the file
-        raise CorpusError(str(exc)) from None
-    except (KeyError, ValueError, TypeError) as exc:
-        raise CorpusError(f"{path}: malformed reproducer ({exc})") from None
+def _reproducer_entries(path: Path, data: dict[str, Any]) -> list[CorpusEntry]:
+    expect_keys(data, _REPRODUCER_KEYS, "reproducer")
+    version = data.get("version")
+    if type(version) is not int or version != REPRODUCER_VERSION:
+        raise CorpusError(f"{path}: reproducer version {version!r}, expected {REPRODUCER_VERSION}")
+    case_data = expect_object(data.get("case"), "reproducer.case")
+    recorded = data.get("signature", "")
+    # The signature names the reproducer's folder when corpora are merged: it must be one safe path component.
+    recorded = safe_name(recorded, "reproducer.signature") if recorded != "" else ""
+    for text_key in ("signature_key", "gate_corpus_file", "variant"):
+        if text_key in data:
+            expect_str(data[text_key], f"reproducer.{text_key}")
+    if "minimized" in data:
+        expect_object(data["minimized"], "reproducer.minimized")
+    expect = expect_str(data.get("expect", "pass"), "reproducer.expect")
+    if expect not in ("pass", "fail"):
+        raise CorpusError(f"{path}: reproducer.expect must be \"pass\" or \"fail\", got {expect[:40]!r}")
+    scope = KnownScope()
+    if "scope" in data:
+        if expect != "fail":
+            raise CorpusError(f"{path}: reproducer.scope only applies to an expected failure (\"expect\": \"fail\")")
+        try:
+            scope = KnownScope.from_dict(data["scope"], "reproducer.scope")
+        except ScopeError as exc:
+            raise CorpusError(f"{path}: {exc}") from None
+    observed = _observed(data["observed"]) if data.get("observed") is not None else None
+    return [CorpusEntry(path, Case.from_dict(one), observed, recorded, expect, scope)
+            for one in _per_backend(case_data, "reproducer.case")]
 
 
-def _per_backend(path: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
-    """A bare case's data once per backend: ``"backends": [names]`` stands for one case per name."""
-    if "backends" not in data:
-        return [data]
-    backends = data["backends"]
-    if "backend" in data:
-        raise CorpusError(f"{path}: give \"backend\" or \"backends\", not both")
-    if (not isinstance(backends, list) or not backends
-            or not all(isinstance(name, str) and name for name in backends) or len(set(backends)) != len(backends)):
-        raise CorpusError(f"{path}: \"backends\" must be a non-empty list of distinct backend names")
-    rest = {key: value for key, value in data.items() if key != "backends"}
-    return [{**rest, "backend": name} for name in backends]
+def _per_backend(case_data: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """A case dict per backend: ``"backend": NAME`` (one) or ``"backends": [NAME, ...]`` (each listed once)."""
+    if "backends" not in case_data:
+        return [case_data]
+    if "backend" in case_data:
+        raise InputError(f"{where}: give \"backend\" or \"backends\", not both")
+    names = case_data["backends"]
+    if not isinstance(names, list) or not names:
+        raise InputError(f"{where}.backends: expected a non-empty list of backend names, got {names!r}"[:200])
+    checked = [safe_name(name, f"{where}.backends[{i}]") for i, name in enumerate(names)]
+    if len(set(checked)) != len(checked):
+        raise InputError(f"{where}.backends: a backend is listed twice in {checked}")
+    base = {key: value for key, value in case_data.items() if key != "backends"}
+    return [{**base, "backend": name} for name in checked]
 
 
-def load_corpus(paths: Iterable[Path]) -> list[CorpusEntry]:
-    """Every entry of every corpus file under `paths` (files or folders), in a stable order."""
-    return [entry for path in iter_case_files(paths) for entry in load_entries(path)]
+def _observed(value: Any) -> Result:
+    data = expect_object(value, "reproducer.observed")
+    expect_keys(data, _OBSERVED_KEYS, "reproducer.observed")
+    outcome = expect_str(data.get("outcome"), "reproducer.observed.outcome")
+    if outcome not in {o.value for o in Outcome}:
+        raise InputError(f"reproducer.observed.outcome: {outcome[:40]!r} is not an outcome")
+    texts = {key: expect_str(data.get(key, ""), f"reproducer.observed.{key}")
+             for key in ("case_id", "backend", "expected_path", "path", "prediction", "error", "summary")}
+    return Result(outcome=Outcome(outcome), diff=expect_object(data.get("diff", {}), "reproducer.observed.diff"),
+                  seconds=expect_number(data.get("seconds", 0.0), "reproducer.observed.seconds"), **texts)
 
 
 def iter_case_files(paths: Iterable[Path]) -> Iterator[Path]:
@@ -157,7 +191,12 @@ def iter_case_files(paths: Iterable[Path]) -> Iterator[Path]:
     for path in paths:
         if path.is_dir():
             yield from sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
-        elif path.exists():
+        elif os.path.lexists(path):  # the loader says what is wrong with anything but a regular file
             yield path
         else:
             raise CorpusError(f"{path}: no such file or directory")
+
+
+def load_corpus(paths: Iterable[Path]) -> list[CorpusEntry]:
+    """Every entry of every corpus file under `paths` (files or folders), in a stable order."""
+    return [entry for path in iter_case_files(paths) for entry in load_entries(path)]

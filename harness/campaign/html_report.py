@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import html
 import itertools
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from hicache_fuzz.harness.model.json_input import InputError, read_json_file
 
 FAILURE_OUTCOMES = ("mismatch", "crash", "hang", "wrongly_accepted", "wrongly_rejected", "unexpected_path")
 GATE_FORMAT = "hicache-fuzz-gate"
@@ -57,8 +58,8 @@ def signature_files(corpora: Iterable[Path]) -> dict[str, str]:
     for folder in corpora:
         for path in sorted(Path(folder).rglob("*.json")):
             try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
+                data = read_json_file(path)
+            except InputError:  # not a reproducer (or not a regular file): nothing to link to
                 continue
             if isinstance(data, dict) and data.get("signature"):
                 found.setdefault(str(data["signature"]), str(path))

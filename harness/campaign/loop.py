@@ -7,6 +7,7 @@ Every failure is written to the corpus directory as soon as it is classified, be
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -14,16 +15,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
 from hicache_fuzz.harness.campaign.coverage import Coverage
+from hicache_fuzz.harness.campaign.engine_stats import EngineStats
+from hicache_fuzz.harness.campaign.feed import (
+    CaseFeed,
+    EngineOptions,
+    ScaleTier,
+    Slot,
+    known_crash_features,
+    suspects_last,
+)
 from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.identity import identify
 from hicache_fuzz.harness.campaign.known import match_known
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
 from hicache_fuzz.harness.model.case import Case
-from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.json_input import InputError
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.harness.pipeline.executor import Executor
+from hicache_fuzz.harness.pipeline.executor import Executor, run_batch
+from hicache_fuzz.harness.pipeline.runner import explain_crash
+from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
 
@@ -47,6 +60,8 @@ class CampaignConfig:
     # Called on the first case of each new signature before it is saved (fuzz --minimize): returns the
     # smaller case, its result (same signature) and extra JSON fields for the reproducer file.
     minimizer: Callable[[Case, Result], tuple[Case, Result, dict[str, Any]]] | None = None
+    # Batching, case mix and scale tier (harness/campaign/feed.py); "auto" picks per platform.
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
 
 MAX_VARIANTS_SAVED = 16  # reproducers kept per bug in one campaign: one per fine-grained variant, at most this
@@ -83,6 +98,11 @@ class CampaignReport:
     coverage: Coverage = field(default_factory=Coverage)  # what each backend really executed
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. compile seconds from backends
     stopped_early: bool = False  # should_stop ended it (a signal), not the budget
+    # Faults of the machine, not findings: the campaign stops cleanly and the CLI exits 3 with the reason.
+    storage_error: str = ""  # the corpus could not be written (full or read-only disk)
+    environment_error: str = ""  # e.g. the worker process could not be (re)started
+    # Reproducers the corpus could not take: kept here, so the report (or the terminal) still holds them.
+    unsaved_reproducers: list[dict[str, Any]] = field(default_factory=list)
     menu_growth: dict[str, list[int]] = field(default_factory=dict)  # backend -> rows its menu grew by
     # throughput over time: {"t": seconds, "cases": n, "failures": n} samples (html report's chart)
     timeline: list[dict[str, float]] = field(default_factory=list)
@@ -121,6 +141,9 @@ class CampaignReport:
             "coverage": self.coverage.to_dict(),
             "coverage_gaps": {b: gaps for b in self.backends if (gaps := self.coverage.gaps(b))},
             "coverage_exemptions": {b: dict(e) for b, e in sorted(self.coverage.exemptions.items())},
+            **({"storage_error": self.storage_error} if self.storage_error else {}),
+            **({"environment_error": self.environment_error} if self.environment_error else {}),
+            **({"unsaved_reproducers": self.unsaved_reproducers} if self.unsaved_reproducers else {}),
             **({"timeline": self.timeline} if self.timeline else {}),
             **self.extra,
         }
@@ -190,6 +213,7 @@ class MenuGrowth:
 def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Platform, executor: Executor,
                  on_result: Callable[[Case, Result, CampaignReport], None] | None = None,
                  record_case_ids: bool = False) -> CampaignReport:
+    """Run the campaign in batches from a CaseFeed (harness/campaign/feed.py), the scale tier interleaved."""
     k, n = config.shard
     report = CampaignReport(config.seed, config.shard, [b.name for b in backends], platform.kind)
     for backend in backends:
@@ -205,54 +229,96 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
         index += 1
     report.first_index = index
     growth = MenuGrowth(backends, config.space, platform)
+    engine = config.engine
+    feed = CaseFeed(config.seed, index, config.shard, backends, growth.spaces, platform,
+                    engine.resolved_mix(platform), engine.resolved_batch(executor), growth.before)
+    targets = engine.resolved_scale(platform)
+    scale = None if targets is None else ScaleTier(config.seed, backends, growth.spaces, platform, targets,
+                                                  engine.scale_share, feed.profiles)
+    stats = EngineStats(feed.mix)
+    known_crashes = known_crash_features(config.known_signatures.values())
+    resume = (index, 0)  # (index, backend position) of the first slot not processed
     timeline = Timeline(started)
     failures_seen = 0
     done = False
-    while not done:
-        for backend in backends:
+    try:
+        while not done:
             if config.max_cases is not None and report.cases >= config.max_cases:
-                done = True
                 break
             if config.max_seconds is not None and time.perf_counter() - started >= config.max_seconds:
-                done = True
                 break
             if config.should_stop is not None and config.should_stop():
                 report.stopped_early = True
-                done = True
                 break
-            growth.before(backend, index)
-            case = case_for_index(config.seed, index, growth.spaces[backend.name])
+            limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - report.cases)
+            if scale is not None and report.cases and scale.due(time.perf_counter() - started):
+                picked = scale.next_case(feed.clock)
+                slots = [] if picked is None else [Slot(picked[0], resume[0], picked[1], False, picked[2])]
+                if picked is None:
+                    scale = None  # no backend has an accepted case of any shape: the tier ends
+                    continue
+            else:
+                slots = feed.take(limit)
+            order = suspects_last(slots, known_crashes)
+            ran = time.perf_counter()
             try:
-                result = executor.run(case)
-            except Exception:
-                # A harness bug: keep the case that exposed it before the exception ends the campaign.
-                if config.corpus_dir is not None:
-                    write_json_atomic(config.corpus_dir / "harness-error" / f"{case.case_id}.json", case.to_dict())
-                raise
-            report.cases += 1
-            if record_case_ids:
-                report.case_ids.append(case.case_id)
-            outcome_counts[backend.name][result.outcome.value] += 1
-            report.coverage.add(case, result)
-            if result.path:
-                path_counts[backend.name][result.path] += 1
-            if result.outcome.is_failure:
-                failures_seen += 1
-                _record_failure(config, classes, case, result, index)
-                if config.stop_on_first_failure:
-                    done = True
-            timeline(report.cases, failures_seen)
-            if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
-                report.seconds = time.perf_counter() - started
-                report.failures = list(classes.values())
-                report.timeline = timeline.samples
-                report.next_index = index + n if backend is backends[-1] else index
-                on_result(case, result, report)
-            if done:
+                results_in_order = run_batch(executor, [slots[i].case for i in order])
+            except WorkerError as exc:  # the machine failed us (no worker can start): stop, keep the report
+                first = slots[0] if slots else None
+                report.environment_error = (f"case {first.case.case_id} at index {first.index}: {exc}" if first
+                                            else str(exc))
                 break
-        if not done:  # a budget that ends before (or inside) this index must not skip it on resume
-            index += n
-    report.next_index = index
+            except OSError as exc:  # the executor's own files (the worker journal) could not be written
+                first = slots[0] if slots else None
+                report.storage_error = (f"case {first.case.case_id} at index {first.index} not run: "
+                                        f"{_os_reason(exc)}" if first else _os_reason(exc))
+                break
+            except Exception:
+                # A harness bug: keep the cases that exposed it before the exception ends the campaign.
+                for slot in slots:
+                    _keep_harness_error_case(config, slot.case)
+                raise
+            spent = time.perf_counter() - ran
+            stats.execute_seconds += spent
+            results: list[Result] = [Result("", "", Outcome.PASS)] * len(slots)
+            for position, result in zip(order, results_in_order, strict=True):
+                results[position] = result
+            if slots and slots[0].scale_number is not None and scale is not None:
+                scale.seconds += spent
+                stats.scale_cases += 1
+                stats.scale_shapes[slots[0].case.note] = stats.scale_shapes.get(slots[0].case.note, 0) + 1
+            recorded = time.perf_counter()
+            for slot, result in zip(slots, results, strict=True):
+                backend, case = slot.backend, slot.case
+                explain_crash(result, backend, case, platform)
+                report.cases += 1
+                if record_case_ids:
+                    report.case_ids.append(case.case_id)
+                outcome_counts[backend.name][result.outcome.value] += 1
+                report.coverage.add(case, result)
+                stats.add(case, result, slot.scale_number is not None)
+                if result.path:
+                    path_counts[backend.name][result.path] += 1
+                if slot.scale_number is None:
+                    resume = (slot.index + n, 0) if slot.last_of_index else (slot.index, 0)
+                if result.outcome.is_failure:
+                    failures_seen += 1
+                    _record_failure(config, classes, case, result, slot.index, report)
+                    if config.stop_on_first_failure or report.storage_error:
+                        done = True  # a corpus that cannot take failures ends the campaign; what was found is kept
+                timeline(report.cases, failures_seen)
+                if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
+                    report.seconds = time.perf_counter() - started
+                    report.failures = list(classes.values())
+                    report.timeline = timeline.samples
+                    report.next_index = resume[0]
+                    on_result(case, result, report)
+                if done:
+                    break
+            stats.record_seconds += time.perf_counter() - recorded
+    finally:
+        feed.close()
+    report.next_index = resume[0]
     timeline(report.cases, failures_seen, force=True)
     report.timeline = timeline.samples
     report.menu_growth = {name: rows for name, rows in growth.grown.items() if rows}
@@ -260,11 +326,12 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}
     report.paths = {b: dict(c) for b, c in path_counts.items()}
     report.failures = list(classes.values())
+    report.extra.update(stats.to_dict(report.seconds, feed, scale, executor))
     return report
 
 
 def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], case: Case, result: Result,
-                    index: int) -> None:
+                    index: int, report: CampaignReport) -> None:
     identity = identify(result, case)
     sig = identity.bug
     known = match_known(config.known_signatures, sig, result.backend)
@@ -281,14 +348,44 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
         if identity.variant not in failure.variants and len(failure.variants) < MAX_VARIANTS_SAVED:
             failure.variants.append(identity.variant)  # one example per variant of the bug, not thousands
             if config.corpus_dir is not None:
-                save_reproducer(config.corpus_dir, case, result)
+                _save(config.corpus_dir, case, result, {}, report)
         return
     extra: dict[str, Any] = {}
     if config.minimizer is not None:
         case, result, extra = config.minimizer(case, result)
-    file = str(save_reproducer(config.corpus_dir, case, result, extra)) if config.corpus_dir is not None else ""
-    classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
-                                _summary(result), file, variants=[identity.variant])
+    # Counted before the write: a full disk must not make the failure vanish from the report.
+    failure = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index, _summary(result), "",
+                           variants=[identity.variant])
+    classes[sig] = failure
+    if config.corpus_dir is not None:
+        failure.file = _save(config.corpus_dir, case, result, extra, report)
+
+
+def _save(corpus_dir: Path, case: Case, result: Result, extra: dict[str, Any], report: CampaignReport) -> str:
+    """Write the reproducer; if the corpus cannot take it (full, read-only, not a folder), keep it in the report
+    instead, note why, and return "" (the campaign then stops)."""
+    try:
+        return str(save_reproducer(corpus_dir, case, result, extra))
+    except (OSError, InputError) as exc:
+        report.storage_error = report.storage_error or f"cannot write to the corpus {corpus_dir}: {_os_reason(exc)}"
+        report.unsaved_reproducers.append({**reproducer_dict(case, result), **extra})
+        return ""
+
+
+def _os_reason(exc: Exception) -> str:
+    return f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _keep_harness_error_case(config: CampaignConfig, case: Case) -> None:
+    """Save the case that exposed a harness bug; if even that write fails, print it (the bug's traceback
+    follows either way)."""
+    if config.corpus_dir is None:
+        return
+    try:
+        write_json_atomic(config.corpus_dir / "harness-error" / f"{case.case_id}.json", case.to_dict())
+    except OSError as exc:
+        print(f"hicache-fuzz: could not save the case of a harness error ({_os_reason(exc)}); the case:\n"
+              f"{case.to_json()}", file=sys.stderr)
 
 
 def _summary(result: Result) -> str:

@@ -22,7 +22,6 @@ per failure signature, in the campaign's own layout ``<signature>/<case_id>.json
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +32,16 @@ from typing import Any
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry, CorpusError, load_entries
 from hicache_fuzz.harness.campaign.coverage import Coverage
 from hicache_fuzz.harness.campaign.junit import JUnitCase
+from hicache_fuzz.harness.model.json_input import (
+    MAX_REPORT_FILE_BYTES,
+    InputError,
+    child_path,
+    expect_int,
+    expect_number,
+    expect_object,
+    expect_str,
+    read_json_file,
+)
 
 MERGED_FORMAT = "hicache-fuzz-merged-report"
 # Keys of a campaign report that merge_reports combines; any other key is kept per input in merged_from.
@@ -44,22 +53,89 @@ _COMBINED_KEYS = frozenset({
 })
 
 
-class MergeError(ValueError):
+class MergeError(InputError):
     """Inputs that cannot be merged (unreadable, not a report, overlapping shards); exit code 2."""
 
 
 # ---- reports ----------------------------------------------------------------------------------------------
 
 def load_report(path: Path) -> dict[str, Any]:
+    """A campaign (or merged) report, read through the input boundary and type-checked where merge relies on
+    the types; MergeError names the file and the field."""
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise MergeError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise MergeError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or not {"cases", "outcomes", "unique_failures"} <= data.keys():
-        raise MergeError(f"{path}: not a campaign report (needs cases, outcomes, unique_failures)")
+        data = read_json_file(path, MAX_REPORT_FILE_BYTES)
+        if not isinstance(data, dict) or not {"cases", "outcomes", "unique_failures"} <= data.keys():
+            raise MergeError(f"{path}: not a campaign report (needs cases, outcomes, unique_failures)")
+        _check_report(data)
+    except MergeError:
+        raise
+    except InputError as exc:
+        text = str(exc)
+        raise MergeError(text if text.startswith(str(path)) else f"{path}: {text}") from None
     return data
+
+
+def _optional(check: Any, value: Any, where: str) -> None:
+    if value is not None:
+        check(value, where)
+
+
+def _check_counts(value: Any, where: str) -> None:
+    for backend, counts in expect_object(value, where).items():
+        for key, count in expect_object(counts, f"{where}.{backend}").items():
+            if expect_int(count, f"{where}.{backend}.{key}") < 0:
+                raise InputError(f"{where}.{backend}.{key}: negative count {count}")
+
+
+def _check_string_list(value: Any, where: str) -> None:
+    if not isinstance(value, list):
+        raise InputError(f"{where}: expected a list of strings")
+    for i, item in enumerate(value):
+        expect_str(item, f"{where}[{i}]")
+
+
+def _check_report(data: Mapping[str, Any]) -> None:
+    if expect_int(data["cases"], "report.cases") < 0:
+        raise InputError(f"report.cases: negative ({data['cases']})")
+    _check_counts(data["outcomes"], "report.outcomes")
+    _check_counts(data.get("paths", {}), "report.paths")
+    _optional(expect_int, data.get("seed"), "report.seed")
+    for key in ("first_index", "next_index"):
+        _optional(expect_int, data.get(key), f"report.{key}")
+    for key in ("seconds", "cases_per_second"):
+        _optional(expect_number, data.get(key), f"report.{key}")
+    _check_string_list(data.get("backends", []), "report.backends")
+    _check_string_list(data.get("case_ids", []), "report.case_ids")
+    shard = data.get("shard")
+    if shard is not None and not (isinstance(shard, list) and len(shard) == 2
+                                  and all(type(x) is int for x in shard) and 0 <= shard[0] < shard[1]):
+        raise InputError(f"report.shard: expected [K, N] with 0 <= K < N, got {shard!r}"[:200])
+    if not isinstance(data["unique_failures"], list):
+        raise InputError("report.unique_failures: expected a list")
+    for i, failure in enumerate(data["unique_failures"]):
+        where = f"report.unique_failures[{i}]"
+        expect_object(failure, where)
+        for key in ("signature", "backend", "outcome"):
+            expect_str(failure.get(key), f"{where}.{key}")
+        expect_int(failure.get("count", 1), f"{where}.count")
+        _optional(expect_int, failure.get("first_index"), f"{where}.first_index")
+        _optional(expect_int, failure.get("seed"), f"{where}.seed")
+    merged_from = data.get("merged_from") or []
+    if not isinstance(merged_from, list):
+        raise InputError("report.merged_from: expected a list")
+    for i, entry in enumerate(merged_from):
+        where = f"report.merged_from[{i}]"
+        expect_object(entry, where)
+        shard_text = expect_str(entry.get("shard", ""), f"{where}.shard")
+        k, _, n = shard_text.partition("/")
+        if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+            raise InputError(f"{where}.shard: expected \"K/N\", got {shard_text[:40]!r}")
+        expect_int(entry.get("cases", 0), f"{where}.cases")
+        _optional(expect_int, entry.get("seed"), f"{where}.seed")
+        for key in ("first_index", "next_index"):
+            _optional(expect_int, entry.get(key), f"{where}.{key}")
+        expect_number(entry.get("seconds", 0.0), f"{where}.seconds")
+        _check_string_list(entry.get("backends", []), f"{where}.backends")
 
 
 def report_files(paths: Iterable[Path]) -> list[Path]:
@@ -269,7 +345,13 @@ def merge_corpora(corpus_dirs: Sequence[Path], out_dir: Path, max_per_signature:
         capped = entries if not max_per_signature or not signature else entries[:max_per_signature]
         merge.over_cap += len(entries) - len(capped)
         for entry in capped:
-            target = out_dir / (signature or "cases") / f"{entry.case.case_id}.json"
+            # The signature comes from the input file: child_path refuses any name that could leave out_dir.
+            try:
+                target = child_path(out_dir, signature or "cases", f"{entry.case.case_id}.json",
+                                    where=f"{entry.path}: signature")
+            except InputError as exc:
+                merge.unreadable.append(str(exc))
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             if entry.path.resolve() != target.resolve():
                 shutil.copyfile(entry.path, target)

@@ -7,11 +7,13 @@ and run it with :func:`run_from_options`, which builds the case space, the :clas
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hicache_fuzz.harness.campaign.corpus import load_corpus
+from hicache_fuzz.harness.campaign.feed import EngineOptions
 from hicache_fuzz.harness.campaign.known import known_bugs
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
 from hicache_fuzz.harness.campaign.scope import Environment
@@ -41,6 +43,7 @@ class CampaignOptions:
     known_signatures: dict[str, str] = field(default_factory=dict)  # signature -> reproducer file
     minimize: bool = False  # minimize the first case of each new signature before saving it
     record_case_ids: bool = False
+    engine: EngineOptions = field(default_factory=EngineOptions)  # batches, case mix, scale tier ("auto")
 
     def space(self) -> CaseSpace:
         return CaseSpace() if self.byte_budget is None else CaseSpace(byte_budget=self.byte_budget)
@@ -48,7 +51,7 @@ class CampaignOptions:
     def config(self, backend_names: list[str], executor: Executor) -> CampaignConfig:
         config = CampaignConfig(list(backend_names), self.seed, self.max_cases, self.max_seconds, self.corpus,
                                 self.shard, self.start_index, self.space(), self.stop_on_first_failure,
-                                known_signatures=dict(self.known_signatures))
+                                known_signatures=dict(self.known_signatures), engine=self.engine)
         if self.minimize:
             from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
 
@@ -81,6 +84,6 @@ def load_known_failures(paths: Iterable[Path], environment: Environment) -> dict
     (fuzz --known; campaign/known.py)."""
     paths = list(paths)
     for path in paths:
-        if not path.exists():
+        if not os.path.lexists(path):  # anything else there (a FIFO, a symlink loop) is named by the loader
             raise UsageError(f"--known {path}: no such file or folder")
     return known_bugs(load_corpus(paths), environment)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache_fuzz.harness.campaign.stop import ForwardSignals, StopOnSignal
 from hicache_fuzz.harness.model.exit_codes import (
     EXIT_CLEAN,
     EXIT_FAILURES,
@@ -77,7 +78,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-warm-up", action="store_true",
                         help="with --workers: skip compiling the JIT modules before the workers start")
     parser.add_argument("--record-case-ids", action="store_true",
-                        help="with --workers: list every case id in the report (to compare case sets)")
+                        help="list every case id in the report (to compare case sets)")
 
 
 # ---- devices, without initializing CUDA --------------------------------------------------------------------
@@ -273,12 +274,11 @@ def prepare(job: ShardJob) -> dict[str, Any]:
         backends = auto_backends(registry, machine)
     warm_up_seconds = 0.0
     compiled: dict[str, float] = {}
-    if job.warm_up and machine.platform.kind != "cpu" and any(hasattr(b, "compile_jobs") for b in backends):
-        from hicache_fuzz.kernels import sglang_backends, sglang_common
+    if job.warm_up and machine.platform.kind != "cpu":
+        from hicache_fuzz.kernels.compile_books import books_of, warm_up
 
-        space = _campaign_options(job, None).space()
-        warm_up_seconds = sglang_backends.warm_up_backends(backends, machine.platform, space)
-        compiled = dict(sglang_common.compiled_keys)
+        warm_up_seconds = warm_up(backends, machine.platform, _campaign_options(job, None).space())
+        compiled = {key: spent for books in books_of(backends) for key, spent in books.compiled_keys.items()}
     return {"backends": [b.name for b in backends], "platform": machine.description,
             "warm_up_seconds": round(warm_up_seconds, 3), "compiled_modules": compiled,
             "jit_cache": os.environ.get("SGLANG_JIT_CACHE_DIR", "~/.cache/sglang/jit (sglang's default)")}
@@ -291,6 +291,9 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
     from hicache_fuzz.harness.pipeline.setup import available_backend, machine_for, needs_worker, registry_for
     from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
+    # SIGTERM from the parent (itself stopped by a signal) ends the shard after its case in flight; from here
+    # on, a signal during start-up ends it before its first case, with a report of 0 cases.
+    stop = StopOnSignal()
     machine = machine_for(job.platform)
     registry = registry_for(job.plugins)
     isolate = needs_worker([registry.get(name) for name in job.backends], job.isolate)
@@ -318,12 +321,17 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
         startup_seconds = time.perf_counter() - started
         max_cases = (None if job.runs_total is None else worker_case_budget(
             job.runs_total, len(backends), job.shard, job.worker, job.workers, job.start_index))
-        report = run_from_options(_campaign_options(job, max_cases), backends, machine.platform, executor)
+        print(f"shard worker {job.worker} of {job.workers}: running cases", flush=True)  # to its log
+        report = run_from_options(_campaign_options(job, max_cases), backends, machine.platform, executor,
+                                  should_stop=stop.requested)
     finally:
+        stop.restore()
         if isolate:
             starter.join()
         executor.close()
     data = report.to_dict()
+    if stop.signal_name:
+        data["stopped_by"] = stop.signal_name
     data.update(device=job.device, device_description=machine.description, pid=os.getpid(),
                 startup_seconds=round(startup_seconds, 3))
     if isinstance(executor, WorkerExecutor):
@@ -411,12 +419,17 @@ def _stop(children: list[_Child]) -> None:
             child.process.wait()
 
 
-def run_prepare_step(base: ShardJob, kind: str, devices: list[str],
-                     run_dir: Path) -> tuple[dict[str, Any] | None, int, str]:
+def run_prepare_step(base: ShardJob, kind: str, devices: list[str], run_dir: Path,
+                     forward: ForwardSignals | None = None) -> tuple[dict[str, Any] | None, int, str]:
     """(the prepare step's result, EXIT_CLEAN, "") or (None, exit code, what went wrong)."""
     job = dataclasses.replace(base, report=str(run_dir / "prepare.json"), device=device_for_worker(0, devices))
     log = run_dir / "prepare.log"
-    code = _spawn("prepare", job, run_dir / "prepare-job.json", log, kind, cpu_count()).wait()
+    process = _spawn("prepare", job, run_dir / "prepare-job.json", log, kind, cpu_count())
+    if forward is not None:
+        forward.add(process)
+    code = process.wait()
+    if forward is not None and forward.signal_name:
+        return None, EXIT_UNAVAILABLE, f"stopped by {forward.signal_name} while preparing; no case ran"
     if code != EXIT_CLEAN:
         exit_code = code if code in (EXIT_USAGE, EXIT_UNAVAILABLE) else EXIT_USAGE
         return None, exit_code, f"prepare step failed (exit {code}), log {log}:\n{_log_tail(log)}"
@@ -437,14 +450,24 @@ class ParallelRun:
 def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], run_dir: Path,
                  echo: bool = True, prepared: dict[str, Any] | None = None) -> ParallelRun:
     """Prepare once (unless `prepared`, an earlier run's prepare result, is given), run `workers` shards side
-    by side, merge their reports."""
-    from hicache_fuzz.harness.campaign.merge import merge_reports
-
+    by side, merge their reports. SIGTERM/SIGINT meanwhile: see ForwardSignals."""
     say = print if echo else (lambda *_, **__: None)
     started = time.perf_counter()
     threads = max(1, cpu_count() // workers)
+    forward = ForwardSignals()
+    try:
+        return _run_parallel(base, workers, kind, devices, run_dir, say, prepared, forward, started, threads)
+    finally:
+        forward.restore()
+
+
+def _run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], run_dir: Path, say: Any,
+                  prepared: dict[str, Any] | None, forward: ForwardSignals, started: float,
+                  threads: int) -> ParallelRun:
+    from hicache_fuzz.harness.campaign.merge import merge_reports
+
     if prepared is None:
-        prepared, code, problem = run_prepare_step(base, kind, devices, run_dir)
+        prepared, code, problem = run_prepare_step(base, kind, devices, run_dir, forward)
         if prepared is None:
             return ParallelRun({}, {}, code, workers, devices, time.perf_counter() - started, [problem])
     warmed = (f"; JIT warm-up {prepared['warm_up_seconds']:.1f} s ({len(prepared['compiled_modules'])} modules)"
@@ -461,9 +484,12 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
             if job.runs_total is not None and not worker_case_budget(job.runs_total, len(job.backends), job.shard,
                                                                      worker, workers, job.start_index):
                 continue  # fewer cases than workers: this one has none
+            if forward.signal_name:
+                break  # stopped while starting: no more workers
             log = run_dir / f"worker-{worker}.log"
             process = _spawn("shard", job, run_dir / f"job-{worker}.json", log, kind, threads)
             children.append(_Child(worker, job, log, process))
+            forward.add(process)
         where = ", ".join(f"{c.worker}->{'gpu ' + c.job.device if c.job.device else 'cpu'}" for c in children)
         say(f"{len(children)} workers started ({where}); logs and reports in {run_dir}", flush=True)
         for child in children:
@@ -481,13 +507,20 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
             reports.append(json.loads(report_path.read_text()))
             sources.append(str(report_path))
             continue
+        if forward.signal_name and code == -signal.SIGTERM:  # stopped while importing, before any case ran
+            say(f"worker {child.worker} was stopped before its first case", flush=True)
+            continue
         problems.append(f"worker {child.worker} of {workers} exited {code} without a report; "
                         f"log {child.log}:\n{_log_tail(child.log)}")
         exit_code = max(exit_code, code if code in (EXIT_USAGE, EXIT_UNAVAILABLE) else EXIT_USAGE)
     merged = merge_reports(reports, sources) if reports else {}
+    if forward.signal_name and not reports and not problems:
+        problems.append(f"stopped by {forward.signal_name} before any worker ran a case: no report")
     if merged:
         merged.update(workers=workers, devices=devices, warm_up=prepared,
                       wall_seconds=round(time.perf_counter() - started, 3))
+        if forward.signal_name:
+            merged.update(stopped_early=True, stopped_by=forward.signal_name)
         if exit_code == EXIT_CLEAN and merged["new_failure_signatures"]:
             exit_code = EXIT_FAILURES
     return ParallelRun(merged, prepared, exit_code, workers, devices, time.perf_counter() - started, problems)

@@ -20,7 +20,8 @@ from hicache_fuzz.harness.campaign.reproducer import ReplayVerdict, judge_replay
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine
-from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, executor_for
+from hicache_fuzz.harness.pipeline.runner import NOT_RUN, explain_crash
+from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, close_executors, executor_for
 from hicache_fuzz.kernels.registry import Registry
 
 
@@ -54,19 +55,27 @@ def replay_entries(entries: list[CorpusEntry], registry: Registry, machine: Mach
             replay.skipped = skip_reasons[replay.case.backend]
             if not replay.skipped and executor is not None:
                 expect = "fail" if backend is None and entry_applies(replay.entry, environment) else "pass"
-                _replay_one(replay, executor.run, expect)
+                run = _explained(executor.run, registry, machine)
+                _replay_one(replay, run, expect)
             if on_replayed is not None:
                 on_replayed(replay)
     finally:
-        if executor is not None:
-            executor.close()
+        close_executors([executor] if executor is not None else [])
     return replays
+
+
+def _explained(run: Callable[[Case], Result], registry: Registry, machine: Machine) -> Callable[[Case], Result]:
+    """`run`, with crashes and hangs given the plan and prediction the dead worker could not report."""
+    return lambda case: explain_crash(run(case), registry.get(case.backend), case, machine.platform)
 
 
 def _replay_one(replay: Replayed, run: Callable[[Case], Result], expect: str) -> None:
     started = time.perf_counter()
     result = run(replay.case)
     replay.seconds = round(time.perf_counter() - started, 3)
+    if result.summary.startswith(NOT_RUN):  # e.g. its storages could not be allocated on this machine
+        replay.skipped = result.summary
+        return
     replay.result = result
     replay.signature = signature(result, replay.case) if result.outcome.is_failure else ""
     replay.verdict = judge_replay(expect, replay.entry.bug, result, replay.case)
@@ -77,6 +86,6 @@ def rerun_alone(case: Case, registry: Registry, machine: Machine, options: Execu
     a failure that does not come back this way is flaky (order- or state-dependent), not a finding."""
     executor = executor_for([registry.get(case.backend)], registry, machine, options, None)
     try:
-        return executor.run(case)
+        return explain_crash(executor.run(case), registry.get(case.backend), case, machine.platform)
     finally:
         executor.close()

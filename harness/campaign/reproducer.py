@@ -29,6 +29,7 @@ from typing import Any
 from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
 from hicache_fuzz.harness.campaign.identity import signature, signature_key
 from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.json_input import child_path
 from hicache_fuzz.harness.model.outcome import Result
 
 # ---- judging a replay against the entry's expectation -----------------------------------------------------
@@ -81,7 +82,7 @@ def backend_class_spec(backend_name: str) -> str | None:
 
 
 def reproducer_paths(corpus_dir: Path, case: Case, result: Result) -> tuple[Path, Path]:
-    folder = corpus_dir / signature(result, case)
+    folder = child_path(corpus_dir, signature(result, case), where="reproducer folder")
     return folder / f"{case.case_id}.json", folder / f"repro_{case.case_id}.py"
 
 
@@ -142,7 +143,7 @@ def write_script(path: Path, case: Case, recorded_signature: str, expect: str, b
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    path.chmod(0o755)
+    path.chmod(0o755)  # a script to run
 
 
 SCRIPT_TEMPLATE = '''#!/usr/bin/env python3

@@ -16,12 +16,12 @@ under pytest (one ``test_*`` function).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.campaign.standalone_calls import CALLS
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, IndexDevice, PoolSpec
+from hicache_fuzz.harness.model.json_input import read_json_file
 from hicache_fuzz.harness.pipeline.fill import salt as _salt
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, TORCH_DTYPES
 from hicache_fuzz.oracles import layouts
@@ -47,7 +47,7 @@ def standalone_path(json_path: Path) -> Path:
 
 def write_standalone(json_path: Path, platform: Platform = DEFAULT_PLATFORM) -> Path:
     """Write ``<stem>.standalone.py`` next to the reproducer ``json_path``; returns its path."""
-    data = json.loads(json_path.read_text())
+    data = read_json_file(json_path)
     path = standalone_path(json_path)
     path.write_text(standalone_script(data, platform))
     path.chmod(0o755)
@@ -58,8 +58,8 @@ def corpus_reproducers(directory: Path) -> list[Path]:
     """Reproducer JSON files under `directory` whose backend has a standalone form."""
     out = []
     for path in sorted(directory.rglob("*.json")):
-        data = json.loads(path.read_text())
-        case = data.get("case", data)
+        data = read_json_file(path)
+        case = data.get("case", data) if isinstance(data, dict) else None
         if isinstance(case, dict) and supports(str(case.get("backend", ""))):
             out.append(path)
     return out
@@ -75,7 +75,7 @@ def stale_corpus_scripts(directory: Path, platform: Platform = DEFAULT_PLATFORM)
     stale = []
     for path in corpus_reproducers(directory):
         script = standalone_path(path)
-        expected = standalone_script(json.loads(path.read_text()), platform)
+        expected = standalone_script(read_json_file(path), platform)
         if not script.exists() or script.read_text() != expected:
             stale.append(script)
     return stale

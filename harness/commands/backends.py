@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hicache_fuzz.harness.commands.common import add_common, write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_UNAVAILABLE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,13 +15,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hicache_fuzz.harness.pipeline.setup import machine_for, registry_for
+    from hicache_fuzz.kernels.base import Availability
 
     machine = machine_for(args.platform)
     registry = registry_for(args.backend_plugin)
     rows = []
     for name in registry.names():
         backend = registry.get(name)
-        availability = backend.probe(machine.platform)
+        try:
+            availability = backend.probe(machine.platform)
+        except Exception as exc:  # listed with the reason; commands that need the backend exit 3
+            availability = Availability(False, f"its probe raised {type(exc).__name__}: {exc}")
         rows.append({"name": name, "available": availability.available, "reason": availability.reason,
                      "models_bug": backend.models_bug, "description": backend.description})
     print(f"platform: {machine.description}")
@@ -30,5 +34,5 @@ def run(args: argparse.Namespace) -> int:
         state = "available  " if row["available"] else "unavailable"
         detail = row["reason"] if not row["models_bug"] else f"zoo mutant: {row['models_bug']}"
         print(f"  {row['name']:<{width}}  {state}  {detail}")
-    write_json_report({"platform": machine.description, "backends": rows}, args.json)
-    return EXIT_CLEAN
+    written = write_json_report({"platform": machine.description, "backends": rows}, args.json)
+    return EXIT_CLEAN if written else EXIT_UNAVAILABLE

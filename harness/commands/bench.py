@@ -11,13 +11,13 @@ compile share of a GPU campaign (a ``fuzz --json`` report) to the targets.
 from __future__ import annotations
 
 import argparse
-import json
 import platform as host_platform
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
 from hicache_fuzz.harness.commands.common import add_common, write_json_report
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_UNAVAILABLE, UsageError
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 BANDWIDTH_LAYERS = (8, 64)
 TARGET_SMALL_CPU_CASES_PER_S = 1000.0
 TARGET_SMALL_GPU_CASES_PER_S = 2000.0
+TARGET_SHARE_OF_BARE_LOOP = 0.25  # of harness/pipeline/bare_loop.py's rate, measured in the same run
 TARGET_MEDIAN_KILL_SECONDS = 10.0
 TARGET_COMPILE_SHARE = 0.20
 # Keys of a `fuzz --isolate yes --json` report that say how much of a GPU campaign went to JIT compiles.
@@ -38,10 +39,12 @@ CAMPAIGN_COMPILE_KEYS = ("wall_seconds", "seconds", "compile_seconds", "worker_s
 
 def campaign_compile_share(path: Path) -> dict[str, Any]:
     """The compile share of a GPU campaign, from its report (``fuzz --json``; --campaign-report)."""
+    from hicache_fuzz.harness.model.json_input import MAX_REPORT_FILE_BYTES, InputError, read_json_file
+
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"--campaign-report {path}: {exc}") from None
+        data = read_json_file(path, MAX_REPORT_FILE_BYTES)
+    except InputError as exc:
+        raise UsageError(f"--campaign-report {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"--campaign-report {path}: not a campaign report (a JSON object)")
     return {"source": str(path), **{k: data[k] for k in CAMPAIGN_COMPILE_KEYS if k in data}}
@@ -53,13 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", action="store_true", help="GPU pipeline throughput and kernel bandwidth")
     parser.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the tables as Markdown")
-    parser.add_argument("--seconds", type=float, default=10.0,
+    parser.add_argument("--seconds", type=finite_positive_float, default=10.0,
                         help="seconds per throughput measurement (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=5, help="case seed (default: %(default)s)")
-    parser.add_argument("--zoo-seconds", type=float, default=60.0,
+    parser.add_argument("--zoo-seconds", type=finite_positive_float, default=60.0,
                         help="time-to-kill budget per mutant; 0 skips the zoo (default: %(default)s)")
-    parser.add_argument("--zoo-max-cases", type=int, default=20000, help="case budget per mutant")
-    parser.add_argument("--repeats", type=int, default=20, help="timed runs per bandwidth point")
+    parser.add_argument("--zoo-max-cases", type=positive_int, default=20000, help="case budget per mutant")
+    parser.add_argument("--repeats", type=positive_int, default=20, help="timed runs per bandwidth point")
     parser.add_argument("--bandwidth-layers", default=",".join(map(str, BANDWIDTH_LAYERS)),
                         help="layer counts of the bandwidth cases (default: %(default)s)")
     parser.add_argument("--campaign-report", type=Path, metavar="PATH",
@@ -188,6 +191,15 @@ def _run_gpu(args: argparse.Namespace, machine: Machine, registry: Registry, rep
     warm = list({b.name: b for b in pipeline_backends + bandwidth_backends}.values())
     out["compile_seconds"] = round(warm_up_backends(warm, machine.platform, SMALL_SPACE), 2)
     _checkpoint(report, args)
+    # The kernel-speed baseline, measured in this same run, so the pipeline's share of it is honest.
+    print(f"gpu: bare loop for {args.seconds:g} s ...", flush=True)
+    try:
+        from hicache_fuzz.harness.pipeline.bare_loop import measure_bare_loop
+
+        out["bare_loop"] = measure_bare_loop(args.seconds, machine.device, seed=args.seed)
+    except Exception as exc:
+        out["bare_loop"] = {"error": f"{type(exc).__name__}: {exc}"}
+    _checkpoint(report, args)
     pipelines: list[dict[str, Any]] = []
     out["pipelines"] = pipelines
     for backend in pipeline_backends:
@@ -234,6 +246,11 @@ def _targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         value = pipeline.get("cases_per_second", 0.0)
         targets.append({"target": f"GPU small cases/s ({pipeline['backend']})", "goal": TARGET_SMALL_GPU_CASES_PER_S,
                         "measured": round(value, 1), "met": value >= TARGET_SMALL_GPU_CASES_PER_S})
+        bare = gpu.get("bare_loop", {}).get("cases_per_second")
+        if bare:
+            targets.append({"target": f"GPU small pipeline / bare loop, same run ({pipeline['backend']})",
+                            "goal": TARGET_SHARE_OF_BARE_LOOP, "measured": round(value / bare, 4),
+                            "met": value / bare >= TARGET_SHARE_OF_BARE_LOOP})
     share = (report.get("gpu_campaign_compile_share") or {}).get("compile_share_of_wall")
     if share is not None:
         targets.append({"target": "compile share of the 5-minute GPU campaign (read from its report)",

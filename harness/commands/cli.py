@@ -17,7 +17,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from hicache_fuzz.harness.model.exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable, UsageError
+from hicache_fuzz.harness.model.exit_codes import (
+    EXIT_CLEAN,
+    EXIT_INTERRUPTED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    Unavailable,
+    UsageError,
+)
 
 _COMMANDS = "hicache_fuzz.harness.commands"
 # (name, module, help), in the order `--help` lists them.
@@ -75,26 +82,37 @@ def _broken(module_name: str, exc: ImportError) -> RunCommand:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(only=_chosen_command(argv))
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: 2 for bad usage (its message names the option), 0 for --help
+        return exc.code if isinstance(exc.code, int) else (EXIT_USAGE if exc.code else 0)
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
     import torch
 
-    from hicache_fuzz.harness.campaign.corpus import CorpusError
-    from hicache_fuzz.harness.model.case import CaseError
+    from hicache_fuzz.harness.model.json_input import InputError
+    from hicache_fuzz.harness.pipeline.worker import WorkerError
 
     # The pipeline's CPU work is many small tensor ops, where intra-op threads cost more than they give
     # (measured ~20x on small cases); parallelism comes from worker processes instead.
     torch.set_num_threads(int(os.environ.get("HICACHE_FUZZ_TORCH_THREADS", "1")))
     try:
         return int(args.run(args))
-    except (UsageError, CaseError, CorpusError) as exc:
+    except (UsageError, InputError) as exc:  # InputError: CaseError, CorpusError, MergeError, ...
         print(f"hicache-fuzz: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Unavailable as exc:
+    except (Unavailable, WorkerError) as exc:
         print(f"hicache-fuzz: unavailable: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except BrokenPipeError:
+        # The reader of our output went away (`hicache-fuzz backends | head`): not an error of ours. Point
+        # stdout at /dev/null so that the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLEAN
+    except KeyboardInterrupt:  # a second SIGINT, or one outside a campaign: stop without a traceback
+        print("hicache-fuzz: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache_fuzz.harness.commands.arg_types import finite_positive_float
+
 if TYPE_CHECKING:
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
 
@@ -28,11 +30,11 @@ def add_isolation(parser: argparse.ArgumentParser, documented: bool = True) -> N
     if documented:
         parser.add_argument("--isolate", choices=list(ISOLATE_CHOICES), default="auto",
                             help="run cases in a worker process (auto: for backends that can crash the process)")
-        parser.add_argument("--case-timeout", type=float, default=60.0,
+        parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0,
                             help="seconds before a case counts as a hang")
     else:
         parser.add_argument("--isolate", choices=list(ISOLATE_CHOICES), default="auto")
-        parser.add_argument("--case-timeout", type=float, default=60.0)
+        parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0)
 
 
 def execution_options(args: argparse.Namespace) -> ExecutionOptions:
@@ -43,9 +45,9 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
                             isolate=getattr(args, "isolate", "auto"), case_timeout=getattr(args, "case_timeout", 60.0))
 
 
-def write_json_report(data: Any, path: str | Path | None) -> None:
-    """Write `data` as JSON to `path` when one was given (--json)."""
-    if path:
-        from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+def write_json_report(data: Any, path: str | Path | None) -> bool:
+    """Write `data` as JSON to `path` when one was given (--json). A write error never loses it: it goes to a
+    temporary file or stdout instead, the message says where, and False is returned (see output.py)."""
+    from hicache_fuzz.harness.commands.output import write_report
 
-        write_json_atomic(Path(path), data)
+    return write_report(path, data)

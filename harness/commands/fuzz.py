@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache_fuzz.harness.campaign.engine_cli import add_engine_arguments, engine_options
 from hicache_fuzz.harness.campaign.parallel import (
     ParallelUsageError,
     accelerator_kind,
@@ -21,8 +20,10 @@ from hicache_fuzz.harness.campaign.parallel import (
     shard_job,
     visible_devices,
 )
+from hicache_fuzz.harness.campaign.stop import StopOnSignal
+from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, Unavailable, UsageError
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, Unavailable, UsageError
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.loop import CampaignReport
@@ -36,13 +37,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", default=[], metavar="NAME",
                         help="backend to fuzz (repeatable); default: the best backends present")
     parser.add_argument("--seed", type=int, help="campaign seed (default: random; always printed)")
-    parser.add_argument("--runs", type=int, help="stop after this many cases")
-    parser.add_argument("--max-total-time", type=float, help="stop after this many seconds")
+    parser.add_argument("--runs", type=positive_int, help="stop after this many cases")
+    parser.add_argument("--max-total-time", type=finite_positive_float, help="stop after this many seconds")
     parser.add_argument("--corpus", default="fuzz-out/corpus", help="failures are written here (default: %(default)s)")
     parser.add_argument("--json", metavar="PATH", help="write the campaign report as JSON")
     parser.add_argument("--shard", default="0/1", metavar="K/N", help="run shard K of N of the seed's case space")
-    parser.add_argument("--start-index", type=int, default=0, help="first case index (resume a campaign)")
-    parser.add_argument("--byte-budget", type=int, help="largest case in bytes (all storages)")
+    parser.add_argument("--start-index", type=non_negative_int, default=0,
+                        help="first case index (resume a campaign)")
+    parser.add_argument("--byte-budget", type=positive_int, help="largest case in bytes (all storages)")
     add_isolation(parser)
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
     parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
@@ -53,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_worker_arguments(parser)  # --workers (one process per GPU or more)
     parser.add_argument("--minimize", action="store_true",
                         help="minimize the first case of each new failure signature before saving it")
+    add_engine_arguments(parser)  # --batch, --mix, --scale, --scale-share (docs/engine.md)
 
 
 def campaign_options(args: argparse.Namespace, seed: int, machine: Machine) -> CampaignOptions:
@@ -63,10 +66,14 @@ def campaign_options(args: argparse.Namespace, seed: int, machine: Machine) -> C
 
     _check_budget(args)
     shard = parse_shard(args.shard)
+    try:
+        engine = engine_options(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return CampaignOptions(seed, args.runs, args.max_total_time, Path(args.corpus), shard, args.start_index,
                            args.byte_budget, args.stop_on_failure,
                            load_known_failures(args.known, detect_environment(machine)),
-                           minimize=args.minimize)
+                           minimize=args.minimize, record_case_ids=args.record_case_ids, engine=engine)
 
 
 def _check_budget(args: argparse.Namespace) -> None:
@@ -130,12 +137,29 @@ def run(args: argparse.Namespace) -> int:
                             worker_restarts=executor.restarts, spare_takeovers=executor.spares_used,
                             spare_startup_seconds_in_background=round(executor.background_startup_seconds, 3),
                             compiled_in_cases=compiled_in_cases(executor.compiled_in_cases),
-                            prefetch_compile_seconds=round(background_compile_seconds(), 3),
+                            prefetch_compile_seconds=round(background_compile_seconds(backends), 3),
                             wall_seconds=round(wall, 3),
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     print_campaign(report)
-    write_json_report(report.to_dict(), args.json)
-    return EXIT_FAILURES if report.new_failures else EXIT_CLEAN
+    return finish_campaign(report, args.json)
+
+
+def finish_campaign(report: CampaignReport, json_path: str | None) -> int:
+    """Say why a campaign stopped early on a fault, keep what the corpus could not take, write the report
+    (elsewhere if it must) and choose the exit code: 1 if new failures were found, else 3 if a fault (storage,
+    worker, the report's own write) cut the run short or moved its report, else 0."""
+    from hicache_fuzz.harness.commands.output import flush_unsaved_reproducers
+
+    if report.storage_error:
+        print(f"hicache-fuzz: storage fault, campaign stopped: {report.storage_error}", file=sys.stderr, flush=True)
+        flush_unsaved_reproducers(report.unsaved_reproducers, report.storage_error)
+    if report.environment_error:
+        print(f"hicache-fuzz: unavailable: campaign stopped: {report.environment_error}", file=sys.stderr,
+              flush=True)
+    written = write_json_report(report.to_dict(), json_path)
+    if report.new_failures:
+        return EXIT_FAILURES
+    return EXIT_UNAVAILABLE if (report.storage_error or report.environment_error or not written) else EXIT_CLEAN
 
 
 def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
@@ -166,16 +190,20 @@ def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
     for problem in outcome.problems:
         print(f"hicache-fuzz: {problem}", file=sys.stderr)
     if outcome.merged:
+        if outcome.merged.get("stopped_by"):
+            print(f"hicache-fuzz: stopped by {outcome.merged['stopped_by']}: the workers ended after their cases in "
+                  "flight; merged report complete so far", flush=True)
         print(describe(outcome.merged))
-        write_json_report(outcome.merged, args.json)
+        if not write_json_report(outcome.merged, args.json) and outcome.exit_code == EXIT_CLEAN:
+            return EXIT_UNAVAILABLE  # the report was written elsewhere (the message says where)
     return outcome.exit_code
 
 
-def background_compile_seconds() -> float:
-    """Seconds this process spent building grown menu rows in the background (0 if it built none)."""
-    from hicache_fuzz.kernels import sglang_common  # bookkeeping only: does not import sglang
+def background_compile_seconds(backends: list[Any]) -> float:
+    """Seconds this process spent building grown menu rows in the background (the backends' compile books)."""
+    from hicache_fuzz.kernels.compile_books import books_of
 
-    return sglang_common.background_seconds
+    return sum(books.background_seconds for books in books_of(backends))
 
 
 def compiled_in_cases(found: dict[str, tuple[int, float]], top: int = 40) -> list[dict[str, Any]]:
@@ -202,31 +230,12 @@ class Checkpoint:
         self.last = now
         from hicache_fuzz.harness.campaign.corpus import write_json_atomic
 
-        write_json_atomic(self.path, {**report.to_dict(), "partial": True})
-
-
-class StopOnSignal:
-    """SIGTERM (what `timeout` and CI runners send) and SIGINT end the campaign after the case in flight,
-    and the final report is written as usual. A second signal falls back to the default behaviour."""
-
-    def __init__(self) -> None:
-        self.signal_name = ""
-        self._previous: dict[int, Any] = {}
-        for number in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(ValueError):  # not the main thread: no handler, budgets still apply
-                self._previous[number] = signal.signal(number, self._handle)
-
-    def _handle(self, number: int, frame: object) -> None:
-        self.signal_name = signal.Signals(number).name
-        self.restore()
-
-    def requested(self) -> bool:
-        return bool(self.signal_name)
-
-    def restore(self) -> None:
-        for number, previous in self._previous.items():
-            signal.signal(number, previous)
-        self._previous.clear()
+        try:
+            write_json_atomic(self.path, {**report.to_dict(), "partial": True})
+        except OSError as exc:  # the final report has its own fallback; a checkpoint is not worth a campaign
+            print(f"hicache-fuzz: cannot write the checkpoint {self.path} ({exc.strerror or exc}); checkpoints "
+                  "stop, the final report will still be written", file=sys.stderr, flush=True)
+            self.path = None
 
 
 class Progress:
@@ -254,6 +263,10 @@ class Progress:
 def print_campaign(report: CampaignReport) -> None:
     print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
           f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
+    from hicache_fuzz.harness.campaign.engine_stats import summary_lines
+
+    for line in summary_lines(report.extra):  # engine: byte-compared share, verified GB/s, stages, scale reached
+        print(line)
     if "compile_seconds" in report.extra:
         extra = report.extra
         print(f"  wall {extra['wall_seconds']:.1f} s (worker start-up incl. JIT warm-up "

@@ -37,12 +37,15 @@ from __future__ import annotations
 import argparse
 import math
 import shutil
+import sys
 import time
 from pathlib import Path
 
 from hicache_fuzz.harness.campaign.junit import write_junit
+from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
+from hicache_fuzz.harness.commands.common import write_json_report
 from hicache_fuzz.harness.commands.gate_report import GateReport, junit_cases, one_line, render_markdown
-from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_UNAVAILABLE, Unavailable, UsageError
 
 # A fixed default so that a PR gate is derandomized (as Hypothesis and ClusterFuzz advise for PR CI); the nightly
 # campaign is where random seeds belong.
@@ -69,11 +72,11 @@ def planned_cases_per_backend(budget_seconds: float, platform_kind: str, backend
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", required=True, choices=["cpu", "cuda", "rocm"],
                         help="the platform gated; absent -> exit 3 with the reason")
-    parser.add_argument("--budget-seconds", type=float, default=DEFAULT_BUDGET_SECONDS,
+    parser.add_argument("--budget-seconds", type=finite_positive_float, default=DEFAULT_BUDGET_SECONDS,
                         help="campaign budget: sets the fixed case count per backend and is a hard "
                              "wall-clock cap (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="campaign seed (default: %(default)s)")
-    parser.add_argument("--cases-per-backend", type=int, default=None,
+    parser.add_argument("--cases-per-backend", type=positive_int, default=None,
                         help="override the case count derived from the budget (the budget stays the cap)")
     parser.add_argument("--corpus", action="append", type=Path, default=None, metavar="DIR",
                         help="corpus folder to replay, repeatable (default: corpus/)")
@@ -81,8 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="campaign these backends instead of the platform's default set; repeatable")
     parser.add_argument("--backend-plugin", action="append", default=[], metavar="MODULE:CALLABLE",
                         help="load extra backends from a callable returning Backend(s); repeatable")
-    parser.add_argument("--byte-budget", type=int, default=None, help="largest campaign case in bytes")
-    parser.add_argument("--case-timeout", type=float, default=120.0,
+    parser.add_argument("--byte-budget", type=positive_int, default=None, help="largest campaign case in bytes")
+    parser.add_argument("--case-timeout", type=finite_positive_float, default=120.0,
                         help="seconds before a case in a worker counts as a hang (default: %(default)s)")
     parser.add_argument("--no-isa", action="store_true",
                         help="do not run the ISA checks (they count as skipped)")
@@ -126,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--budget-seconds must be positive")
     if args.cases_per_backend is not None and args.cases_per_backend < 1:
         raise UsageError("--cases-per-backend must be >= 1")
-    from hicache_fuzz.harness.campaign.corpus import load_corpus, write_json_atomic
+    from hicache_fuzz.harness.campaign.corpus import load_corpus
     from hicache_fuzz.harness.campaign.known import detect_environment, known_bugs
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.commands.gate_phases import campaign_backends, run_fuzz_phases, run_isa_checks
@@ -177,13 +180,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"[3/3] ISA {isa_row.name}: {isa_row.status} {one_line(isa_row.reason, 200)}", flush=True)
     report.seconds["total"] = sum(report.seconds.values())
 
-    if args.json:
-        write_json_atomic(args.json, report.to_dict())
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(render_markdown(report))
-    if args.junit:
-        write_junit(args.junit, f"hicache-fuzz gate ({report.platform})", junit_cases(report))
+    written = write_json_report(report.to_dict(), args.json)  # elsewhere if it must: never lost
+    try:
+        if args.markdown:
+            args.markdown.parent.mkdir(parents=True, exist_ok=True)
+            args.markdown.write_text(render_markdown(report))
+        if args.junit:
+            write_junit(args.junit, f"hicache-fuzz gate ({report.platform})", junit_cases(report))
+    except OSError as exc:
+        print(f"hicache-fuzz gate: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        written = False
     for line in report.findings():
         print(f"FINDING {one_line(line, 300)}")
     for skipped_row in report.isa_skipped_unallowed():
@@ -191,4 +197,6 @@ def run(args: argparse.Namespace) -> int:
               "pass --allow-skip-isa to accept")
     print(f"gate: {report.status.upper()} (exit {report.exit_code}) in {report.seconds['total']:.1f} s",
           flush=True)
+    if report.exit_code == EXIT_CLEAN and not written:
+        return EXIT_UNAVAILABLE  # green, but an output is not where it was asked (the message says where)
     return report.exit_code

@@ -7,7 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_USAGE
+from hicache_fuzz.harness.commands.arg_types import non_negative_int
+from hicache_fuzz.harness.commands.common import write_json_report
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, EXIT_USAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,14 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", type=Path, metavar="PATH", help="JUnit XML path (default: OUT/junit.xml)")
     parser.add_argument("--suite-name", default="hicache-fuzz",
                         help="JUnit testsuite name (default: %(default)s)")
-    parser.add_argument("--max-per-signature", type=int, default=3,
+    parser.add_argument("--max-per-signature", type=non_negative_int, default=3,
                         help="reproducers kept per failure signature, 0 for all (default: %(default)s)")
     parser.add_argument("--allow-overlap", action="store_true",
                         help="merge even if inputs ran the same cases (counts then include repeats)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache_fuzz.harness.campaign.corpus import write_json_atomic
     from hicache_fuzz.harness.campaign.junit import write_junit
     from hicache_fuzz.harness.campaign.merge import (
         MergeError,
@@ -50,12 +51,21 @@ def run(args: argparse.Namespace) -> int:
     except MergeError as exc:
         print(f"hicache-fuzz merge: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:  # OUT cannot take the merged corpus: report the merged report anyway
+        print(f"hicache-fuzz merge: unavailable: cannot write the merged corpus under {args.out}: "
+              f"{exc.strerror or exc} ({exc.filename})", file=sys.stderr)
+        write_json_report(merged, args.out / "report.json")
+        return EXIT_UNAVAILABLE
     point_failures_at(merged, corpus)
     merged["corpus"] = {"kept": len(corpus.kept), "duplicates": corpus.duplicates,
                         "over_cap": corpus.over_cap, "unreadable": corpus.unreadable}
-    write_json_atomic(args.out / "report.json", merged)
+    written = write_json_report(merged, args.out / "report.json")
     junit_path = args.junit or args.out / "junit.xml"
-    write_junit(junit_path, args.suite_name, junit_cases(merged))
+    try:
+        write_junit(junit_path, args.suite_name, junit_cases(merged))
+    except OSError as exc:
+        print(f"hicache-fuzz merge: cannot write {junit_path}: {exc.strerror or exc}", file=sys.stderr)
+        written = False
     print(describe(merged))
     print(f"corpus: {len(corpus.kept)} files kept, {corpus.duplicates} duplicates, {corpus.over_cap} over "
           f"the per-signature cap, {len(corpus.unreadable)} unreadable -> {args.out / 'corpus'}")
@@ -64,4 +74,10 @@ def run(args: argparse.Namespace) -> int:
     for folder in corpus.missing:
         print(f"  no corpus folder {folder} (a campaign without failures writes none)", file=sys.stderr)
     print(f"report: {args.out / 'report.json'}; junit: {junit_path}")
-    return EXIT_FAILURES if merged["unique_failures"] else EXIT_CLEAN
+    if corpus.unreadable:  # bad input: exit 2, after everything that could be merged was written
+        print(f"hicache-fuzz merge: error: {len(corpus.unreadable)} corpus file(s) refused (listed above)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if merged["unique_failures"]:
+        return EXIT_FAILURES
+    return EXIT_CLEAN if written else EXIT_UNAVAILABLE

@@ -7,8 +7,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError
+from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
+from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, UsageError
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.pipeline.executor import Executor
@@ -20,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", default="fuzz-out/minimized",
                         help="minimized reproducers (JSON + repro script) go here (default: %(default)s)")
     # None: the minimizer's own budgets (imported only when the command runs)
-    parser.add_argument("--max-runs", type=int, default=None, help="candidate runs per case")
-    parser.add_argument("--max-seconds", type=float, default=None, help="seconds per case")
+    parser.add_argument("--max-runs", type=positive_int, default=None, help="candidate runs per case")
+    parser.add_argument("--max-seconds", type=finite_positive_float, default=None, help="seconds per case")
     parser.add_argument("--json", metavar="PATH", help="write sizes before/after and ratios as JSON")
     add_isolation(parser, documented=False)
 
@@ -55,10 +56,16 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0: every input reproduced its failure and was minimized; 1: some input no longer fails."""
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus, write_json_atomic
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus
     from hicache_fuzz.harness.campaign.minimize import DEFAULT_MAX_RUNS, DEFAULT_MAX_SECONDS, NotFailing, minimize
     from hicache_fuzz.harness.campaign.reproducer import save_reproducer
-    from hicache_fuzz.harness.pipeline.setup import available_backend, executor_for, machine_for, registry_for
+    from hicache_fuzz.harness.pipeline.setup import (
+        available_backend,
+        close_executors,
+        executor_for,
+        machine_for,
+        registry_for,
+    )
 
     max_runs = DEFAULT_MAX_RUNS if args.max_runs is None else args.max_runs
     max_seconds = DEFAULT_MAX_SECONDS if args.max_seconds is None else args.max_seconds
@@ -99,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
                   f"{done.size.indices}, bytes {done.original_size.bytes} -> {done.size.bytes} "
                   f"({done.runs} runs, {done.seconds:.1f} s{'' if done.fixpoint else ', budget spent'}) -> {out}")
     finally:
-        for executor in executors.values():
-            executor.close()
-    if args.json:
-        write_json_atomic(Path(args.json), {"summary": summarize(rows), "results": rows})
-    return EXIT_FAILURES if not_failing else EXIT_CLEAN
+        close_executors(list(executors.values()))
+    written = write_json_report({"summary": summarize(rows), "results": rows}, args.json)
+    if not_failing:
+        return EXIT_FAILURES
+    return EXIT_CLEAN if written else EXIT_UNAVAILABLE

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, UsageError
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.replay import Replayed
@@ -42,8 +43,14 @@ def run(args: argparse.Namespace) -> int:
     failures = sum(1 for r in replays if r.verdict is not None and not r.verdict.ok)
     skipped = sum(1 for r in replays if r.skipped)
     print(f"{len(rows) - skipped - failures} passed, {failures} failed, {skipped} skipped")
-    write_json_report({"results": rows}, args.json)
-    return EXIT_FAILURES if failures else EXIT_CLEAN
+    written = write_json_report({"results": rows}, args.json)
+    if failures:
+        return EXIT_FAILURES
+    if skipped:  # entries that could not run here were not checked: their backend is unavailable (README)
+        print(f"hicache-fuzz: unavailable: {skipped} case(s) not replayed: they cannot run here (see SKIP lines)",
+              file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return EXIT_CLEAN if written else EXIT_UNAVAILABLE
 
 
 def _print_row(replay: Replayed) -> dict[str, Any]:

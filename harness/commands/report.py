@@ -7,7 +7,6 @@ Exit codes: 0 written; 2 bad input (missing or unreadable file, not JSON, not a 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,14 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hicache_fuzz.harness.campaign.html_report import report_kind, write_html
+    from hicache_fuzz.harness.model.json_input import MAX_REPORT_FILE_BYTES, InputError, read_json_file
 
     try:
-        data = json.loads(Path(args.report).read_text())
-    except OSError as exc:
-        print(f"hicache-fuzz report: {args.report}: cannot read ({exc.strerror})", file=sys.stderr)
-        return EXIT_USAGE
-    except json.JSONDecodeError as exc:
-        print(f"hicache-fuzz report: {args.report}: not valid JSON ({exc})", file=sys.stderr)
+        data = read_json_file(Path(args.report), MAX_REPORT_FILE_BYTES)
+    except InputError as exc:
+        print(f"hicache-fuzz report: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         if not isinstance(data, dict):

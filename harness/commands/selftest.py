@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError
 
@@ -60,15 +61,15 @@ class MutantRow:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="campaign seed (default: %(default)s)")
-    parser.add_argument("--max-cases-per-mutant", type=int, default=DEFAULT_MAX_CASES_PER_MUTANT,
+    parser.add_argument("--max-cases-per-mutant", type=positive_int, default=DEFAULT_MAX_CASES_PER_MUTANT,
                         help="give up on a mutant after this many cases (default: %(default)s)")
-    parser.add_argument("--max-seconds-per-mutant", type=float, default=DEFAULT_MAX_SECONDS_PER_MUTANT,
+    parser.add_argument("--max-seconds-per-mutant", type=finite_positive_float, default=DEFAULT_MAX_SECONDS_PER_MUTANT,
                         help="give up on a mutant after this many seconds (default: %(default)s)")
-    parser.add_argument("--reference-cases", type=int, default=DEFAULT_REFERENCE_CASES,
+    parser.add_argument("--reference-cases", type=non_negative_int, default=DEFAULT_REFERENCE_CASES,
                         help="the reference must be clean over this many cases (default: %(default)s)")
     parser.add_argument("--mutant", action="append", default=[], metavar="NAME",
                         help="run only this zoo mutant (repeatable; default: every registered mutant)")
-    parser.add_argument("--byte-budget", type=int, help="largest case in bytes (default: the generator's)")
+    parser.add_argument("--byte-budget", type=positive_int, help="largest case in bytes (default: the generator's)")
     parser.add_argument("--corpus", type=Path, help="save the killing cases here as reproducers")
     parser.add_argument("--json", metavar="PATH", help="write the table and summary as JSON")
     add_isolation(parser)

@@ -21,13 +21,24 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from hicache_fuzz.harness.model.json_input import (
+    SAFE_NAME,
+    InputError,
+    expect_bool,
+    expect_int,
+    expect_keys,
+    expect_str,
+    parse_json,
+    safe_name,
+)
+
 SCHEMA_VERSION = 1
 
 # A case that would need more memory than this is rejected as impossible rather than left to OOM.
 MAX_CASE_BYTES = 8 << 30
 
 
-class CaseError(ValueError):
+class CaseError(InputError):
     """A case (file, dict or constructor call) is malformed; the message names the field."""
 
 
@@ -215,9 +226,9 @@ class Case:
     @classmethod
     def from_json(cls, text: str) -> Case:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CaseError(f"case: not valid JSON ({exc})") from None
+            data = parse_json(text, "case")
+        except InputError as exc:
+            raise CaseError(str(exc)) from None
         if not isinstance(data, dict):
             raise CaseError(f"case: expected a JSON object, got {type(data).__name__}")
         return _case_from_dict(data)
@@ -266,17 +277,22 @@ def validate(case: Case) -> None:
     _positive(case.host_slots, "case.host_slots")
     _require(case.host_slots % case.page_size == 0, "case.host_slots",
              f"{case.host_slots} is not a multiple of page_size {case.page_size}")
-    _require(isinstance(case.layer, int) and 0 <= case.layer < case.layers, "case.layer",
+    _require(type(case.layer) is int and 0 <= case.layer < case.layers, "case.layer",
              f"{case.layer!r} is not a layer of a {case.layers}-layer pool")
-    _require(isinstance(case.seed, int) and not isinstance(case.seed, bool), "case.seed", "expected an integer")
-    _require(isinstance(case.backend, str) and case.backend != "", "case.backend", "expected a backend name")
+    _require(type(case.seed) is int and -INDEX_LIMIT < case.seed < INDEX_LIMIT, "case.seed",
+             f"expected an integer, got {case.seed!r}")
+    _require(isinstance(case.backend, str) and bool(SAFE_NAME.fullmatch(case.backend)), "case.backend",
+             f"expected a backend name, got {case.backend!r}")
     for side, values in (("host_indices", case.host_indices), ("device_indices", case.device_indices)):
         _require(isinstance(values, tuple), f"case.{side}", "expected a tuple of integers")
         _check_indices(values, f"case.{side}")
     _require(len(case.pools) >= 1, "case.pools", "at least one pool is needed")
     names = [p.name for p in case.pools]
+    for i, name in enumerate(names):  # pool names become storage keys ("<pool>/<side>") and script text
+        _require(isinstance(name, str) and bool(SAFE_NAME.fullmatch(name)), f"case.pools[{i}].name",
+                 f"{name!r} is not a safe name (letters, digits, _ . + -, not starting with a dot)")
     _require(len(set(names)) == len(names), "case.pools", f"pool names must be unique, got {names}")
-    total = 0
+    total = 0  # bytes allocated for the storages, each rounded as the host arena rounds it
     for i, pool in enumerate(case.pools):
         where = f"case.pools[{i}]"
         _positive(pool.heads, f"{where}.heads")
@@ -297,12 +313,21 @@ def validate(case: Case) -> None:
                      f"{pool.head_groups} does not divide heads={pool.heads}")
         else:
             _require(pool.head_groups == 1, f"{where}.head_groups", "only page_unified uses head groups")
-        for component in pool.components:
-            row = pool.row_bytes(component)
-            total += row * case.layers * (case.host_slots + case.device_rows)
-    _require(total <= MAX_CASE_BYTES, "case", f"needs {total} bytes of pools, over the {MAX_CASE_BYTES} limit")
+        row_bytes = sum(pool.row_bytes(component) for component in pool.components) * case.layers
+        total += allocated_bytes(row_bytes * case.host_slots) + allocated_bytes(row_bytes * case.device_rows)
+    _require(total <= MAX_CASE_BYTES, "case",
+             f"needs {total} bytes of storages (each rounded up to a power of two, as they are allocated), over "
+             f"the {MAX_CASE_BYTES} limit")
     keys = [k for k, _ in case.tuning]
     _require(keys == sorted(set(keys)), "case.tuning", "keys must be unique and sorted (use make_tuning)")
+
+
+def allocated_bytes(payload_bytes: int) -> int:
+    """What one storage of `payload_bytes` really costs: guard bytes on both sides (well under 4 KiB), then
+    the host arena's rounding up to a power of two (at least 4 KiB), so a case's real request is up to about
+    twice its payload. The size limit counts this, so a case that passes it is not refused by the allocator
+    for a reason the case file cannot show."""
+    return 1 << max(12, (payload_bytes + 4096 - 1).bit_length())
 
 
 def make_tuning(knobs: Mapping[str, int | str | bool]) -> tuple[tuple[str, int | str | bool], ...]:
@@ -325,11 +350,14 @@ def _pool_to_dict(pool: PoolSpec) -> dict[str, Any]:
 
 
 def _enum(kind: type[Enum], value: Any, where: str) -> Any:
+    if not isinstance(value, str):
+        choices = ", ".join(str(m.value) for m in kind)
+        raise CaseError(f"{where}: expected one of {choices}, got {value!r}")
     try:
         return kind(value)
     except ValueError:
         choices = ", ".join(str(m.value) for m in kind)
-        raise CaseError(f"{where}: {value!r} is not one of {choices}") from None
+        raise CaseError(f"{where}: {value[:80]!r} is not one of {choices}") from None
 
 
 def _get(data: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
@@ -340,30 +368,48 @@ def _get(data: Mapping[str, Any], key: str, where: str, default: Any = ...) -> A
     return default
 
 
+def _strict(check: Any, data: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
+    """`data[key]` (or `default` when absent) through one of json_input's strict checks, as a CaseError."""
+    if key not in data:
+        return _get(data, key, where, default)
+    try:
+        return check(data[key], f"{where}.{key}")
+    except InputError as exc:
+        raise CaseError(str(exc)) from None
+
+
+def _optional_int(value: Any, where: str) -> int | None:
+    return None if value is None else expect_int(value, where)
+
+
 def _int_list(value: Any, where: str) -> tuple[int, ...]:
     _require(isinstance(value, list), where, f"expected a list of integers, got {type(value).__name__}")
-    return tuple(value)
+    return tuple(value)  # elements are checked (no bools, int64 range) by validate()
+
+
+_POOL_KEYS = frozenset(f.name for f in dataclasses.fields(PoolSpec))
 
 
 def _pool_from_dict(data: Any, where: str) -> PoolSpec:
     _require(isinstance(data, dict), where, "expected an object")
-    known = {f.name for f in dataclasses.fields(PoolSpec)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - _POOL_KEYS)
     _require(not unknown, where, f"unknown field(s) {unknown}")
     return PoolSpec(
-        name=str(_get(data, "name", where, "kv")),
+        name=_strict(safe_name, data, "name", where, "kv"),
         attention=_enum(Attention, _get(data, "attention", where, "mha"), f"{where}.attention"),
         dtype=_enum(KVDtype, _get(data, "dtype", where, "bf16"), f"{where}.dtype"),
-        heads=_get(data, "heads", where),
-        head_dim=_get(data, "head_dim", where),
-        v_head_dim=_get(data, "v_head_dim", where, None),
-        head_groups=_get(data, "head_groups", where, 1),
-        write_back_jit=bool(_get(data, "write_back_jit", where, True)),
+        heads=_strict(expect_int, data, "heads", where),
+        head_dim=_strict(expect_int, data, "head_dim", where),
+        v_head_dim=_strict(_optional_int, data, "v_head_dim", where, None),
+        head_groups=_strict(expect_int, data, "head_groups", where, 1),
+        write_back_jit=_strict(expect_bool, data, "write_back_jit", where, True),
     )
 
 
 def _index_spec(data: Any, where: str) -> IndexSpec:
     _require(isinstance(data, dict), where, "expected an object with dtype and device")
+    unknown = sorted(set(data) - {"dtype", "device"})
+    _require(not unknown, where, f"unknown field(s) {unknown}")
     return IndexSpec(
         dtype=_enum(IndexDtype, _get(data, "dtype", where, "int64"), f"{where}.dtype"),
         device=_enum(IndexDevice, _get(data, "device", where, "device"), f"{where}.device"),
@@ -379,10 +425,15 @@ _CASE_KEYS = {
 
 def _case_from_dict(data: Mapping[str, Any]) -> Case:
     where = "case"
+    _require(isinstance(data, dict), where, f"expected an object, got {type(data).__name__}")
     schema = data.get("schema")
-    _require(schema == SCHEMA_VERSION, "case.schema", f"expected {SCHEMA_VERSION}, got {schema!r}")
-    unknown = sorted(set(data) - _CASE_KEYS)
-    _require(not unknown, where, f"unknown field(s) {unknown}")
+    # type() is int: `true == 1` in Python, and a boolean is no schema number
+    _require(type(schema) is int and schema == SCHEMA_VERSION, "case.schema",
+             f"expected {SCHEMA_VERSION}, got {schema!r}")
+    try:
+        expect_keys(data, _CASE_KEYS, where)
+    except InputError as exc:
+        raise CaseError(str(exc)) from None
     pools_raw = _get(data, "pools", where)
     _require(isinstance(pools_raw, list), "case.pools", "expected a list")
     tuning_raw = _get(data, "tuning", where, {})
@@ -394,20 +445,20 @@ def _case_from_dict(data: Mapping[str, Any]) -> Case:
         scope=_enum(Scope, _get(data, "scope", where), "case.scope"),
         layout=_enum(HostLayout, _get(data, "layout", where), "case.layout"),
         pools=tuple(_pool_from_dict(p, f"case.pools[{i}]") for i, p in enumerate(pools_raw)),
-        layers=_get(data, "layers", where),
-        page_size=_get(data, "page_size", where),
-        device_rows=_get(data, "device_rows", where),
-        host_slots=_get(data, "host_slots", where),
-        layer=_get(data, "layer", where, 0),
+        layers=_strict(expect_int, data, "layers", where),
+        page_size=_strict(expect_int, data, "page_size", where),
+        device_rows=_strict(expect_int, data, "device_rows", where),
+        host_slots=_strict(expect_int, data, "host_slots", where),
+        layer=_strict(expect_int, data, "layer", where, 0),
         host_indices=_int_list(_get(data, "host_indices", where), "case.host_indices"),
         device_indices=_int_list(_get(data, "device_indices", where), "case.device_indices"),
         host_index=_index_spec(_get(data, "host_index", where, {}), "case.host_index"),
         device_index=_index_spec(_get(data, "device_index", where, {}), "case.device_index"),
         host_allocator=_enum(HostAllocator, _get(data, "host_allocator", where, "pin_memory"), "case.host_allocator"),
-        backend=_get(data, "backend", where, "reference"),
+        backend=_strict(expect_str, data, "backend", where, "reference"),
         tuning=make_tuning(tuning_raw),
-        seed=_get(data, "seed", where, 0),
-        note=str(_get(data, "note", where, "")),
+        seed=_strict(expect_int, data, "seed", where, 0),
+        note=_strict(expect_str, data, "note", where, ""),
     )
 
 

@@ -11,6 +11,7 @@ EXIT_CLEAN = 0
 EXIT_FAILURES = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
+EXIT_INTERRUPTED = 130  # a second SIGINT (the first ends a campaign cleanly, with its report)
 
 
 class UsageError(Exception):

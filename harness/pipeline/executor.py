@@ -1,19 +1,25 @@
-"""Executors run a case through a named backend and return its Result.
+"""Executors run cases through a named backend and return their Results.
 
 :class:`InProcessExecutor` calls the runner directly: right for the CPU reference and the bug zoo, whose
 failures are Python exceptions. Backends that can take the process down (real GPU kernels: illegal
-addresses, aborts) go through :class:`hicache_fuzz.harness.pipeline.worker.WorkerExecutor`, which has the same two
-methods and runs each case in a persistent child process.
+addresses, aborts) go through :class:`hicache_fuzz.harness.pipeline.worker.WorkerExecutor`, which has the same
+methods and runs cases in a persistent child process, a batch per round trip.
+
+In process on a GPU (``--isolate no``), device errors a backend raises or leaves pending are cleared after the
+case and become its CRASH result (the runner probes the context after every backend call); the campaign goes
+on. A sticky error (the context is lost) is also the case's CRASH result, and every later case is refused
+with :class:`DeviceContextLost` naming the case that lost it: only a fresh process can go on from there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from hicache_fuzz.harness.model.case import Case
-from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Machine
-from hicache_fuzz.harness.pipeline.runner import run_case
+from hicache_fuzz.harness.pipeline.runner import DEVICE_CRASH_PREFIX, DeviceContextLost, run_case
 from hicache_fuzz.kernels.buffers import HostMemory
 from hicache_fuzz.kernels.registry import Registry
 
@@ -23,15 +29,35 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def run_batch(executor: Executor, cases: Sequence[Case]) -> list[Result]:
+    """The executor's batch entry point where it has one, else one case at a time."""
+    batch = getattr(executor, "run_batch", None)
+    if batch is not None:
+        return list(batch(cases))
+    return [executor.run(case) for case in cases]
+
+
 class InProcessExecutor:
     def __init__(self, registry: Registry, machine: Machine) -> None:
         self.registry = registry
         self.machine = machine
+        self.stage_seconds: dict[str, float] = {}
+        self.context_lost_by = ""  # case id whose sticky device error ended this process's usefulness
 
     def run(self, case: Case) -> Result:
+        if self.context_lost_by:
+            raise DeviceContextLost(f"the device context was lost in case {self.context_lost_by}; "
+                                    "run with --isolate yes to go on past sticky device errors")
         backend = self.registry.get(case.backend)
         memory = HostMemory(simulate=self.machine.device.type == "cpu")
-        return run_case(case, backend, self.machine.platform, self.machine.device, memory)
+        try:
+            return run_case(case, backend, self.machine.platform, self.machine.device, memory, self.stage_seconds)
+        except DeviceContextLost as lost:
+            self.context_lost_by = case.case_id
+            result = Result(case.case_id, case.backend, Outcome.CRASH)
+            result.error = DEVICE_CRASH_PREFIX + str(lost)
+            result.summary = f"sticky device error (context lost): {str(lost).splitlines()[0]}"
+            return result
 
     def close(self) -> None:
         pass

@@ -30,6 +30,9 @@ def fill_pattern(raw: torch.Tensor, salt: int) -> None:
     """
     n = raw.numel()
     if raw.device.type == "cpu":
+        if n >= LARGE_HOST_FILL_BYTES and torch.cuda.is_available() and raw.is_pinned():
+            _fill_host_on_device(raw, salt)  # scale tier: GiBs of pinned host memory, hashed on the GPU
+            return
         _fill_numpy(raw.numpy(), salt)
         return
     if n <= SMALL_DEVICE_FILL_BYTES:
@@ -45,14 +48,36 @@ def fill_pattern(raw: torch.Tensor, salt: int) -> None:
     chunk = 1 << 22  # words per step: bounds the int64 temporaries to 32 MiB
     for first_word in range(0, words_total, chunk):
         words = min(chunk, words_total - first_word)
-        x = torch.arange(first_word, first_word + words, dtype=torch.int64, device=raw.device) ^ salt
-        x = x * SPLITMIX_MULTIPLIER_1
-        x = x ^ (x >> 31)
-        x = x * SPLITMIX_MULTIPLIER_2
-        x = x ^ (x >> 29)
         start = first_word * 8
         count = min(words * 8, n - start)
-        raw[start : start + count] = x.view(torch.uint8)[:count]
+        raw[start : start + count] = _hashed_words(first_word, words, salt, raw.device).view(torch.uint8)[:count]
+
+
+def _hashed_words(first_word: int, words: int, salt: int, device: torch.device) -> torch.Tensor:
+    """splitmix64(w ^ salt) for words w in [first_word, first_word + words), int64 on `device`."""
+    x = torch.arange(first_word, first_word + words, dtype=torch.int64, device=device) ^ salt
+    x = x * SPLITMIX_MULTIPLIER_1
+    x = x ^ (x >> 31)
+    x = x * SPLITMIX_MULTIPLIER_2
+    return x ^ (x >> 29)
+
+
+LARGE_HOST_FILL_BYTES = 64 << 20  # pinned host storages from this size on are hashed on the GPU
+HOST_FILL_STEP_WORDS = 1 << 24  # 128 MiB per step
+
+
+def _fill_host_on_device(raw: torch.Tensor, salt: int) -> None:
+    """The same bytes as the numpy fill, computed on the current GPU in 128 MiB steps and copied into the
+    pinned (or registered) host storage: a GiB costs tens of milliseconds instead of seconds of numpy."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    n = raw.numel()
+    words_total = (n + 7) // 8
+    for first_word in range(0, words_total, HOST_FILL_STEP_WORDS):
+        words = min(HOST_FILL_STEP_WORDS, words_total - first_word)
+        start = first_word * 8
+        count = min(words * 8, n - start)
+        raw[start : start + count].copy_(_hashed_words(first_word, words, salt, device).view(torch.uint8)[:count])
+    torch.cuda.synchronize(device)
 
 
 SPLITMIX_MULTIPLIER_1 = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64

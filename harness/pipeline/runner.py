@@ -7,7 +7,9 @@ This is the whole per-case data flow; everything else (campaigns, selftest, repl
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -68,20 +70,31 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
 
     # Everything is compared where the device storages live (the CPU when simulated): "before" is a copy,
     # "after" is the storage itself where it lives there, so only host storages cross to a GPU.
-    buffers = materialize(case, device, memory)
     try:
-        before = buffers.snapshot_on(device)
+        buffers = materialize(case, device, memory)
+    except (MemoryError, RuntimeError) as exc:
+        return _not_allocated(base, exc, clock)
+    try:
+        try:
+            before = buffers.snapshot_on(device)
+        except (MemoryError, RuntimeError) as exc:
+            return _not_allocated(base, exc, clock)
         clock.lap("materialize")
         try:
             base.path = backend.run(buffers)
-            if device.type != "cpu":
-                torch.cuda.synchronize(device)
             raised = None
         except Exception as exc:  # the backend's refusal (or failure) is data, not a harness error
             raised = exc
             base.error = f"{type(exc).__name__}: {exc}".strip()[:2000]
-            if device.type != "cpu":
-                torch.cuda.synchronize(device)  # a sticky device error surfaces here and escapes: a crash
+        # A device error raised by the backend, or left pending by it (a launch sglang made with a zero-size
+        # grid fails the *next* launch check), is a crash of this case. Non-sticky ones are cleared here and
+        # the process goes on; a sticky one raises DeviceContextLost (the worker then exits).
+        # (On the CPU platform nothing is a device error: simulated backends raise to reject.)
+        pending = device_error_of(raised) if raised is not None and device.type != "cpu" else None
+        pending = check_device(device, pending)
+        if pending is not None:
+            clock.lap("backend")
+            return device_crash(case, backend.name, pending)
         after = buffers.current_on(device)
         clock.lap("backend")
 
@@ -125,6 +138,23 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
     return base
 
 
+NOT_RUN = "not run:"  # summary prefix of a case this machine could not run at all (replay counts it skipped)
+_ALLOCATION_FAILED = re.compile(r"out of memory|can't allocate|cannot allocate|failed to allocate|cudaHostRegister|"
+                                r"hipHostRegister", re.IGNORECASE)
+
+
+def _not_allocated(base: Result, exc: BaseException, clock: _StageClock) -> Result:
+    """The case's storages could not be allocated on this machine: not a finding about the backend (it never
+    ran), so the case is UNSUPPORTED here, with the allocator's words; anything else escapes as a harness bug."""
+    if not isinstance(exc, MemoryError) and not _ALLOCATION_FAILED.search(str(exc)):
+        raise exc
+    base.outcome = Outcome.UNSUPPORTED
+    base.error = f"{type(exc).__name__}: {exc}".strip()[:2000]
+    base.summary = f"{NOT_RUN} this machine could not allocate the case's storages ({base.error[:200]})"
+    clock.lap("classify")
+    return base
+
+
 def _expected_raw(case: Case, before: dict[str, torch.Tensor], semantics: Semantics) -> dict[str, torch.Tensor]:
     """The oracle applied in place to `before` (raw storages, guards included), which it returns: the
     guards and the source storages stay as they were, so whole raw storages can be compared."""
@@ -133,5 +163,90 @@ def _expected_raw(case: Case, before: dict[str, torch.Tensor], semantics: Semant
     return before
 
 
+class DeviceContextLost(RuntimeError):
+    """A sticky device error: the CUDA/HIP context of this process is unusable (cases must stop here)."""
+
+
+DEVICE_CRASH_PREFIX = "device error escaped the case: "  # the worker's wording, so signatures stay the same
+
+
+def device_crash(case: Case, backend_name: str, message: str) -> Result:
+    """The CRASH result of a case whose backend raised or left a (non-sticky) device error. Shaped like the
+    result of a worker that died of it (no paths, same error text), so its failure signature is the same and
+    known-failure entries recorded from worker deaths still match it."""
+    result = Result(case.case_id, backend_name, Outcome.CRASH)
+    result.error = DEVICE_CRASH_PREFIX + message
+    result.summary = f"device error (context recovered, process kept): {message.splitlines()[0]}"
+    return result
+
+
+def is_device_error(exc: BaseException) -> bool:
+    """A CUDA/HIP runtime error (torch.AcceleratorError, or a RuntimeError naming one)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "HIP error" in text
+
+
+def device_error_of(exc: BaseException) -> str | None:
+    return f"{type(exc).__name__}: {exc}" if is_device_error(exc) else None
+
+
+_PROBES: dict[str, torch.Tensor] = {}
+
+
+def _probe(device: torch.device) -> None:
+    """Launch one tiny kernel, then synchronize. torch checks the runtime's last error after every launch
+    (cudaGetLastError, which also clears it), so an error a previous launch left pending surfaces and is cleared
+    here; a synchronize alone returns such an error without clearing it, so it comes second."""
+    probe = _PROBES.get(str(device))
+    if probe is None:
+        probe = _PROBES[str(device)] = torch.zeros(1, dtype=torch.int32, device=device)
+    probe.add_(1)
+    torch.cuda.synchronize(device)
+
+
+def check_device(device: torch.device, pending: str | None = None,
+                 probe: Callable[[torch.device], None] | None = None) -> str | None:
+    """None if the device is healthy and nothing was pending; the error text if an error was raised or
+    pending and the context recovered; raises DeviceContextLost if the context stays broken (sticky error).
+
+    `probe` is injectable so the logic is tested on the CPU platform."""
+    if device.type == "cpu" and probe is None:
+        return pending
+    probe = probe or _probe
+    try:
+        probe(device)
+    except Exception as exc:
+        if not is_device_error(exc):
+            raise
+        pending = pending or f"{type(exc).__name__}: {exc}"
+        for attempt in range(PROBE_RETRIES):  # each failed probe clears one pending error; sticky ones stay
+            try:
+                probe(device)
+                break
+            except Exception as again:
+                if not is_device_error(again):
+                    raise
+                if attempt == PROBE_RETRIES - 1:
+                    raise DeviceContextLost(pending) from again
+    return pending
+
+
+PROBE_RETRIES = 3
+
+
 def _on_cpu(storages: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.cpu() for k, v in storages.items()}
+
+
+def explain_crash(result: Result, backend: Backend, case: Case, platform: Platform) -> Result:
+    """A worker that died could not report what the case was planned to do: add the planned path and the
+    contract's prediction to a crash or hang (what its bug identity is built from). Harmless elsewhere."""
+    if result.outcome not in (Outcome.CRASH, Outcome.HANG) or result.prediction:
+        return result
+    try:
+        plan = backend.plan(case, platform)
+    except Exception:  # a backend that cannot even plan the case: the crash stays as it was
+        return result
+    result.expected_path = result.expected_path or plan.path
+    result.prediction = predict(case, plan.entry, platform).describe()
+    return result

@@ -7,6 +7,7 @@ is bad usage" and "which backends need a worker process" are decided in one plac
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 from hicache_fuzz.harness.model.platform import Machine, PlatformUnavailable, detect, require
 from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
-from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.base import Availability, Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
 
 
@@ -39,10 +40,30 @@ def machine_for(platform: str) -> Machine:
 
 
 def registry_for(backend_plugins: list[str]) -> Registry:
+    """Built-in backends plus the plugins': a malformed or misspelt spec is bad usage (exit 2); a plugin whose
+    import or factory raises cannot provide backends here (exit 3, with its words)."""
+    for spec in backend_plugins:
+        if ":" not in spec:
+            raise UsageError(f"--backend-plugin {spec!r}: expected MODULE:CALLABLE")
+    named = " ".join(backend_plugins)
     try:
         return load_registry(backend_plugins)
-    except (ImportError, ValueError, TypeError) as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name in {spec.partition(":")[0] for spec in backend_plugins}:  # the module itself: a typo
+            raise UsageError(f"--backend-plugin: {exc}") from None
+        raise Unavailable(f"--backend-plugin {named}: {type(exc).__name__}: {exc}") from None
+    except ValueError as exc:  # MODULE:CALLABLE whose callable does not exist
         raise UsageError(f"--backend-plugin: {exc}") from None
+    except Exception as exc:  # the plugin's import or factory raised
+        raise Unavailable(f"--backend-plugin {named}: {type(exc).__name__}: {exc}") from None
+
+
+def probe(backend: Backend, machine: Machine) -> Availability:
+    """backend.probe, where a probe that raises (a plugin's) means the backend is unavailable: exit 3."""
+    try:
+        return backend.probe(machine.platform)
+    except Exception as exc:
+        raise Unavailable(f"backend {backend.name}: its probe raised {type(exc).__name__}: {exc}") from None
 
 
 def available_backend(registry: Registry, name: str, machine: Machine) -> Backend:
@@ -51,7 +72,7 @@ def available_backend(registry: Registry, name: str, machine: Machine) -> Backen
         backend = registry.get(name)
     except UnknownBackend as exc:
         raise UsageError(str(exc)) from None
-    availability = backend.probe(machine.platform)
+    availability = probe(backend, machine)
     if not availability.available:
         raise Unavailable(f"backend {name} is unavailable on {machine.description}: {availability.reason}")
     return backend
@@ -61,7 +82,7 @@ def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
     """The best backends present: every available real-kernel backend on a GPU, else the CPU reference."""
     if machine.platform.kind != "cpu":
         real = [b for name in registry.names() if not (b := registry.get(name)).models_bug
-                and name != "reference" and b.probe(machine.platform).available]
+                and name != "reference" and probe(b, machine).available]
         if real:
             return real
     return [registry.get("reference")]
@@ -77,10 +98,30 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
     if needs_worker(backends, options.isolate):
         from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
-        # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder.
+        # The journal keeps in-flight, crashed and hung cases; replay has no corpus, so it gets a fresh folder
+        # (removed by close_executors). A corpus that cannot hold one is a storage fault: exit 3 with the reason.
         journal = journal_dir if journal_dir is not None else Path(tempfile.mkdtemp(prefix="hicache-fuzz-journal-"))
+        if journal_dir is None:
+            TEMPORARY_JOURNALS.append(journal)
+        try:
+            journal.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise Unavailable(f"cannot create the worker journal {journal}: {exc.strerror or exc}") from None
         # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
         spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
         return WorkerExecutor([b.name for b in backends], options.backend_plugins, machine.platform.kind,
                               options.case_timeout, journal, warm_up=warm_up, spares=spares)
     return InProcessExecutor(registry, machine)
+
+
+TEMPORARY_JOURNALS: list[Path] = []  # made by executor_for for runs without a corpus (replay, minimize)
+
+
+def close_executors(executors: list[Executor]) -> None:
+    """Close the executors, then remove the temporary journals they used (nothing is left under /tmp)."""
+    try:
+        for executor in executors:
+            executor.close()
+    finally:
+        while TEMPORARY_JOURNALS:
+            shutil.rmtree(TEMPORARY_JOURNALS.pop(), ignore_errors=True)

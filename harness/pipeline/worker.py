@@ -93,6 +93,10 @@ class WorkerExecutor:
         self.compiled_in_cases: dict[str, tuple[int, float]] = {}
         self.startup_seconds = 0.0  # waited for workers to start (on the caller's clock)
         self.background_startup_seconds = 0.0  # spares starting while cases ran (off the caller's clock)
+        self.stage_seconds: dict[str, float] = {}  # per pipeline stage, summed over batches (worker's clock)
+        self.batch_seconds = 0.0  # round trips of batches (parent's clock)
+        self.batch_losses = 0  # batches a worker died or hung in
+        self.replayed = 0  # cases replayed alone after a lost batch
 
     # ---- public API ---------------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:
@@ -110,10 +114,7 @@ class WorkerExecutor:
             return self._lost(
                 case, inflight, Outcome.HANG, f"no result within {self.timeout_s:g} s; worker killed", started
             )
-        self.compile_seconds += float(reply.get("compile_s", 0.0))
-        for key, seconds in reply.get("compiled", {}).items():  # which modules cases had to build or load
-            count, total = self.compiled_in_cases.get(key, (0, 0.0))
-            self.compiled_in_cases[key] = (count + 1, total + float(seconds))
+        self._account(reply)
         if "fatal" in reply:  # a device error escaped the runner: the worker's context is unusable, it exits
             self._kill()
             return self._lost(
@@ -123,6 +124,69 @@ class WorkerExecutor:
         if "error" in reply:  # the harness itself failed on this case (not the backend): keep it visible
             raise RuntimeError(f"worker failed on case {case.case_id}: {reply['error']}")
         return Result.from_dict(reply["result"])
+
+    def run_batch(self, cases: Sequence[Case]) -> list[Result]:
+        """Run `cases` in one round trip; results in order. The whole batch is journaled (one JSON-lines file)
+        before it is sent. If the worker dies or hangs at case k, cases before k keep their results and cases
+        k.. are replayed one at a time in a fresh worker (a spare), each with its own journal entry, so the
+        case that kills a worker alone is named by its own CRASH/HANG result. A case that killed the batch but
+        runs clean alone is still reported as a CRASH/HANG (nothing is lost), saying it did not reproduce."""
+        if len(cases) <= 1:
+            return [self.run(case) for case in cases]
+        self._ensure_started()
+        batch_file = self.journal / "inflight" / f"batch-{cases[0].case_id}-{len(cases)}.jsonl"
+        batch_file.write_text("".join(case.to_json() + "\n" for case in cases))
+        results: list[Result] = []
+        started = time.perf_counter()
+        lost: tuple[Outcome, str] | None = None
+        try:
+            self._send({"op": "batch", "cases": [case.to_dict() for case in cases]})
+            while len(results) < len(cases):
+                reply = self._receive(self.timeout_s)
+                self._account(reply)
+                if "fatal" in reply:
+                    lost = (Outcome.CRASH, f"device error escaped the case: {reply['fatal']}")
+                    break
+                if "error" in reply:
+                    batch_file.unlink(missing_ok=True)
+                    failed = cases[len(results)]
+                    raise RuntimeError(f"worker failed on case {failed.case_id}: {reply['error']}")
+                results.append(Result.from_dict(reply["result"]))
+            if lost is None:
+                done = self._receive(self.timeout_s)
+                for stage, seconds in done.get("stages", {}).items():
+                    self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + float(seconds)
+        except _WorkerDied as died:
+            lost = (Outcome.CRASH, died.describe())
+        except _WorkerTimeout:
+            lost = (Outcome.HANG, f"no result within {self.timeout_s:g} s; worker killed")
+        self.batch_seconds += time.perf_counter() - started
+        if lost is None:
+            batch_file.unlink(missing_ok=True)
+            return results
+        self._kill()
+        self.batch_losses += 1
+        (self.journal / "crashes").mkdir(exist_ok=True)
+        batch_file.replace(self.journal / "crashes" / batch_file.name)  # the whole batch, for the record
+        for number, case in enumerate(cases[len(results):]):
+            alone = self.run(case)  # fresh worker, own journal entry
+            self.replayed += 1
+            if number == 0 and alone.outcome not in (Outcome.CRASH, Outcome.HANG):
+                # It died in the batch but not alone: keep the batch's verdict, and say so.
+                outcome, detail = lost
+                alone = Result(case.case_id, case.backend, outcome)
+                alone.error = detail
+                alone.summary = (f"worker {'died' if outcome is Outcome.CRASH else 'hung'} in a batch at this "
+                                 f"case; run alone it did not: {detail.splitlines()[0]}")
+                alone.diff = {"saved_batch": str(self.journal / "crashes" / batch_file.name)}
+            results.append(alone)
+        return results
+
+    def _account(self, reply: dict[str, Any]) -> None:
+        self.compile_seconds += float(reply.get("compile_s", 0.0))
+        for key, seconds in reply.get("compiled", {}).items():  # which modules cases had to build or load
+            count, total = self.compiled_in_cases.get(key, (0, 0.0))
+            self.compiled_in_cases[key] = (count + 1, total + float(seconds))
 
     def start(self) -> None:
         """Start the worker now (probe, warm-up) instead of at the first case, e.g. before a campaign clock."""
@@ -172,14 +236,16 @@ class WorkerExecutor:
             args += ["--backend-plugin", plugin]
         if warm_up:
             args.append("--warm-up")
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        log.write(f"\n==== worker start ({role}) {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
-        )
-        log.close()
-        return proc
+        try:  # no log file or no process (full disk, no memory, missing interpreter): the machine, not a finding
+            log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+            with log:
+                log.write(f"\n==== worker start ({role}) {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
+                log.flush()
+                return subprocess.Popen(
+                    args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
+                )
+        except OSError as exc:
+            raise WorkerError(f"worker did not start: {exc.strerror or exc} ({exc.filename or args[0]})") from None
 
     def _start(self) -> None:
         started = time.perf_counter()
@@ -200,13 +266,15 @@ class WorkerExecutor:
         self.started += 1
         try:
             hello = self._receive(self.startup_timeout_s)
-        except (_WorkerDied, _WorkerTimeout) as exc:
+        except (_WorkerDied, _WorkerTimeout, ValueError) as exc:  # ValueError: it printed something not JSON
             self._kill()
-            detail = exc.describe() if isinstance(exc, _WorkerDied) else "startup timed out"
+            detail = "startup timed out" if isinstance(exc, _WorkerTimeout) else (
+                exc.describe() if isinstance(exc, _WorkerDied) else f"unreadable greeting ({exc})")
             raise WorkerError(f"worker did not start: {detail}") from None
-        if hello.get("op") != "hello":
+        if not isinstance(hello, dict) or hello.get("op") != "hello":
             self._kill()
-            raise WorkerError(f"worker did not start: {hello.get('error', hello)}")
+            detail = hello.get("error", hello) if isinstance(hello, dict) else hello
+            raise WorkerError(f"worker did not start: {detail}")
         self.hello = hello
         waited = time.perf_counter() - started
         self.startup_seconds += waited
@@ -343,8 +411,7 @@ def _serve(argv: Sequence[str] | None = None) -> int:
 
     try:
         from hicache_fuzz.harness.model import platform as platform_mod
-        from hicache_fuzz.harness.pipeline.runner import run_case
-        from hicache_fuzz.kernels import sglang_common as jit_books  # JIT bookkeeping; does not import sglang
+        from hicache_fuzz.harness.pipeline.runner import DeviceContextLost, run_case
         from hicache_fuzz.kernels.buffers import HostMemory  # noqa: F401 - import cost paid up front
         from hicache_fuzz.kernels.registry import load_registry
 
@@ -355,6 +422,8 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         for name, backend in backends.items():
             availability = backend.probe(machine.platform)
             probes[name] = {"available": availability.available, "reason": availability.reason}
+        # JIT bookkeeping, declared by the backends (Backend.compile_books); one object per shared module cache
+        books = list({id(b): b for backend in backends.values() if (b := backend.compile_books()) is not None}.values())
         warm_up_s = 0.0
         if args.warm_up:
             warm_up_s = _warm_up(list(backends.values()), machine.platform)
@@ -372,42 +441,51 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         }
     )
 
+    stages: dict[str, float] = {}
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("op") == "exit":
             break
-        try:
-            case = Case.from_dict(request["case"])
-            backend = backends.get(case.backend) or registry.get(case.backend)
-            compile_before, known_modules = jit_books.compile_seconds, len(jit_books.compiled_keys)
-            result = run_case(case, backend, machine.platform, machine.device)
-            # compiled_keys only grows, in insertion order: the modules this case built are its tail
-            compiled = dict(list(jit_books.compiled_keys.items())[known_modules:])
-            reply({"result": result.to_dict(), "compile_s": jit_books.compile_seconds - compile_before,
-                   "compiled": compiled})
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            if _is_device_error(exc):
-                reply({"fatal": message})
-                return 3  # the CUDA/HIP context may be poisoned: start afresh
-            reply({"error": message})
+        # "run": one case, one reply. "batch": one reply per case as it finishes, then {"op": "batch_done"};
+        # a worker that dies mid-batch has answered every case before the one that killed it.
+        batch = request["cases"] if request.get("op") == "batch" else [request["case"]]
+        for position, case_dict in enumerate(batch):
+            try:
+                case = Case.from_dict(case_dict)
+                backend = backends.get(case.backend) or registry.get(case.backend)
+                marks = [b.mark() for b in books]
+                result = run_case(case, backend, machine.platform, machine.device, stage_seconds=stages)
+                compile_s, compiled = 0.0, {}
+                for b, mark in zip(books, marks, strict=True):
+                    seconds, built = b.since(mark)
+                    compile_s += seconds
+                    compiled.update(built)
+                reply({"position": position, "result": result.to_dict(), "compile_s": compile_s,
+                       "compiled": compiled})
+            except Exception as exc:
+                message = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, DeviceContextLost) or _is_device_error(exc):
+                    reply({"position": position, "fatal": str(exc) if isinstance(exc, DeviceContextLost)
+                           else message})
+                    return 3  # the CUDA/HIP context is poisoned: start afresh
+                reply({"position": position, "error": message})
+        if request.get("op") == "batch":
+            reply({"op": "batch_done", "stages": stages})
+            stages = {}
     return 0
 
 
 def _is_device_error(exc: BaseException) -> bool:
-    """A CUDA/HIP runtime error (torch.AcceleratorError, or a RuntimeError naming one)."""
-    text = f"{type(exc).__name__}: {exc}"
-    return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "HIP error" in text
+    from hicache_fuzz.harness.pipeline.runner import is_device_error
+
+    return is_device_error(exc)
 
 
 def _warm_up(backends: list[Any], platform: Any) -> float:
-    module = sys.modules.get("hicache_fuzz.kernels.sglang_backends")
-    if module is None:
-        try:
-            import hicache_fuzz.kernels.sglang_backends as module  # type: ignore[no-redef]
-        except Exception:
-            return 0.0
-    return float(module.warm_up_backends(backends, platform)) if module is not None else 0.0
+    from hicache_fuzz.harness.model.space import CaseSpace
+    from hicache_fuzz.kernels.compile_books import warm_up
+
+    return warm_up(backends, platform, CaseSpace())
 
 
 if __name__ == "__main__":

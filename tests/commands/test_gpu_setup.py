@@ -177,7 +177,7 @@ def test_the_sgl_kernel_stand_in_imports_raises_and_is_reported_as_such() -> Non
                               str(STANDIN), os.environ.get("PYTHONPATH", "")]))})
     assert done.returncode == 0, done.stderr
     assert "raised: sgl_kernel.kvcacheio.transfer_kv_per_layer is not available" in done.stdout
-    assert "aot: (False, 'only the import-only sgl_kernel stand-in is installed" in done.stdout
+    assert "aot: (False, 'only an import-only sgl_kernel stand-in is installed" in done.stdout
 
 
 def test_device_setup_refuses_a_python_without_torch(tmp_path: Path) -> None:

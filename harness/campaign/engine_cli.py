@@ -1,0 +1,41 @@
+"""The engine's command-line options (fuzz --batch/--mix/--scale/--scale-share), kept free of torch imports so
+that ``fuzz --help`` stays fast; the options are checked and resolved by harness/campaign/feed.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The scale tier's share of a GPU campaign's time: scale.DEFAULT_SCALE_SHARE, repeated here (importing it would
+# import torch at --help time); tests/test_engine.py checks that the two agree.
+DEFAULT_SCALE_SHARE = 0.15
+
+
+def add_engine_arguments(parser: Any) -> None:
+    """`fuzz` options of the engine (to be wired into the fuzz command's parser)."""
+    parser.add_argument("--batch", type=int, metavar="N",
+                        help="cases per worker round trip (default: 64 with a worker, 1 in process)")
+    parser.add_argument("--mix", default="auto", metavar="CLASS=W,...",
+                        help="case mix, e.g. transfer=0.6,reject=0.4 (classes: transfer, reject, empty, undefined, "
+                             "unsupported); 'none' for none; default auto: transfer=0.7,reject=0.28,empty=0.02 "
+                             "on a GPU, none on the CPU")
+    parser.add_argument("--scale", default="auto", choices=["auto", "off", "production", "simulated"],
+                        help="scale tier (auto: production sizes on a GPU, off on the CPU)")
+    parser.add_argument("--scale-share", type=float, default=DEFAULT_SCALE_SHARE, metavar="F",
+                        help="share of the campaign's time for the scale tier (default: %(default)s)")
+
+
+def engine_options(args: Any) -> Any:
+    """EngineOptions from parsed arguments; ValueError (a usage error, exit 2) names a bad value."""
+    from hicache_fuzz.harness.campaign.feed import EngineOptions
+    from hicache_fuzz.harness.campaign.mix import Mix
+
+    mix = getattr(args, "mix", "auto")
+    if mix not in ("auto", "none"):
+        Mix.parse(mix)  # raises ValueError naming the problem
+    batch = getattr(args, "batch", None)
+    if batch is not None and batch < 1:
+        raise ValueError(f"--batch {batch}: need at least 1")
+    share = getattr(args, "scale_share", DEFAULT_SCALE_SHARE)
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"--scale-share {share}: need 0 <= F < 1")
+    return EngineOptions(batch=batch, mix=mix, scale=getattr(args, "scale", "auto"), scale_share=share)

@@ -1,0 +1,137 @@
+"""What a campaign's engine did: throughput, byte-compared share, verified bytes, time per stage, scale reached.
+
+The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives the console lines):
+
+* ``cases_per_second`` (the report's own), ``byte_compared_transfers`` and ``byte_compared_per_second``: cases
+  whose transfer ran and whose storages were compared byte for byte (pass, mismatch, unexpected path; at least
+  one token moved); ``transfer_share`` of all cases; ``mix_target`` and ``mix_reached`` per class;
+* ``verified_bytes`` and ``verified_gb_per_second``: whole raw storages (guards included) compared, summed over
+  the byte-compared transfers and the rejections (whose storages are compared against their state before);
+* ``stages``: seconds per stage: ``generate`` (the feed thread, hidden behind execution unless ``wait``),
+  ``wait`` (the campaign waiting for cases), ``execute`` (batch round trips), ``record`` (classification
+  bookkeeping, reproducers), ``calibrate`` (mix profiles), ``scale_generate``, and the worker's own per-stage
+  clock (``worker_*``: predict, materialize, backend, oracle, compare, classify);
+* ``backend_ms_per_case``: the worker's run_case time per ordinary case, per backend (where time goes);
+* ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from hicache_fuzz.harness.campaign.mix import Mix
+from hicache_fuzz.harness.campaign.scale import ScaleReach
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.kernels.buffers import GUARD_BYTES, register_chunk_bytes
+from hicache_fuzz.oracles import layouts
+
+BYTE_COMPARED = frozenset({Outcome.PASS, Outcome.MISMATCH, Outcome.UNEXPECTED_PATH})
+
+
+def storage_bytes(case: Case) -> int:
+    """Raw bytes of every storage of `case` (payloads and guards): what one whole compare reads."""
+    payload = sum(layouts.device_bytes(case, p) + layouts.host_bytes(case, p) for p in case.pools)
+    return payload + 4 * GUARD_BYTES * len(case.pools)
+
+
+@dataclass
+class EngineStats:
+    mix: Mix | None
+    byte_compared: int = 0
+    rejections_checked: int = 0
+    verified_bytes: int = 0
+    execute_seconds: float = 0.0
+    record_seconds: float = 0.0
+    scale_cases: int = 0
+    scale_shapes: dict[str, int] = field(default_factory=dict)
+    classes: Counter[str] = field(default_factory=Counter)
+    reach: ScaleReach = field(default_factory=ScaleReach)
+    first_result_unix: float = 0.0  # wall clock of the first result (start-up to first case, from outside)
+    per_backend: dict[str, list[float]] = field(default_factory=dict)  # backend -> [cases, seconds in run_case]
+
+    def add(self, case: Case, result: Result, scale_case: bool) -> None:
+        if not self.first_result_unix:
+            self.first_result_unix = time.time()
+        if not scale_case:  # where the time of ordinary cases goes, per backend (the worker's run_case clock)
+            row = self.per_backend.setdefault(result.backend, [0, 0.0])
+            row[0] += 1
+            row[1] += result.seconds
+        compared = result.outcome in BYTE_COMPARED and bool(case.host_indices)
+        if compared:
+            self.byte_compared += 1
+            self.verified_bytes += storage_bytes(case)
+            self.reach.add(case)
+            self.classes["transfer"] += 1
+        elif result.outcome is Outcome.REJECTED_AS_PREDICTED:
+            self.rejections_checked += 1
+            self.verified_bytes += storage_bytes(case)
+            self.classes["reject"] += 1
+        elif result.outcome in BYTE_COMPARED:
+            self.classes["empty"] += 1
+        else:
+            self.classes[result.outcome.value] += 1
+
+    def to_dict(self, seconds: float, feed: Any, scale: Any, executor: Any) -> dict[str, Any]:
+        cases = sum(self.classes.values())
+        stages = {
+            "generate": feed.clock.generate_seconds,
+            "wait": feed.clock.wait_seconds,
+            "execute": self.execute_seconds,
+            "record": self.record_seconds,
+            "calibrate": feed.clock.calibrate_seconds,
+            "scale_generate": feed.clock.scale_generate_seconds,
+        }
+        for stage, spent in getattr(executor, "stage_seconds", {}).items():
+            stages[f"worker_{stage}"] = spent
+        self.reach.scale_cases = self.scale_cases
+        self.reach.scale_seconds = scale.seconds if scale is not None else 0.0
+        self.reach.shapes = dict(self.scale_shapes)
+        return {
+            "engine": {
+                "batch": feed.batch,
+                "mix_target": self.mix.to_dict() if self.mix is not None else None,
+                "mix_reached": {k: round(v / cases, 4) for k, v in sorted(self.classes.items())} if cases else {},
+                "scale_tier": None if scale is None else {"share": scale.share, "skipped": scale.skipped[:20]},
+                "batch_losses": getattr(executor, "batch_losses", 0),
+                "cases_replayed_alone": getattr(executor, "replayed", 0),
+                "first_result_unix": round(self.first_result_unix, 3),
+            },
+            "byte_compared_transfers": self.byte_compared,
+            "rejections_checked": self.rejections_checked,
+            "transfer_share": round(self.byte_compared / cases, 4) if cases else 0.0,
+            "byte_compared_per_second": round(self.byte_compared / seconds, 1) if seconds > 0 else 0.0,
+            "verified_bytes": self.verified_bytes,
+            "verified_gb_per_second": round(self.verified_bytes / seconds / 1e9, 3) if seconds > 0 else 0.0,
+            "stages": {k: round(v, 3) for k, v in stages.items()},
+            "backend_ms_per_case": {name: round(1000 * spent / count, 3) for name, (count, spent)
+                                    in sorted(self.per_backend.items()) if count},
+            "scale": self.reach.to_dict(register_chunk_bytes()),
+        }
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """Console lines for a campaign report's engine fields (empty if it has none)."""
+    if "byte_compared_transfers" not in report:
+        return []
+    scale = report["scale"]
+    stages = ", ".join(f"{k} {v:.1f}" for k, v in report["stages"].items() if v >= 0.05)
+    lines = [
+        f"  engine: {report['byte_compared_transfers']} byte-compared transfers "
+        f"({report['transfer_share']:.0%} of cases, {report['byte_compared_per_second']:,.1f}/s), "
+        f"{report['rejections_checked']} rejections checked, verified {report['verified_gb_per_second']:.2f} GB/s; "
+        f"batch {report['engine']['batch']}",
+        f"  stages (s): {stages}",
+        "  ms per case by backend (worker clock, scale cases apart): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in report.get("backend_ms_per_case", {}).items()),
+        f"  scale reached: device pool {scale['largest_device_pool_rows']:,} rows, host offset "
+        f"{scale['largest_host_byte_offset']:,} B ({scale['registration_chunks_of_largest_host_storage']} "
+        f"registration chunks of {scale['host_register_chunk_bytes'] >> 20} MiB), transfer "
+        f"{scale['longest_transfer_tokens']:,} tokens, {scale['max_layers']} layers, page sizes not a power of two "
+        f"{scale['page_sizes_not_power_of_two'] or 'none'}; scale tier {scale['scale_cases']} cases in "
+        f"{scale['scale_seconds']:.1f} s",
+    ]
+    return lines

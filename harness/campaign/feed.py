@@ -1,0 +1,227 @@
+"""The campaign's case feed: cases generated ahead of execution, in batches, with the mix and the scale tier.
+
+``run_campaign`` takes batches from a :class:`CaseFeed` and hands each to the executor in one round trip
+(``run_batch``: one pipe message per batch for a worker). While a batch runs, the feed's thread generates and
+validates the next one (the parent is blocked on the worker's pipe meanwhile, so generation runs in parallel
+with execution). Slots are produced in campaign order (index i, every backend; then i + n ...), so a campaign
+with a feed visits exactly the cases the case-at-a-time loop visited, and ``next_index`` still resumes it.
+
+Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
+
+* ``batch``: cases per round trip (auto: 64 where the executor has ``run_batch``, else 1);
+* ``mix``: the case mix (:mod:`hicache_fuzz.harness.campaign.mix`; auto: ``transfer=0.7,reject=0.28,empty=0.02``
+  on a GPU, none on the CPU platform, whose campaigns keep their historical case sets);
+* ``scale``: the scale tier (:mod:`hicache_fuzz.harness.campaign.scale`; auto: production sizes on a GPU,
+  off on the CPU; ``simulated`` runs the scaled-down tier anywhere) and its time share (default 15 %).
+
+The command-line form of these options is harness/campaign/engine_cli.py (no torch import: fast --help).
+
+Known crash classes. A corpus entry marked ``"expect": "fail"`` whose observed outcome is a crash gives a
+predicate: same backend, same emptiness of each index list (every crash class known today is a zero-length
+launch). Cases that match are moved to the end of their batch: if one kills the worker, the cases of the
+batch before it keep their results and only it (and other suspects) are replayed alone. With the runner's
+device probe, the known zero-length class does not kill the worker at all (its pending error is cleared and
+the case is a CRASH result with the known signature), so it costs no restart; the ordering is the safety net
+for crash classes that are sticky.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.campaign.mix import DEFAULT_MIX, Mix, TransferProfile, mixed_case
+from hicache_fuzz.harness.campaign.scale import DEFAULT_SCALE_SHARE, PRODUCTION, SIMULATED, ScaleTargets, scale_case
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.oracles.contract import Platform
+
+DEFAULT_BATCH = 64
+
+
+@dataclass
+class EngineOptions:
+    batch: int | None = None  # None: auto
+    mix: str = "auto"  # "auto", "none", or "transfer=0.7,reject=0.3"
+    scale: str = "auto"  # "auto", "off", "production", "simulated"
+    scale_share: float = DEFAULT_SCALE_SHARE
+
+    def resolved_mix(self, platform: Platform) -> Mix | None:
+        if self.mix == "none" or (self.mix == "auto" and platform.kind == "cpu"):
+            return None
+        return DEFAULT_MIX if self.mix == "auto" else Mix.parse(self.mix)
+
+    def resolved_scale(self, platform: Platform) -> ScaleTargets | None:
+        if self.scale == "off" or (self.scale == "auto" and platform.kind == "cpu") or self.scale_share <= 0:
+            return None
+        if self.scale == "simulated":
+            return SIMULATED
+        if self.scale in ("auto", "production"):
+            return PRODUCTION
+        raise ValueError(f"scale {self.scale!r}: expected auto, off, production or simulated")
+
+    def resolved_batch(self, executor: object) -> int:
+        if self.batch is not None:
+            return max(1, self.batch)
+        return DEFAULT_BATCH if hasattr(executor, "run_batch") else 1
+
+
+@dataclass
+class Slot:
+    backend: Backend
+    index: int  # campaign index; scale cases carry the index of the slot they were run before
+    case: Case
+    last_of_index: bool  # the index's last backend: resume after it moves to the next index
+    scale_number: int | None = None  # set for scale-tier cases
+
+
+@dataclass(frozen=True)
+class CrashFeatures:
+    backend: str
+    host_empty: bool
+    device_empty: bool
+
+
+def crash_features(case: Case) -> CrashFeatures:
+    return CrashFeatures(case.backend, not case.host_indices, not case.device_indices)
+
+
+def known_crash_features(files: Iterable[str]) -> set[CrashFeatures]:
+    """The features of the known crash reproducers among `files` (plain JSON; unreadable ones are skipped)."""
+    found = set()
+    for file in files:
+        try:
+            data = json.loads(Path(file).read_text())
+            if data.get("observed", {}).get("outcome") == "crash":
+                found.add(crash_features(Case.from_dict(data["case"])))
+        except Exception:  # a known-failure file that does not parse predicts nothing
+            continue
+    return found
+
+
+def suspects_last(slots: list[Slot], known: set[CrashFeatures]) -> list[int]:
+    """Execution order of `slots` (positions): predicted known crashes last, otherwise campaign order."""
+    if not known:
+        return list(range(len(slots)))
+    return sorted(range(len(slots)), key=lambda i: crash_features(slots[i].case) in known)
+
+
+@dataclass
+class FeedClock:
+    generate_seconds: float = 0.0  # the feed thread generating and validating cases
+    wait_seconds: float = 0.0  # the campaign waiting for the feed (generation not hidden behind execution)
+    scale_generate_seconds: float = 0.0
+    calibrate_seconds: float = 0.0
+
+
+class CaseFeed:
+    """Campaign-ordered slots, generated one batch ahead in a background thread."""
+
+    def __init__(self, seed: int, start_index: int, shard: tuple[int, int], backends: list[Backend],
+                 spaces: dict[str, CaseSpace], platform: Platform, mix: Mix | None, batch: int,
+                 before_index: Any = None) -> None:
+        self.seed, self.step = seed, shard[1]
+        self.backends, self.spaces, self.platform, self.mix, self.batch = backends, spaces, platform, mix, batch
+        self.before_index = before_index  # MenuGrowth.before(backend, index), called in campaign order
+        self.clock = FeedClock()
+        started = time.perf_counter()
+        self.profiles = {b.name: TransferProfile.calibrate(b, spaces[b.name], platform) for b in backends}
+        self.clock.calibrate_seconds = time.perf_counter() - started
+        self._index, self._position = start_index, 0
+        self._ready: deque[Slot] = deque()
+        self._pending: Future[list[Slot]] | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-fuzz-feed")
+        self._lock = threading.Lock()
+
+    def _make(self, count: int) -> list[Slot]:
+        started = time.perf_counter()
+        out = []
+        for _ in range(count):
+            backend = self.backends[self._position]
+            index = self._index
+            if self.before_index is not None:
+                self.before_index(backend, index)
+            space = self.spaces[backend.name]
+            if self.mix is None:
+                case = case_for_index(self.seed, index, space)
+            else:
+                case = mixed_case(self.seed, index, space, backend, self.platform, self.mix,
+                                  self.profiles[backend.name])
+            last = self._position == len(self.backends) - 1
+            out.append(Slot(backend, index, case, last))
+            self._position += 1
+            if last:
+                self._position = 0
+                self._index += self.step
+        self.clock.generate_seconds += time.perf_counter() - started
+        return out
+
+    def take(self, limit: int) -> list[Slot]:
+        """Up to `limit` slots in campaign order (blocks only if the feed is behind)."""
+        if not self._ready and self.batch == 1:  # nothing to overlap with (in process): no look-ahead
+            waited = time.perf_counter()
+            self._ready.extend(self._make(1))
+            self.clock.wait_seconds += time.perf_counter() - waited
+        if not self._ready:
+            if self._pending is None:
+                self._pending = self._thread.submit(self._make, self.batch)
+            waited = time.perf_counter()
+            self._ready.extend(self._pending.result())
+            self.clock.wait_seconds += time.perf_counter() - waited
+            self._pending = self._thread.submit(self._make, self.batch)  # next batch while this one runs
+        return [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
+
+    def next_unconsumed(self) -> tuple[int, int] | None:
+        """(index, backend position) of the first slot generated but not taken, if any."""
+        if self._ready:
+            slot = self._ready[0]
+            return slot.index, self.backends.index(slot.backend)
+        return None
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass
+class ScaleTier:
+    """Scale-tier cases, run whenever the tier's share of the campaign's time allows."""
+
+    seed: int
+    backends: list[Backend]
+    spaces: dict[str, CaseSpace]
+    platform: Platform
+    targets: ScaleTargets
+    share: float
+    profiles: dict[str, TransferProfile]
+    number: int = 0  # next scale case number
+    seconds: float = 0.0  # time spent on scale cases (execution)
+    skipped: list[str] = field(default_factory=list)  # "backend/shape" with no accepted candidate
+
+    def due(self, elapsed: float) -> bool:
+        return self.seconds <= self.share * elapsed
+
+    def next_case(self, clock: FeedClock) -> tuple[Backend, Case, int] | None:
+        started = time.perf_counter()
+        try:
+            for _ in range(3 * len(self.backends)):
+                number = self.number
+                self.number += 1
+                backend = self.backends[(number // 3) % len(self.backends)]
+                case = scale_case(self.seed, number, backend, self.spaces[backend.name], self.platform,
+                                  self.targets, self.profiles[backend.name])
+                if case is not None:
+                    return backend, case, number
+                self.skipped.append(f"{backend.name}/{number % 3}")
+            return None
+        finally:
+            clock.scale_generate_seconds += time.perf_counter() - started
+

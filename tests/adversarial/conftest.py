@@ -1,0 +1,40 @@
+"""Shared helpers of the adversarial suite: run the CLI in this process and collect what it said."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hicache_fuzz.harness.commands.cli import main
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> object:
+    def run(*argv: str) -> Ran:
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # argparse errors
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return Ran(code, captured.out, captured.err)
+    return run
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short folder (a UNIX socket path must stay under ~100 characters)."""
+    folder = Path(tempfile.mkdtemp(prefix="hf-adv-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
