@@ -35,7 +35,7 @@ from hicache_fuzz.harness.pipeline.runner import DeviceContextLost, check_device
 from hicache_fuzz.harness.pipeline.worker import WorkerExecutor
 from hicache_fuzz.kernels.buffers import registration_ranges
 from hicache_fuzz.kernels.registry import load_registry
-from tests.test_worker import PLUGIN, case, env
+from tests.pipeline.test_worker import PLUGIN, case, env
 
 CORPUS = Path(__file__).parent.parent / "corpus" / "sglang"
 CPU = Platform("cpu")
