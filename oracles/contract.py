@@ -20,6 +20,8 @@ generator therefore draws these over their whole range (docs/generation.md).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -304,3 +306,52 @@ _ENTRY_RULES = {
     EntryPoint.AOT_DIRECT: _aot_direct_rules,
     EntryPoint.AOT_PAGE_FIRST_DIRECT: _aot_page_first_direct_rules,
 }
+
+
+# ---- rule identities -------------------------------------------------------------------------------------
+
+# Every reason above, named by the rule it states, in priority order: when an implementation accepts an input
+# that breaks several rules, the first broken rule in this order is the bug's primary rule (its identity,
+# harness/campaign/identity.py). Structural rules come first (they decide what the transfer even is), then
+# index placement and dtype, then row geometry, layout and platform: the most specific check an
+# implementation can forget ranks first.
+RULE_PRIORITY: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(pattern)) for name, pattern in (
+    ("index-lengths", r"^index lists differ in length"),
+    ("page-multiple", r"is not a whole number of \d+-token pages|is not a multiple of page_size"),
+    ("index-out-of-range", r"^(host|device) index -?\d+ outside"),
+    ("duplicate-destinations", r"^duplicate destinations"),
+    ("host-index-device", r"^host indices on "),
+    ("device-index-device", r"^device indices on "),
+    ("host-index-dtype", r"^host indices are "),
+    ("device-index-dtype", r"^device indices are "),
+    ("index-dtypes-differ", r"^host and device index dtypes differ"),
+    ("zero-length", r"^zero-length"),
+    ("row-tiling", r"does not tile the \w+ copy rounds"),
+    ("row-multiple", r"is not a multiple of (16|8)\b|row is not a multiple of 16 bytes"),
+    ("row-too-large", r"-byte shared-memory stage"),
+    ("direction-scope", r"is an all-layer write-back|reads one layer of a page_unified pool"),
+    ("layout", r"has no \w+ addressing|writes page_first|no per-token AOT op|moves layer_first pools"
+               r"|move page_first_direct pools"),
+    ("platform", r"needs a CUDA or ROCm device|needs CUDA sm90"),
+))
+
+
+def rule_of(reason: str) -> str:
+    """The rule a reason states ("other:<reason>" for one this table does not know)."""
+    for name, pattern in RULE_PRIORITY:
+        if pattern.search(reason):
+            return name
+    return "other:" + reason
+
+
+def rules_of(reasons: Sequence[str]) -> list[str]:
+    return [rule_of(reason) for reason in reasons]
+
+
+def primary_rule(reasons: Sequence[str]) -> str:
+    """The first broken rule in RULE_PRIORITY (unknown rules last, in text order): deterministic."""
+    order = {name: rank for rank, (name, _) in enumerate(RULE_PRIORITY)}
+    rules = rules_of(reasons)
+    if not rules:
+        return "none"
+    return min(rules, key=lambda rule: (order.get(rule, len(order)), rule))

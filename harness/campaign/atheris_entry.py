@@ -88,8 +88,8 @@ def make_target(ours: argparse.Namespace, libfuzzer_args: Sequence[str]) -> Any:
 
     from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
     from hicache_fuzz.harness.campaign.generate import draw_case
+    from hicache_fuzz.harness.campaign.identity import signature, signature_key
     from hicache_fuzz.harness.campaign.reproducer import save_reproducer
-    from hicache_fuzz.harness.campaign.signature import signature, signature_key
     from hicache_fuzz.harness.model.platform import detect, require
     from hicache_fuzz.harness.model.space import CaseSpace
     from hicache_fuzz.harness.pipeline.runner import run_case

@@ -13,11 +13,12 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.campaign.identity import identify, signature
+from hicache_fuzz.harness.campaign.scope import KnownScope, ScopeError
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import (
     InputError,
@@ -44,10 +45,20 @@ class CorpusEntry:
     path: Path
     case: Case
     observed: Result | None  # what the campaign saw when it saved the file (None for bare cases)
-    signature: str
-    # "pass" (default) or "fail": a known, unfixed bug whose replay must fail with `signature`
+    signature: str  # as recorded in the file (informative: identities are recomputed, see `bug`)
+    # "pass" (default) or "fail": a known, unfixed bug whose replay must fail with the same bug identity
     # (see docs/reproducers.md, "Expected failures").
     expect: str = "pass"
+    scope: KnownScope = field(default_factory=KnownScope)  # where an expected failure applies
+
+    @property
+    def bug(self) -> str:
+        """The bug identity of the recorded failure, recomputed with today's identity rules (so an entry
+        recorded under an older signature scheme still matches); the recorded signature when the file has
+        no observed failure."""
+        if self.observed is not None and self.observed.outcome.is_failure:
+            return signature(self.observed, self.case)
+        return self.signature
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -72,7 +83,8 @@ def reproducer_dict(case: Case, result: Result) -> dict[str, Any]:
     return {
         "format": REPRODUCER_FORMAT,
         "version": REPRODUCER_VERSION,
-        "signature": signature(result, case),
+        "signature": (identity := identify(result, case)).bug,
+        "variant": identity.variant,
         "case": case.to_dict(),
         "observed": result.to_dict(),
     }
@@ -86,7 +98,8 @@ def save_failure(corpus_dir: Path, case: Case, result: Result) -> Path:
 
 
 # Top-level fields of a reproducer file (see docs/reproducers.md); anything else is a typo or another tool's file.
-_REPRODUCER_KEYS = frozenset({"format", "version", "signature", "signature_key", "case", "observed", "expect",
+_REPRODUCER_KEYS = frozenset({"format", "version", "signature", "signature_key", "variant", "scope", "case",
+                              "observed", "expect",
                               "minimized", "gate_corpus_file"})
 _OBSERVED_KEYS = frozenset({"case_id", "backend", "outcome", "expected_path", "path", "prediction", "error", "diff",
                             "summary", "seconds"})
@@ -124,7 +137,7 @@ def _reproducer_entries(path: Path, data: dict[str, Any]) -> list[CorpusEntry]:
     recorded = data.get("signature", "")
     # The signature names the reproducer's folder when corpora are merged: it must be one safe path component.
     recorded = safe_name(recorded, "reproducer.signature") if recorded != "" else ""
-    for text_key in ("signature_key", "gate_corpus_file"):
+    for text_key in ("signature_key", "gate_corpus_file", "variant"):
         if text_key in data:
             expect_str(data[text_key], f"reproducer.{text_key}")
     if "minimized" in data:
@@ -132,8 +145,16 @@ def _reproducer_entries(path: Path, data: dict[str, Any]) -> list[CorpusEntry]:
     expect = expect_str(data.get("expect", "pass"), "reproducer.expect")
     if expect not in ("pass", "fail"):
         raise CorpusError(f"{path}: reproducer.expect must be \"pass\" or \"fail\", got {expect[:40]!r}")
+    scope = KnownScope()
+    if "scope" in data:
+        if expect != "fail":
+            raise CorpusError(f"{path}: reproducer.scope only applies to an expected failure (\"expect\": \"fail\")")
+        try:
+            scope = KnownScope.from_dict(data["scope"], "reproducer.scope")
+        except ScopeError as exc:
+            raise CorpusError(f"{path}: {exc}") from None
     observed = _observed(data["observed"]) if data.get("observed") is not None else None
-    return [CorpusEntry(path, Case.from_dict(one), observed, recorded, expect)
+    return [CorpusEntry(path, Case.from_dict(one), observed, recorded, expect, scope)
             for one in _per_backend(case_data, "reproducer.case")]
 
 

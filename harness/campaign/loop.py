@@ -10,12 +10,12 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry, reproducer_dict, write_json_atomic
+from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
 from hicache_fuzz.harness.campaign.coverage import Coverage
 from hicache_fuzz.harness.campaign.engine_stats import EngineStats
 from hicache_fuzz.harness.campaign.feed import (
@@ -27,13 +27,15 @@ from hicache_fuzz.harness.campaign.feed import (
     suspects_last,
 )
 from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.campaign.identity import identify
+from hicache_fuzz.harness.campaign.known import match_known
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
-from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor, run_batch
+from hicache_fuzz.harness.pipeline.runner import explain_crash
 from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
@@ -50,8 +52,8 @@ class CampaignConfig:
     start_index: int = 0
     space: CaseSpace = field(default_factory=CaseSpace)
     stop_on_first_failure: bool = False
-    # signature -> reproducer file of known, unfixed failures ("expect": "fail" corpus entries): a failure
-    # with one of these signatures is counted and marked known, and not saved again.
+    # bug identity -> reproducer file of known, unfixed failures that apply here (campaign/known.py
+    # known_bugs): a failure with one of these identities is counted and marked known, and not saved again.
     known_signatures: dict[str, str] = field(default_factory=dict)
     # Polled before every case; True ends the campaign as if its budget ran out (fuzz: SIGTERM/SIGINT).
     should_stop: Callable[[], bool] | None = None
@@ -60,6 +62,9 @@ class CampaignConfig:
     minimizer: Callable[[Case, Result], tuple[Case, Result, dict[str, Any]]] | None = None
     # Batching, case mix and scale tier (harness/campaign/feed.py); "auto" picks per platform.
     engine: EngineOptions = field(default_factory=EngineOptions)
+
+
+MAX_VARIANTS_SAVED = 16  # reproducers kept per bug in one campaign: one per fine-grained variant, at most this
 
 
 @dataclass
@@ -73,6 +78,7 @@ class FailureClass:
     summary: str
     file: str
     known: str = ""  # the known-failure reproducer with this signature ("" = a new failure)
+    variants: list[str] = field(default_factory=list)  # fine-grained keys met (identity.variant), in order
 
 
 @dataclass
@@ -286,6 +292,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             recorded = time.perf_counter()
             for slot, result in zip(slots, results, strict=True):
                 backend, case = slot.backend, slot.case
+                explain_crash(result, backend, case, platform)
                 report.cases += 1
                 if record_case_ids:
                     report.case_ids.append(case.case_id)
@@ -327,25 +334,30 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
 
 def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], case: Case, result: Result,
                     index: int, report: CampaignReport) -> None:
-    sig = signature(result, case)
-    known = config.known_signatures.get(sig, "")
+    identity = identify(result, case)
+    sig = identity.bug
+    known = match_known(config.known_signatures, sig, result.backend)
     if known:  # already in a corpus as an expected failure: count it, keep no second copy
         if sig in classes:
             classes[sig].count += 1
         else:
             classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
-                                        _summary(result), known, known)
+                                        _summary(result), known, known, [identity.variant])
         return
     if sig in classes:
-        classes[sig].count += 1
-        if config.corpus_dir is not None and classes[sig].count <= 3:
-            _save(config.corpus_dir, case, result, {}, report)  # a few examples per class, not thousands
+        failure = classes[sig]
+        failure.count += 1
+        if identity.variant not in failure.variants and len(failure.variants) < MAX_VARIANTS_SAVED:
+            failure.variants.append(identity.variant)  # one example per variant of the bug, not thousands
+            if config.corpus_dir is not None:
+                _save(config.corpus_dir, case, result, {}, report)
         return
     extra: dict[str, Any] = {}
     if config.minimizer is not None:
         case, result, extra = config.minimizer(case, result)
     # Counted before the write: a full disk must not make the failure vanish from the report.
-    failure = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index, _summary(result), "")
+    failure = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index, _summary(result), "",
+                           variants=[identity.variant])
     classes[sig] = failure
     if config.corpus_dir is not None:
         failure.file = _save(config.corpus_dir, case, result, extra, report)
@@ -382,7 +394,5 @@ def _summary(result: Result) -> str:
     return result.summary.splitlines()[0][:300] if result.summary else result.error[:300]
 
 
-def known_failures(entries: Iterable[CorpusEntry]) -> dict[str, str]:
-    """signature -> file of the corpus entries marked as expected failures ("expect": "fail")."""
-    return {e.signature: str(e.path) for e in entries if e.expect == "fail" and e.signature}
+
 

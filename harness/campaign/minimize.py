@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache_fuzz.harness.campaign.signature import signature
+from hicache_fuzz.harness.campaign.identity import signature
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,

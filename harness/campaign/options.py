@@ -15,7 +15,9 @@ from typing import Any
 
 from hicache_fuzz.harness.campaign.corpus import load_corpus
 from hicache_fuzz.harness.campaign.feed import EngineOptions
-from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, known_failures, run_campaign
+from hicache_fuzz.harness.campaign.known import known_bugs
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
+from hicache_fuzz.harness.campaign.scope import Environment
 from hicache_fuzz.harness.campaign.space_file import apply_space
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.exit_codes import UsageError
@@ -85,10 +87,11 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def load_known_failures(paths: Iterable[Path]) -> dict[str, str]:
-    """signature -> file of every expected-failure entry under `paths` (fuzz --known)."""
+def load_known_failures(paths: Iterable[Path], environment: Environment) -> dict[str, str]:
+    """bug identity -> file of every expected-failure entry under `paths` that applies on `environment`
+    (fuzz --known; campaign/known.py)."""
     paths = list(paths)
     for path in paths:
         if not os.path.lexists(path):  # anything else there (a FIFO, a symlink loop) is named by the loader
             raise UsageError(f"--known {path}: no such file or folder")
-    return known_failures(load_corpus(paths))
+    return known_bugs(load_corpus(paths), environment)

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry
+from hicache_fuzz.harness.campaign.identity import signature
+from hicache_fuzz.harness.campaign.known import detect_environment, entry_applies
 from hicache_fuzz.harness.campaign.reproducer import ReplayVerdict, judge_replay
-from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine
-from hicache_fuzz.harness.pipeline.runner import NOT_RUN
+from hicache_fuzz.harness.pipeline.runner import NOT_RUN, explain_crash
 from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, close_executors, executor_for
 from hicache_fuzz.kernels.registry import Registry
 
@@ -41,7 +42,9 @@ def replay_entries(entries: list[CorpusEntry], registry: Registry, machine: Mach
                    journal_dir: Path | None, backend: str | None = None,
                    on_replayed: Callable[[Replayed], None] | None = None) -> list[Replayed]:
     """Replay `entries` in order; `backend` runs every case on that backend instead (then each must pass).
-    `on_replayed` sees each entry as soon as it is done."""
+    An expected failure whose scope excludes this machine must pass here. `on_replayed` sees each entry as
+    soon as it is done."""
+    environment = detect_environment(machine)
     replays = [Replayed(e, e.case if backend is None else e.case.replace(backend=backend)) for e in entries]
     names = sorted({r.case.backend for r in replays})
     skip_reasons = {name: registry.unavailable_reason(name, machine.platform) for name in names}
@@ -51,7 +54,9 @@ def replay_entries(entries: list[CorpusEntry], registry: Registry, machine: Mach
         for replay in replays:
             replay.skipped = skip_reasons[replay.case.backend]
             if not replay.skipped and executor is not None:
-                _replay_one(replay, executor.run, backend is not None)
+                expect = "fail" if backend is None and entry_applies(replay.entry, environment) else "pass"
+                run = _explained(executor.run, registry, machine)
+                _replay_one(replay, run, expect)
             if on_replayed is not None:
                 on_replayed(replay)
     finally:
@@ -59,7 +64,12 @@ def replay_entries(entries: list[CorpusEntry], registry: Registry, machine: Mach
     return replays
 
 
-def _replay_one(replay: Replayed, run: Callable[[Case], Result], overridden: bool) -> None:
+def _explained(run: Callable[[Case], Result], registry: Registry, machine: Machine) -> Callable[[Case], Result]:
+    """`run`, with crashes and hangs given the plan and prediction the dead worker could not report."""
+    return lambda case: explain_crash(run(case), registry.get(case.backend), case, machine.platform)
+
+
+def _replay_one(replay: Replayed, run: Callable[[Case], Result], expect: str) -> None:
     started = time.perf_counter()
     result = run(replay.case)
     replay.seconds = round(time.perf_counter() - started, 3)
@@ -68,6 +78,14 @@ def _replay_one(replay: Replayed, run: Callable[[Case], Result], overridden: boo
         return
     replay.result = result
     replay.signature = signature(result, replay.case) if result.outcome.is_failure else ""
-    # On another backend than the entry's, its expectation says nothing: the case must simply pass.
-    expect = "pass" if overridden else replay.entry.expect
-    replay.verdict = judge_replay(expect, replay.entry.signature, result, replay.case)
+    replay.verdict = judge_replay(expect, replay.entry.bug, result, replay.case)
+
+
+def rerun_alone(case: Case, registry: Registry, machine: Machine, options: ExecutionOptions) -> Result:
+    """Run `case` once more, alone, in a fresh executor of its own (a fresh worker where isolation applies):
+    a failure that does not come back this way is flaky (order- or state-dependent), not a finding."""
+    executor = executor_for([registry.get(case.backend)], registry, machine, options, None)
+    try:
+        return explain_crash(executor.run(case), registry.get(case.backend), case, machine.platform)
+    finally:
+        executor.close()

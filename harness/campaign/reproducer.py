@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
-from hicache_fuzz.harness.campaign.signature import signature, signature_key
+from hicache_fuzz.harness.campaign.identity import signature, signature_key
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import child_path
 from hicache_fuzz.harness.model.outcome import Result
@@ -41,12 +41,12 @@ class ReplayVerdict:
     detail: str
 
 
-def judge_replay(expect: str, recorded_signature: str, result: Result, case: Case) -> ReplayVerdict:
+def judge_replay(expect: str, recorded_bug: str, result: Result, case: Case) -> ReplayVerdict:
     """Compare a replay's result with the entry's expectation.
 
-    ``expect == "fail"`` (a known, unfixed bug) is satisfied only by a failure with the recorded signature
-    (when one is recorded): a different failure is a new finding, and a pass means the bug is fixed or no
-    longer reproduces; either way the entry needs a human look, so neither is ok.
+    ``expect == "fail"`` (a known, unfixed bug) is satisfied only by a failure with the recorded bug identity
+    (when one is recorded): a different failure is a new finding (FAIL-OTHER). A pass is XPASS: the bug is
+    fixed or no longer reproduces here, which the gate reports as fixed so the corpus can be updated.
     """
     failed = result.outcome.is_failure
     observed = signature(result, case) if failed else ""
@@ -57,8 +57,8 @@ def judge_replay(expect: str, recorded_signature: str, result: Result, case: Cas
     if not failed:
         return ReplayVerdict(False, "XPASS", f"expected to fail but {result.outcome.value}: fixed? then set "
                                              f'"expect": "pass"')
-    if recorded_signature and observed != recorded_signature:
-        return ReplayVerdict(False, "FAIL-OTHER", f"expected failure {recorded_signature}, got {observed} "
+    if recorded_bug and observed != recorded_bug:
+        return ReplayVerdict(False, "FAIL-OTHER", f"expected failure {recorded_bug}, got {observed} "
                                                   f"({result.outcome.value})")
     return ReplayVerdict(True, "XFAIL", f"known bug reproduced [{observed}]")
 
@@ -186,7 +186,7 @@ def main(argv):
     from hicache_fuzz.kernels.buffers import HostMemory
     from hicache_fuzz.harness.model.platform import detect
     from hicache_fuzz.harness.pipeline.runner import run_case
-    from hicache_fuzz.harness.campaign.signature import signature
+    from hicache_fuzz.harness.campaign.identity import signature
 
     plugins = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--backend-plugin"]
     case = Case.from_dict(json.loads(CASE_JSON))

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from hicache_fuzz.harness.campaign.generate import draw_case
+from hicache_fuzz.harness.campaign.identity import signature
 from hicache_fuzz.harness.campaign.minimize import Minimized, RunCase, minimize
-from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.harness.model.space import CaseSpace
 

@@ -39,6 +39,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("minimize", f"{_COMMANDS}.minimize", "shrink reproducers while keeping their failure signature"),
     ("atheris", f"{_COMMANDS}.atheris", "coverage-guided fuzzing (atheris, libFuzzer flags)"),
     ("gate", f"{_COMMANDS}.gate", "pre-merge gate: corpus replay + fixed-seed campaign + ISA checks"),
+    ("false-alarms", f"{_COMMANDS}.false_alarms", "N seeded campaigns: how many raise a new bug identity"),
     ("mutate", f"{_COMMANDS}.mutate", "mutation testing of sglang's HiCache sources against a campaign or tests"),
     ("report", f"{_COMMANDS}.report", "render a campaign or gate JSON report as a self-contained HTML page"),
 ]

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.model.case import Case
     from hicache_fuzz.harness.model.outcome import Result
+    from hicache_fuzz.harness.model.platform import Machine
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
@@ -59,8 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_arguments(parser)  # --batch, --mix, --scale, --scale-share (docs/engine.md)
 
 
-def campaign_options(args: argparse.Namespace, seed: int) -> CampaignOptions:
-    """The campaign the parsed fuzz arguments ask for (budgets checked, shard parsed, known failures read)."""
+def campaign_options(args: argparse.Namespace, seed: int, machine: Machine) -> CampaignOptions:
+    """The campaign the parsed fuzz arguments ask for (budgets checked, shard parsed, known failures that
+    apply on `machine` read)."""
+    from hicache_fuzz.harness.campaign.known import detect_environment
     from hicache_fuzz.harness.campaign.options import CampaignOptions, load_known_failures, parse_shard
 
     _check_budget(args)
@@ -70,7 +73,8 @@ def campaign_options(args: argparse.Namespace, seed: int) -> CampaignOptions:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return CampaignOptions(seed, args.runs, args.max_total_time, Path(args.corpus), shard, args.start_index,
-                           args.byte_budget, args.stop_on_failure, load_known_failures(args.known),
+                           args.byte_budget, args.stop_on_failure,
+                           load_known_failures(args.known, detect_environment(machine)),
                            minimize=args.minimize, record_case_ids=args.record_case_ids, engine=engine,
                            space_overrides=space_from_args(args))
 
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"hicache-fuzz: seed {seed}", flush=True)
     _check_budget(args)
     backends = [available_backend(registry, n, machine) for n in args.backend] or auto_backends(registry, machine)
-    options = campaign_options(args, seed)
+    options = campaign_options(args, seed, machine)
     corpus = options.corpus
     assert corpus is not None  # fuzz always has a corpus folder
     print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
@@ -176,7 +180,9 @@ def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
         workers = resolve_worker_count(args.workers, kind, devices)
     except ParallelUsageError as exc:
         raise UsageError(str(exc)) from None
-    options = campaign_options(args, seed)
+    from hicache_fuzz.harness.pipeline.setup import machine_for
+
+    options = campaign_options(args, seed, machine_for(kind))
     assert options.corpus is not None  # fuzz always has a corpus folder
     run_dir = options.corpus / ".parallel" / time.strftime("%Y%m%d-%H%M%S")
     base = shard_job(kind, list(args.backend), options, execution_options(args),

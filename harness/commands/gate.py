@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cases_per_backend is not None and args.cases_per_backend < 1:
         raise UsageError("--cases-per-backend must be >= 1")
     from hicache_fuzz.harness.campaign.corpus import load_corpus
-    from hicache_fuzz.harness.campaign.loop import known_failures
+    from hicache_fuzz.harness.campaign.known import detect_environment, known_bugs
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.commands.gate_phases import campaign_backends, run_fuzz_phases, run_isa_checks
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, machine_for, registry_for
@@ -150,11 +150,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"corpus folder {folder} does not exist")
     # The default corpus/ may be absent (git keeps no empty folders); the report then shows 0 entries.
     entries = load_corpus(d for d in corpus_dirs if d.exists())
+    environment = detect_environment(machine)
     backends = campaign_backends(registry, machine, args.backend)
     cases_per_backend = args.cases_per_backend or planned_cases_per_backend(
         args.budget_seconds, machine.platform.kind, len(backends))
     campaign = CampaignOptions(args.seed, cases_per_backend, corpus=args.artifacts / "campaign",
-                               byte_budget=args.byte_budget, known_signatures=known_failures(entries),
+                               byte_budget=args.byte_budget, known_signatures=known_bugs(entries, environment),
                                record_case_ids=True, space_overrides=space_from_args(args))
     # Real kernels always run in a worker on a GPU, whatever they declare: a fault must not end the gate.
     execution = ExecutionOptions(args.platform, list(args.backend_plugin),

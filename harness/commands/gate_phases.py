@@ -11,13 +11,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry
+from hicache_fuzz.harness.campaign.corpus import CorpusEntry, load_entry
 from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
-from hicache_fuzz.harness.campaign.replay import Replayed, replay_entries
+from hicache_fuzz.harness.campaign.replay import Replayed, replay_entries, rerun_alone
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
 from hicache_fuzz.harness.commands.gate_report import (
     BUDGET_EXCEEDED,
     FAILED,
+    FLAKY,
     PASSED,
     REPLAY_STATUS,
     SKIPPED,
@@ -235,6 +236,29 @@ def _rocm_clang(args: argparse.Namespace, platform_kind: str) -> str | None:
     return None  # isa's default: clang-19
 
 
+def confirm_failures(report: GateReport, registry: Registry, machine: Machine, execution: ExecutionOptions) -> None:
+    """Re-run every failing corpus entry and every new campaign bug once, alone in a fresh worker (the same
+    identity logic as the phases that found them): what passes then is flaky, listed apart, not a finding."""
+    for row in report.replay:
+        if row.status != FAILED or not row.artifact:
+            continue
+        rerun = rerun_alone(load_entry(Path(row.artifact)).case, registry, machine, execution)
+        if not rerun.outcome.is_failure:
+            row.status, row.reason = FLAKY, f"{row.reason}; passed when re-run alone ({rerun.outcome.value})"
+    for campaign_row in report.campaign:
+        confirmed = []
+        for failure in campaign_row.failures:
+            file = failure.get("file")
+            rerun = (rerun_alone(load_entry(Path(file)).case, registry, machine, execution) if file else None)
+            if rerun is not None and not rerun.outcome.is_failure:
+                campaign_row.flaky.append({**failure, "rerun_outcome": rerun.outcome.value})
+            else:
+                confirmed.append(failure)
+        campaign_row.failures = confirmed
+        if campaign_row.status == FAILED and not confirmed:
+            campaign_row.status = PASSED
+
+
 def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: list[Backend], registry: Registry,
                      machine: Machine, campaign: CampaignOptions, budget_seconds: float,
                      execution: ExecutionOptions, artifacts: Path) -> None:
@@ -250,7 +274,10 @@ def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: li
     report.campaign = run_gate_campaign(backends, registry, machine, campaign, budget_seconds, execution,
                                         artifacts)
     report.seconds["campaign"] = time.perf_counter() - phase_started
+    phase_started = time.perf_counter()
+    confirm_failures(report, registry, machine, execution)
+    report.seconds["confirm"] = time.perf_counter() - phase_started
     for row in report.campaign:
         print(f"[2/3] campaign {row.backend}: {row.status}, {row.cases}/{row.planned_cases} cases, "
-              f"{len(row.failures)} new unique failures, {len(row.known_failures)} known, {row.seconds:.1f} s",
-              flush=True)
+              f"{len(row.failures)} new bugs, {len(row.known_failures)} known, {len(row.flaky)} flaky, "
+              f"{row.seconds:.1f} s", flush=True)

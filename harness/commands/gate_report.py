@@ -15,10 +15,11 @@ GATE_FORMAT_VERSION = 1
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 EXPECTED, UNEXPECTED_PASS = "expected", "unexpected_pass"  # replay of an entry marked "expect": "fail"
+FIXED = "fixed"  # an expected failure (in scope here) that no longer fails: update the corpus entry
+FLAKY = "flaky"  # failed, then passed when re-run alone in a fresh worker: neither a finding nor a pass
 BUDGET_EXCEEDED = "budget_exceeded"  # a campaign that did not finish its planned cases within the cap
 # judge_replay's labels -> the gate's replay statuses.
-REPLAY_STATUS = {"PASS": PASSED, "FAIL": FAILED, "XFAIL": EXPECTED, "XPASS": UNEXPECTED_PASS,
-                 "FAIL-OTHER": FAILED}
+REPLAY_STATUS = {"PASS": PASSED, "FAIL": FAILED, "XFAIL": EXPECTED, "XPASS": FIXED, "FAIL-OTHER": FAILED}
 
 
 # ---- results --------------------------------------------------------------------------------------------
@@ -28,7 +29,7 @@ class ReplayRow:
     file: str  # as given (relative to the corpus folder's parent when that is how it was named)
     case_id: str
     backend: str
-    status: str  # passed | failed | expected | unexpected_pass | skipped
+    status: str  # passed | failed | expected | fixed | flaky | skipped
     outcome: str = ""  # the Outcome value observed ("" when skipped)
     signature: str = ""
     expected: str = ""  # "fail [signature]" for an expected-failing regression ("" for a plain entry)
@@ -45,11 +46,13 @@ class CampaignRow:
     status: str  # passed | failed | budget_exceeded
     outcomes: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, Any]] = field(default_factory=list)  # one per unique NEW signature (findings)
-    # failures whose signature a corpus entry marked "expect": "fail" already records (not findings)
+    # failures whose bug identity a corpus entry marked "expect": "fail" already records (not findings)
     known_failures: list[dict[str, Any]] = field(default_factory=list)
     case_ids_sha256: str = ""  # digest of the case ids run, in order: equal digests = equal cases
     first_index: int = 0
     seconds: float = 0.0
+    # failures that passed when re-run alone in a fresh worker (not findings, not passes: listed apart)
+    flaky: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -125,6 +128,7 @@ class GateReport:
                           "status": r.status, "outcomes": dict(sorted(r.outcomes.items())),
                           "failure_signatures": sorted(f["signature"] for f in r.failures),
                           "known_failure_signatures": sorted(f["signature"] for f in r.known_failures),
+                          "flaky_signatures": sorted(f["signature"] for f in r.flaky),
                           "case_ids_sha256": r.case_ids_sha256} for r in self.campaign],
             "isa": [{"name": r.name, "status": r.status, "kernels": r.kernels, "failing": r.failing,
                      "sglang": r.sglang_version} for r in self.isa],
@@ -156,30 +160,32 @@ def render_markdown(report: GateReport) -> str:
     lines += [f"`{report.command}`", "",
               f"seed {report.seed}, budget {report.budget_seconds:g} s -> {report.cases_per_backend} cases "
               f"per backend, exit code {report.exit_code}; {report.machine}", ""]
-    lines += ["| check | result | passed | failed | expected | skipped | details |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["| check | result | passed | failed | known | flaky | fixed | skipped | details |",
+              "|---|---|---|---|---|---|---|---|---|"]
     counts = Counter(r.status for r in report.replay)
     replay_failed = counts[FAILED] + counts[UNEXPECTED_PASS]
     replay_result = "FAIL" if replay_failed else ("PASS" if report.replay else "EMPTY")
     lines.append(f"| corpus replay | {replay_result} | {counts[PASSED]} | {replay_failed} "
-                 f"| {counts[EXPECTED]} | {counts[SKIPPED]} "
+                 f"| {counts[EXPECTED]} | {counts[FLAKY]} | {counts[FIXED]} | {counts[SKIPPED]} "
                  f"| {len(report.replay)} entries from {', '.join(report.corpus_dirs)} |")
     for row in report.campaign:
         result = {PASSED: "PASS", FAILED: "FAIL", BUDGET_EXCEEDED: "FAIL (budget exceeded)"}[row.status]
         failing_cases = sum(f["count"] for f in row.failures)
         known_cases = sum(f["count"] for f in row.known_failures)
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items())) or "no cases"
-        lines.append(f"| campaign `{row.backend}` | {result} | {row.cases - failing_cases - known_cases} "
-                     f"| {failing_cases} | {known_cases} | {row.planned_cases - row.cases} "
-                     f"| {row.cases}/{row.planned_cases} cases: {outcomes}; "
-                     f"{len(row.failures)} new unique failures, {len(row.known_failures)} known |")
+        flaky_cases = sum(f["count"] for f in row.flaky)
+        lines.append(f"| campaign `{row.backend}` | {result} "
+                     f"| {row.cases - failing_cases - known_cases - flaky_cases} "
+                     f"| {failing_cases} | {known_cases} | {flaky_cases} | 0 | {row.planned_cases - row.cases} "
+                     f"| {row.cases}/{row.planned_cases} cases: {outcomes}; {len(row.failures)} new bugs, "
+                     f"{len(row.known_failures)} known, {len(row.flaky)} flaky |")
     for isa_row in report.isa:
         result = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "SKIPPED"}[isa_row.status]
         detail = (one_line(isa_row.reason, 160) if isa_row.status == SKIPPED
                   else f"sglang {isa_row.sglang_version}: {isa_row.kernels} kernel instantiations, "
                        f"{isa_row.failing} failing")
         lines.append(f"| ISA {isa_row.name} | {result} | {int(isa_row.status == PASSED)} "
-                     f"| {int(isa_row.status == FAILED)} | 0 | {int(isa_row.status == SKIPPED)} | {detail} |")
+                     f"| {int(isa_row.status == FAILED)} | 0 | 0 | 0 | {int(isa_row.status == SKIPPED)} | {detail} |")
     timing = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in report.seconds.items())
     lines += ["", f"Wall time: {timing}."]
     findings = report.findings()
@@ -205,9 +211,19 @@ def render_markdown(report: GateReport) -> str:
                           "the gate is not green."]
     known = [(row.backend, f) for row in report.campaign for f in row.known_failures]
     if known:
-        lines += ["", f"<details><summary>Known failures met by the campaign ({len(known)})</summary>", ""]
+        lines += ["", f"### Known failures met by the campaign ({len(known)})", ""]
         lines += [f"- [{backend}] `{f['signature']}` x{f['count']}: known from `{f['known']}`" for backend, f in known]
-        lines += ["", "</details>"]
+    flaky = [(f"campaign {row.backend}", f"`{f['signature']}` x{f['count']}: {one_line(f['summary'], 160)}")
+             for row in report.campaign for f in row.flaky]
+    flaky += [(f"corpus {r.file}", one_line(r.reason, 160)) for r in report.replay if r.status == FLAKY]
+    if flaky:
+        lines += ["", f"### Flaky: failed, then passed when re-run alone ({len(flaky)})", ""]
+        lines += [f"- {where}: {what}" for where, what in flaky]
+    fixed = [r for r in report.replay if r.status == FIXED]
+    if fixed:
+        lines += ["", f"### Fixed: expected failures that no longer fail ({len(fixed)})", "",
+                  "Set their `\"expect\"` to `\"pass\"` (or narrow their `\"scope\"`) in the corpus.", ""]
+        lines += [f"- `{r.file}` [{r.backend}]: {r.expected}" for r in fixed]
     expected = [r for r in report.replay if r.status == EXPECTED]
     if expected:
         lines += ["", f"<details><summary>Expected failures reproduced ({len(expected)})</summary>", ""]
@@ -234,7 +250,7 @@ def junit_cases(report: GateReport) -> list[JUnitCase]:
             failure_text=f"reproducer: {row.artifact}\nrerun: hicache-fuzz replay {row.artifact}" if failed
             else "",
             skipped_message=row.reason if row.status == SKIPPED else None,
-            system_out=row.reason if row.status == EXPECTED else "",
+            system_out=f"{row.status.upper()}: {row.reason}" if row.status in (EXPECTED, FIXED, FLAKY) else "",
             properties={"backend": row.backend, "status": row.status, "outcome": row.outcome}))
     for campaign_row in report.campaign:
         message: str | None = None
@@ -248,10 +264,13 @@ def junit_cases(report: GateReport) -> list[JUnitCase]:
         cases.append(JUnitCase(
             name=f"{campaign_row.backend} seed {report.seed}", classname="gate.campaign",
             seconds=campaign_row.seconds, failure_message=message, failure_text=text,
-            system_out="\n".join(f"known failure [{f['signature']}] x{f['count']}: {f['known']}"
-                                 for f in campaign_row.known_failures),
+            system_out="\n".join([f"KNOWN [{f['signature']}] x{f['count']}: {f['known']}"
+                                   for f in campaign_row.known_failures]
+                                  + [f"FLAKY [{f['signature']}] x{f['count']}: {f['file']}"
+                                     for f in campaign_row.flaky]),
             properties={"cases": str(campaign_row.cases), "planned_cases": str(campaign_row.planned_cases),
-                        "case_ids_sha256": campaign_row.case_ids_sha256}))
+                        "case_ids_sha256": campaign_row.case_ids_sha256,
+                        "known": str(len(campaign_row.known_failures)), "flaky": str(len(campaign_row.flaky))}))
     for isa_row in report.isa:
         cases.append(JUnitCase(
             name=isa_row.name, classname="gate.isa", seconds=isa_row.seconds,

@@ -246,7 +246,8 @@ class _HicacheItem(pytest.Item):
 class CampaignItem(_HicacheItem):
     def runtest(self) -> None:
         from hicache_fuzz.harness.campaign.corpus import load_corpus
-        from hicache_fuzz.harness.campaign.loop import CampaignConfig, known_failures, run_campaign
+        from hicache_fuzz.harness.campaign.known import detect_environment, known_bugs
+        from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
 
         state = _state(self.config)
         machine = state.machine()
@@ -258,7 +259,7 @@ class CampaignItem(_HicacheItem):
 
             backends = auto_backends(state.registry(), machine)
         corpora = [Path(d) for d in self.config.getoption("--hicache-fuzz-corpus")]
-        known = known_failures(load_corpus(corpora))
+        known = known_bugs(load_corpus(corpora), detect_environment(machine))
         out = state.workdir / "campaign"
         config = CampaignConfig(backends=[b.name for b in backends], seed=self.config.getoption("--hicache-fuzz-seed"),
                                 max_seconds=self.config.getoption("--hicache-fuzz-seconds"),
@@ -305,7 +306,7 @@ class ReplayItem(_HicacheItem):
         state = _state(self.config)
         entry = self.entry
         result = state.executor(state.backend(entry.case.backend)).run(entry.case)
-        verdict = judge_replay(entry.expect, entry.signature, result, entry.case)
+        verdict = judge_replay(entry.expect, entry.bug, result, entry.case)
         if verdict.label == "XFAIL":
             raise KnownBugReproduced(verdict.detail)
         if entry.expect == "fail" and verdict.label == "XPASS":
@@ -341,5 +342,5 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 item = ReplayItem.from_parent(session, name=f"hicache_fuzz_replay[{label}]", entry=entry)
                 if entry.expect == "fail":
                     item.add_marker(pytest.mark.xfail(strict=True, raises=KnownBugReproduced,
-                                                      reason=f"known bug {entry.signature or '(no signature)'}"))
+                                                      reason=f"known bug {entry.bug or '(no signature)'}"))
                 items.append(item)

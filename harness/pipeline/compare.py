@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.pipeline.damage import classify_damage
 from hicache_fuzz.kernels.buffers import GUARD_BYTES
 from hicache_fuzz.oracles import layouts
 
@@ -34,6 +35,7 @@ class StorageDiff:
 @dataclass
 class DiffReport:
     storages: list[StorageDiff]
+    damage: dict[str, Any] = field(default_factory=dict)  # pipeline/damage.py: what the mismatch did
 
     @property
     def equal(self) -> bool:
@@ -57,7 +59,7 @@ class DiffReport:
         return "\n".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"storages": [asdict(s) for s in self.storages]}
+        return {"storages": [asdict(s) for s in self.storages], "damage": self.damage}
 
 
 def storages_equal(expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor]) -> bool:
@@ -90,7 +92,8 @@ def compare_storages(case: Case, expected: dict[str, torch.Tensor], actual: dict
         if bytes_equal(got, want):
             continue
         diffs.append(_locate(case, key, want, got, addressed.get(key)))
-    return DiffReport(diffs)
+    damage = classify_damage(case, expected, actual, addressed, [d.storage for d in diffs]) if diffs else {}
+    return DiffReport(diffs, damage)
 
 
 def _locate(case: Case, key: str, want: torch.Tensor, got: torch.Tensor,

@@ -236,3 +236,17 @@ PROBE_RETRIES = 3
 
 def _on_cpu(storages: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.cpu() for k, v in storages.items()}
+
+
+def explain_crash(result: Result, backend: Backend, case: Case, platform: Platform) -> Result:
+    """A worker that died could not report what the case was planned to do: add the planned path and the
+    contract's prediction to a crash or hang (what its bug identity is built from). Harmless elsewhere."""
+    if result.outcome not in (Outcome.CRASH, Outcome.HANG) or result.prediction:
+        return result
+    try:
+        plan = backend.plan(case, platform)
+    except Exception:  # a backend that cannot even plan the case: the crash stays as it was
+        return result
+    result.expected_path = result.expected_path or plan.path
+    result.prediction = predict(case, plan.entry, platform).describe()
+    return result

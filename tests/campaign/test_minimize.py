@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.campaign.identity import signature
 from hicache_fuzz.harness.campaign.minimize import NotFailing, case_size, minimize
-from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.commands.cli import main
 from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.model.outcome import Outcome, Result

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hicache_fuzz.harness.campaign.corpus import load_entry
+from hicache_fuzz.harness.campaign.identity import normalize_error, signature, signature_key
 from hicache_fuzz.harness.campaign.reproducer import judge_replay, save_reproducer
-from hicache_fuzz.harness.campaign.signature import normalize_error, signature, signature_key
 from hicache_fuzz.harness.commands.cli import main
 from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.model.outcome import Outcome, Result
@@ -49,7 +49,8 @@ def test_layout_and_json_fields(saved: Path) -> None:
     data = json.loads(saved.read_text())
     assert saved.parent.name == data["signature"]
     assert saved.name == f"{Case.from_dict(data['case']).case_id}.json"
-    assert data["signature_key"].startswith("test-drop-last-page|test-drop-last-page|mismatch|anchor-dst:")
+    assert data["signature_key"] == "test-drop-last-page|mismatch|missing"  # path | outcome | damage family
+    assert data["variant"].startswith(data["signature"] + ".")
     assert (saved.parent / f"repro_{saved.stem}.py").exists()
     assert load_entry(saved).expect == "pass"
 
@@ -119,7 +120,7 @@ def test_same_bug_on_other_geometry_merges_different_bugs_split() -> None:
     shifted = cpu_run(DeviceRowOffByOne())(load)
     assert shifted.outcome.is_failure
     assert signature(shifted, load) != signature(drop(a), a)
-    assert "stale" in signature_key(drop(a), a)  # the dropped page was never written
+    assert signature_key(drop(a), a).endswith("|missing")  # the dropped page was never written
 
 
 def test_normalize_error_strips_numbers_addresses_paths() -> None:

@@ -21,10 +21,10 @@ from hicache_fuzz.harness.campaign.feed import (
     known_crash_features,
     suspects_last,
 )
+from hicache_fuzz.harness.campaign.identity import signature
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, backend_space, run_campaign
 from hicache_fuzz.harness.campaign.mix import DEFAULT_MIX, Mix, TransferProfile, case_class, mixed_case
 from hicache_fuzz.harness.campaign.scale import SIMULATED, scale_case
-from hicache_fuzz.harness.campaign.signature import signature
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform, require
@@ -35,7 +35,7 @@ from hicache_fuzz.harness.pipeline.runner import DeviceContextLost, check_device
 from hicache_fuzz.harness.pipeline.worker import WorkerExecutor
 from hicache_fuzz.kernels.buffers import registration_ranges
 from hicache_fuzz.kernels.registry import load_registry
-from tests.test_worker import PLUGIN, case, env
+from tests.pipeline.test_worker import PLUGIN, case, env
 
 CORPUS = Path(__file__).parent.parent / "corpus" / "sglang"
 CPU = Platform("cpu")

@@ -1,0 +1,187 @@
+"""Bug identity: a name for the bug behind a failure, not for the case that showed it.
+
+Two failures have the same identity when they have the same cause, whatever the seed, geometry, dtypes or
+unrelated rule violations of their cases. The identity key is
+
+    <implementation path> | <outcome> | <cause>
+
+* implementation path: the path the backend planned (and the one that ran, where it differs), so sglang-jit
+  and sglang-jit-register failing in the same register kernel share an identity, and each zoo mutant (whose
+  path is its name) has its own; a crash or hang is placed at its backend (the process died before it could
+  say which path ran);
+* cause, by outcome:
+  - wrongly accepted: the PRIMARY contract rule the input broke: of the rules it broke, the first in the
+    contract's priority order (``oracles/contract.py`` RULE_PRIORITY), so a case that also breaks unrelated
+    rules (page alignment, index device, index dtype) names the same bug as one that breaks only the rule
+    the implementation forgot;
+  - wrongly rejected, crash, hang: the normalized error (first line; numbers, addresses, paths and quoted
+    values replaced) and what the contract said of the input ("valid", or its primary broken rule): the same
+    CUDA error ends a zero-length launch and a grid past its limit;
+  - mismatch: the family of the damage (``pipeline/damage.py``): missing (stale or truncated rows),
+    misplaced (bytes of the wrong row, page, layer, component or pool, or written out of range), corrupt
+    (bytes from no storage of the case) or source-modified; the exact classes (shifted, swapped, ...) are
+    part of the variant, since which of them a misdirected write shows depends on the geometry;
+  - unexpected path: which path ran instead.
+
+A second, fine-grained key (the *variant*) adds the old per-case roles (which page, which layer, which pool,
+the full list of broken rules): campaigns keep one reproducer per variant inside one bug's folder.
+
+docs/identity.md explains the design and its limits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hicache_fuzz.harness.model.case import Case, Direction
+from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.pipeline.damage import fill_word, storage_salts
+from hicache_fuzz.oracles.contract import primary_rule, rules_of
+
+_ADDRESSES = re.compile(r"0x[0-9a-fA-F]+")
+_PATHS = re.compile(r"(?:/[\w.+-]+){2,}")
+_NUMBERS = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_QUOTED = re.compile(r"'[^']*'")
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def normalize_error(error: str) -> str:
+    """First line of an error with addresses, paths, numbers and quoted values replaced by placeholders."""
+    first_line = error.strip().splitlines()[0] if error.strip() else ""
+    text = _ADDRESSES.sub("ADDR", first_line)
+    text = _PATHS.sub("PATH", text)
+    text = _QUOTED.sub("'S'", text)
+    return _NUMBERS.sub("N", text)[:160]
+
+
+@dataclass(frozen=True)
+class Identity:
+    bug: str  # "<path>-<outcome>-<hash>": the bug; corpus folders, --known matching, minimizer target
+    bug_key: str  # the readable key it hashes
+    variant: str  # "<bug>.<hash>": one reproducer per variant inside a bug
+    variant_key: str
+
+
+def identify(result: Result, case: Case | None = None) -> Identity:
+    """The identity of a failure. Pass the case whenever it is known (mismatch variants need it)."""
+    location = _location(result)
+    bug_key = "|".join((location, result.outcome.value, _cause(result, case)))
+    variant_key = "|".join((bug_key, result.backend, _variant_detail(result, case)))
+    bug = f"{_SAFE.sub('_', location)}-{result.outcome.value}-{_digest(bug_key)}"
+    return Identity(bug, bug_key, f"{bug}.{_digest(variant_key)[:6]}", variant_key)
+
+
+def signature(result: Result, case: Case | None = None) -> str:
+    """The bug identity's name (kept under this name for the corpus layout and older callers)."""
+    return identify(result, case).bug
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def _location(result: Result) -> str:
+    """Where the failure happened: the planned implementation path, and the one that ran where it differs.
+    A crash or hang is placed at its backend: the process died before it could say which path ran, and
+    whether the parent knows the plan must not change the identity."""
+    if result.outcome in (Outcome.CRASH, Outcome.HANG):
+        return result.backend
+    planned = result.expected_path or result.backend
+    ran = result.path
+    if ran and ran not in (planned, "none"):  # "none": nothing was launched, so no other path ran
+        return f"{planned}->{ran}"
+    return planned
+
+
+def _cause(result: Result, case: Case | None) -> str:
+    if result.outcome is Outcome.WRONGLY_ACCEPTED:
+        return primary_rule(_reasons(result.prediction))
+    if result.outcome in (Outcome.WRONGLY_REJECTED, Outcome.CRASH, Outcome.HANG):
+        # The same error text can end different bugs (CUDA's "invalid argument" ends both a zero-length
+        # launch and a grid past its limit): what the contract said of the input tells them apart.
+        return f"{normalize_error(result.error)}|{_input_rule(result.prediction)}"
+    if result.outcome is Outcome.MISMATCH:
+        return _damage_cause(result, case)
+    return ""  # unexpected path: the location says it all
+
+
+def _input_rule(prediction: str) -> str:
+    """"valid" for an input the contract accepts, else the primary rule it breaks."""
+    if not prediction or prediction.startswith("accept"):
+        return "valid"
+    return primary_rule(_reasons(prediction))
+
+
+def _reasons(prediction: str) -> list[str]:
+    """The contract's reasons from a Prediction.describe() string ("reject: a; b")."""
+    _, _, reasons = prediction.partition(": ")
+    return [r for r in reasons.split("; ") if r]
+
+
+def _damage_cause(result: Result, case: Case | None) -> str:
+    damage = result.diff.get("damage") or {}
+    if damage:
+        return str(damage.get("family", "?"))
+    return _family_from_first_byte(result, case)
+
+
+def _family_from_first_byte(result: Result, case: Case | None) -> str:
+    """The damage family of a reproducer saved before damage was recorded, from what its diff kept: the
+    first differing byte of each storage. A destination byte that still holds its pre-transfer fill is a
+    missing write, as the full classification would say of a row left stale."""
+    storages = result.diff.get("storages", [])
+    if case is None or not storages:
+        return "unknown"
+    source = "device" if case.direction is Direction.WRITE_BACK else "host"
+    if any(str(s.get("storage", "")).endswith("/" + source) for s in storages):
+        return "source-modified"
+    if any(s.get("outside_addressed") for s in storages):
+        return "misplaced"
+    salts = storage_salts(case)
+    first = storages[0]
+    key, offset = str(first.get("storage", "")), first.get("first_offset")
+    if key in salts and isinstance(offset, int):
+        fill_byte = (fill_word(offset // 8, salts[key]) >> (8 * (offset % 8))) & 0xFF
+        return "missing" if fill_byte == first.get("actual_byte") else "misplaced"
+    return "unknown"
+
+
+def _variant_detail(result: Result, case: Case | None) -> str:
+    if result.outcome is Outcome.WRONGLY_ACCEPTED:
+        return ",".join(sorted(set(rules_of(_reasons(result.prediction)))))
+    if result.outcome is not Outcome.MISMATCH:
+        return ""
+    damage = result.diff.get("damage") or {}
+    parts = [",".join(damage.get("classes", [])), ",".join(damage.get("components", [])),
+             str(damage.get("component_coverage", ""))]
+    storages = result.diff.get("storages", [])
+    if storages and case is not None:
+        first = storages[0]
+        parts.append(_page_role(case, first))
+        parts.append(str(first.get("region", "")))
+    return "|".join(parts)
+
+
+def _page_role(case: Case, first: dict[str, object]) -> str:
+    """Which page of the transfer the first differing row belongs to: first, last, inner or unaddressed."""
+    location = first.get("location")
+    if not isinstance(location, dict):
+        return ""
+    row = location.get("token", location.get("row"))
+    if not isinstance(row, int):
+        return ""
+    side = str(first.get("storage", "?/?")).partition("/")[2]
+    indices: Sequence[int] = case.host_indices if side == "host" else case.device_indices
+    pages = list(dict.fromkeys(index // case.page_size for index in indices))
+    page = row // case.page_size
+    if page not in pages:
+        return "unaddressed-page"
+    return "last-page" if page == pages[-1] else "first-page" if page == pages[0] else "inner-page"
+
+
+def signature_key(result: Result, case: Case | None = None) -> str:
+    """The readable key the bug identity hashes (written into reproducers next to the identity)."""
+    return identify(result, case).bug_key

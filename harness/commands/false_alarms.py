@@ -1,0 +1,151 @@
+"""``hicache-fuzz false-alarms``: how often does a campaign on an installation raise a NEW bug identity?
+
+Runs N seeded ``hicache-fuzz fuzz`` campaigns (each its own process, exactly as a user or CI runs it) with
+the same --known corpus, and counts the campaigns that raised an identity no known failure accounts for. On a
+clean installation the answer must be 0: a gate that cries wolf on unmodified sglang is switched off. Against
+a mutant (``--backend-plugin`` or a mutated sglang) the same command shows which identities a bug raises and
+whether they are stable across seeds (the same set every time, one per bug in the common case).
+
+Exit codes: 0 no campaign raised a new identity; 1 some did (listed); 2 bad usage; 3 a campaign could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, UsageError
+
+FORMAT = "hicache-fuzz-false-alarms"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seeds", type=int, default=20, help="number of campaigns (seeds FIRST..FIRST+N-1)")
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=60.0, help="each campaign's --max-total-time")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="campaigns at once (on one GPU several fit: each is mostly host-side Python)")
+    parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
+                        help="corpus files or folders of known failures (as fuzz --known); repeatable")
+    parser.add_argument("--out", type=Path, required=True, help="folder for each campaign's report and corpus")
+    parser.add_argument("--json", type=Path, help="write the summary as JSON")
+    parser.add_argument("--markdown", type=Path, help="write the summary as Markdown")
+    parser.add_argument("fuzz_args", nargs=argparse.REMAINDER,
+                        help="after --: more `hicache-fuzz fuzz` options (--platform, --backend, ...)")
+
+
+@dataclass
+class CampaignRun:
+    seed: int
+    exit_code: int
+    cases: int = 0
+    new_identities: list[str] = field(default_factory=list)
+    known_identities: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    report: str = ""
+    error: str = ""
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seeds < 1 or args.jobs < 1 or not args.seconds > 0:
+        raise UsageError("--seeds and --jobs must be >= 1 and --seconds > 0")
+    for path in args.known:
+        if not path.exists():
+            raise UsageError(f"--known {path}: no such file or folder")
+    extra = [a for a in args.fuzz_args if a != "--"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        runs = list(pool.map(lambda seed: run_campaign(seed, args.seconds, args.known, args.out, extra), seeds))
+    summary = summarize(runs, time.perf_counter() - started, args)
+    print_summary(summary)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(render_markdown(summary))
+    if any(r.exit_code not in (EXIT_CLEAN, EXIT_FAILURES) for r in runs):
+        return EXIT_UNAVAILABLE
+    return EXIT_FAILURES if summary["campaigns_with_new_identities"] else EXIT_CLEAN
+
+
+def run_campaign(seed: int, seconds: float, known: list[Path], out: Path, extra: list[str]) -> CampaignRun:
+    """One `hicache-fuzz fuzz` process; its JSON report says which failures were new and which known."""
+    folder = out / f"seed-{seed}"
+    report_path = folder / "report.json"
+    command = [sys.executable, "-m", "hicache_fuzz", "fuzz", "--seed", str(seed), "--max-total-time", str(seconds),
+               "--corpus", str(folder / "corpus"), "--json", str(report_path), "--no-progress", *extra]
+    for path in known:
+        command += ["--known", str(path)]
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryFile(mode="w+") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+        log.seek(0)
+        tail = log.read()[-2000:]
+    (folder / "log.txt").write_text(tail)
+    outcome = CampaignRun(seed, code, seconds=round(time.perf_counter() - started, 1), report=str(report_path))
+    if not report_path.is_file():
+        outcome.error = tail.strip().splitlines()[-1] if tail.strip() else f"exit {code}, no report"
+        return outcome
+    report = json.loads(report_path.read_text())
+    outcome.cases = int(report.get("cases", 0))
+    for failure in report.get("failures", []):
+        target = outcome.known_identities if failure.get("known") else outcome.new_identities
+        target.append(str(failure.get("signature", "")))
+    return outcome
+
+
+def summarize(runs: list[CampaignRun], seconds: float, args: argparse.Namespace) -> dict[str, Any]:
+    new = Counter(identity for r in runs for identity in set(r.new_identities))
+    known = Counter(identity for r in runs for identity in set(r.known_identities))
+    return {
+        "format": FORMAT,
+        "version": 1,
+        "campaigns": len(runs),
+        "seconds_per_campaign": args.seconds,
+        "known": [str(p) for p in args.known],
+        "fuzz_args": [a for a in args.fuzz_args if a != "--"],
+        "campaigns_with_new_identities": sum(1 for r in runs if r.new_identities),
+        "campaigns_failed_to_run": sum(1 for r in runs if r.exit_code not in (EXIT_CLEAN, EXIT_FAILURES)),
+        "total_cases": sum(r.cases for r in runs),
+        "new_identities": dict(sorted(new.items())),  # identity -> campaigns it appeared in
+        "known_identities": dict(sorted(known.items())),
+        "wall_seconds": round(seconds, 1),
+        "runs": [r.__dict__ for r in runs],
+    }
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    print(f"{summary['campaigns']} campaigns x {summary['seconds_per_campaign']:g} s, "
+          f"{summary['total_cases']} cases: {summary['campaigns_with_new_identities']} raised a new identity, "
+          f"{summary['campaigns_failed_to_run']} failed to run")
+    for identity, count in summary["new_identities"].items():
+        print(f"  NEW   {identity}: in {count} campaign(s)")
+    for identity, count in summary["known_identities"].items():
+        print(f"  known {identity}: in {count} campaign(s)")
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    lines = [f"# False-alarm run: {summary['campaigns_with_new_identities']} of {summary['campaigns']} campaigns "
+             "raised a new identity", "",
+             f"{summary['campaigns']} campaigns x {summary['seconds_per_campaign']:g} s, "
+             f"{summary['total_cases']} cases, known from {', '.join(summary['known']) or 'nothing'}; "
+             f"fuzz options `{' '.join(summary['fuzz_args'])}`.", "",
+             "| seed | exit | cases | new identities | known identities |", "|---|---|---|---|---|"]
+    for run_row in summary["runs"]:
+        lines.append(f"| {run_row['seed']} | {run_row['exit_code']} | {run_row['cases']} "
+                     f"| {', '.join(run_row['new_identities']) or '-'} | {len(run_row['known_identities'])} |")
+    return "\n".join(lines) + "\n"

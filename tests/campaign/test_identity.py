@@ -1,0 +1,146 @@
+"""Bug identity (harness/campaign/identity.py, harness/pipeline/damage.py): stable across seeds, geometry and
+unrelated rule violations; separate for different bugs; computed from real reproducers, the committed GPU
+findings included."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from hicache_fuzz.harness.campaign.corpus import load_corpus, load_entry
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.campaign.identity import identify, normalize_error
+from hicache_fuzz.harness.model.case import IndexDevice, IndexDtype, IndexSpec
+from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.model.platform import Platform
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.damage import DAMAGE_FAMILY, DAMAGE_PRIORITY, fill_word, word_preimages
+from hicache_fuzz.harness.pipeline.fill import fill_pattern
+from hicache_fuzz.harness.pipeline.runner import run_case
+from hicache_fuzz.kernels.registry import load_registry
+from hicache_fuzz.oracles.contract import RULE_PRIORITY, EntryPoint, predict, primary_rule, rule_of
+
+ROOT = Path(__file__).resolve().parents[2]
+FINDINGS = ROOT / "corpus" / "sglang"
+CUDA = Platform("cuda", (9, 0))
+
+
+# ---- the fill runs backwards ---------------------------------------------------------------------------------
+
+def test_fill_words_invert_to_their_index() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        index, salt = rng.randrange(1 << 44), rng.randrange(-(1 << 63), 1 << 63)
+        assert any((p ^ salt) & ((1 << 64) - 1) == index for p in word_preimages(fill_word(index, salt)))
+
+
+def test_fill_word_is_what_fill_pattern_writes() -> None:
+    raw = torch.empty(4096, dtype=torch.uint8)
+    fill_pattern(raw, -987654321)
+    for word in (0, 1, 17, 511):
+        assert int.from_bytes(bytes(raw[word * 8 : word * 8 + 8].tolist()), "little") == fill_word(word, -987654321)
+
+
+def test_every_damage_class_has_a_family() -> None:
+    assert set(DAMAGE_PRIORITY) == set(DAMAGE_FAMILY)
+
+
+# ---- contract rules --------------------------------------------------------------------------------------------
+
+def test_every_reason_the_contract_gives_names_a_rule() -> None:
+    """Predict many generated cases on every entry point and platform: no reason falls outside the table."""
+    unnamed = set()
+    for index in range(400):
+        case = case_for_index(11, index, CaseSpace())
+        for entry in EntryPoint:
+            for platform in (Platform("cpu"), CUDA, Platform("rocm", (9, 4))):
+                for reason in predict(case, entry, platform).reasons:
+                    if rule_of(reason).startswith("other:"):
+                        unnamed.add(normalize_error(reason))
+    assert unnamed == set()
+
+
+def test_primary_rule_is_the_first_in_priority_whatever_the_order() -> None:
+    reasons = ["host indices are int32", "index lists differ in length (3 host, 2 device)",
+               "host indices on device (needs ['cpu', 'pinned'])"]
+    assert primary_rule(reasons) == primary_rule(list(reversed(reasons))) == "index-lengths"
+    assert RULE_PRIORITY[0][0] == "index-lengths"
+
+
+# ---- the committed GPU findings ----------------------------------------------------------------------------------
+
+def _findings() -> list:
+    return [e for e in load_corpus([FINDINGS]) if e.expect == "fail"]
+
+
+def test_committed_findings_have_stable_distinct_identities() -> None:
+    entries = _findings()
+    assert len(entries) >= 8
+    bugs = [e.bug for e in entries]
+    assert bugs == [e.bug for e in _findings()]  # recomputed: the same every time
+    assert len(set(bugs)) == len(bugs), "each committed finding is a bug of its own"
+    for entry in entries:
+        assert entry.observed is not None and identify(entry.observed, entry.case).bug == entry.bug
+
+
+def test_staged_unequal_lengths_keeps_its_identity_under_unrelated_violations() -> None:
+    """The measured false alarm: the same staged bug met with extra violations (index device, dtype, page
+    alignment) got a new signature per combination. Its identity now names only the primary rule."""
+    entry = load_entry(FINDINGS / "staged-unequal-index-lists-accepted.json")
+    assert entry.observed is not None
+    base = replace(entry.case, host_indices=(0, 1), device_indices=(0,))  # unequal, with a device side
+    variants = [
+        base,
+        replace(base, host_index=IndexSpec(IndexDevice.DEVICE, base.host_index.dtype)),
+        replace(base, host_index=IndexSpec(base.host_index.device, IndexDtype.INT32)),
+        replace(base, host_index=IndexSpec(IndexDevice.DEVICE, IndexDtype.INT32)),
+    ]
+    reasons_seen = set()
+    for case in variants:
+        prediction = predict(case, EntryPoint.JIT_STAGED, CUDA)
+        assert "index lists differ in length" in prediction.describe()
+        reasons_seen.add(len(prediction.reasons))
+        result = Result(case.case_id, "sglang-staged", Outcome.WRONGLY_ACCEPTED, "jit-staged", "none",
+                        prediction.describe())
+        assert identify(result, case).bug == entry.bug
+    assert max(reasons_seen) >= 3  # the variants really broke more rules than the lengths one
+
+
+def test_a_different_broken_rule_is_a_different_bug() -> None:
+    entry = load_entry(FINDINGS / "staged-unequal-index-lists-accepted.json")
+    other = Result("x", "sglang-staged", Outcome.WRONGLY_ACCEPTED, "jit-staged", "jit-staged",
+                   "reject: host indices are int32")
+    assert identify(other).bug != entry.bug
+
+
+# ---- zoo mutants: same bug, two seeds ----------------------------------------------------------------------------
+
+def _bugs(backend_name: str, seed: int, cases: int) -> set[str]:
+    registry = load_registry()
+    backend = registry.get(backend_name)
+    space = backend.case_space(CaseSpace(backend=backend_name), Platform("cpu"))
+    bugs = set()
+    for index in range(cases):
+        case = case_for_index(seed, index, space)
+        result = run_case(case, backend, Platform("cpu"), torch.device("cpu"))
+        if result.outcome.is_failure:
+            bugs.add(identify(result, case).bug)
+    return bugs
+
+
+@pytest.mark.parametrize("name", ["zoo-kv-swapped-last-layer", "zoo-staging-chunk-64", "zoo-cpu-indices-rejected"])
+def test_a_zoo_bug_raises_the_same_identities_from_two_seeds(name: str) -> None:
+    first, second = _bugs(name, 1, 250), _bugs(name, 2, 250)
+    assert first and first == second
+    assert all(bug.startswith(name) for bug in first)  # the mutant's own path: never merged with another bug
+
+
+def test_different_zoo_bugs_never_share_an_identity() -> None:
+    names = ["zoo-kv-swapped-last-layer", "zoo-staging-chunk-64", "zoo-offset-wrap-32bit"]
+    seen = [_bugs(name, 3, 120) for name in names]
+    assert all(seen)
+    assert not (seen[0] & seen[1] or seen[0] & seen[2] or seen[1] & seen[2])

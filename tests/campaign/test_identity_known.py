@@ -1,0 +1,64 @@
+"""One bug, one identity, whatever the seed: for every zoo mutant, what one seed's campaign saved, marked as
+known, accounts for every failure another seed's campaign meets (so `fuzz --known` exits 0)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_corpus
+from hicache_fuzz.harness.campaign.known import known_bugs
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.campaign.scope import Environment
+from hicache_fuzz.harness.commands.cli import main
+from hicache_fuzz.harness.model.platform import Platform, require
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
+from hicache_fuzz.kernels.registry import load_registry
+
+REGISTRY = load_registry()
+ZOO = sorted(backend.name for backend in REGISTRY.zoo())
+CPU = Platform("cpu")
+FIRST_CASES, SECOND_CASES = 600, 250
+
+
+def campaign(name: str, seed: int, cases: int, corpus: Path | None, known: dict[str, str]) -> list[str]:
+    backend = REGISTRY.get(name)
+    config = CampaignConfig([name], seed, max_cases=cases, corpus_dir=corpus,
+                            space=backend.case_space(CaseSpace(backend=name), CPU), known_signatures=known)
+    report = run_campaign(config, [backend], CPU, InProcessExecutor(REGISTRY, require("cpu")))
+    return [f.signature for f in report.new_failures]
+
+
+def mark_known(corpus: Path) -> None:
+    for path in iter_case_files([corpus]):
+        data = json.loads(path.read_text())
+        data["expect"] = "fail"
+        path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_one_seeds_reproducers_make_another_seeds_failures_known(name: str, tmp_path: Path) -> None:
+    corpus = tmp_path / "seed-1"
+    first = campaign(name, 1, FIRST_CASES, corpus, {})
+    assert first, f"{name} is a zoo mutant: its campaign must fail"
+    mark_known(corpus)
+    known = known_bugs(load_corpus([corpus]), Environment("cpu"))
+    assert set(first) <= set(known)
+    new = campaign(name, 2, SECOND_CASES, None, known)
+    assert new == [], f"seed 2 raised identities seed 1 never met: {new}"
+
+
+def test_fuzz_known_from_another_seed_exits_0(tmp_path: Path) -> None:
+    name = "zoo-kv-swapped-last-layer"
+    common = ["fuzz", "--platform", "cpu", "--backend", name, "--no-progress"]
+    first = tmp_path / "first"
+    assert main([*common, "--seed", "1", "--runs", str(FIRST_CASES), "--corpus", str(first)]) == 1
+    mark_known(first)
+    second = tmp_path / "second"
+    assert main([*common, "--seed", "2", "--runs", str(SECOND_CASES), "--corpus", str(second),
+                 "--known", str(first), "--json", str(tmp_path / "second.json")]) == 0
+    report = json.loads((tmp_path / "second.json").read_text())
+    assert report["unique_failures"] and all(f["known"] for f in report["unique_failures"])
