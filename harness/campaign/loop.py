@@ -262,14 +262,18 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             else:
                 slots = feed.take(limit)
             order = suspects_last(slots, known_crashes)
+            stop_after_batch = False
             ran = time.perf_counter()
             try:
                 results_in_order = run_batch(executor, [slots[i].case for i in order])
             except WorkerError as exc:  # the machine failed us (no worker can start): stop, keep the report
-                first = slots[0] if slots else None
+                first = slots[order[len(exc.partial_results)]] if len(exc.partial_results) < len(slots) else None
                 report.environment_error = (f"case {first.case.case_id} at index {first.index}: {exc}" if first
                                             else str(exc))
-                break
+                # Results the batch produced before the failed start (a crash among them) are still recorded.
+                order = order[: len(exc.partial_results)]
+                results_in_order = exc.partial_results
+                stop_after_batch = True
             except OSError as exc:  # the executor's own files (the worker journal) could not be written
                 first = slots[0] if slots else None
                 report.storage_error = (f"case {first.case.case_id} at index {first.index} not run: "
@@ -290,7 +294,10 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 stats.scale_cases += 1
                 stats.scale_shapes[slots[0].case.note] = stats.scale_shapes.get(slots[0].case.note, 0) + 1
             recorded = time.perf_counter()
-            for slot, result in zip(slots, results, strict=True):
+            executed = set(order)
+            for position, (slot, result) in enumerate(zip(slots, results, strict=True)):
+                if position not in executed:  # never ran (no worker could start): not counted, resumed later
+                    continue
                 backend, case = slot.backend, slot.case
                 explain_crash(result, backend, case, platform)
                 report.cases += 1
@@ -318,6 +325,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 if done:
                     break
             stats.record_seconds += time.perf_counter() - recorded
+            if stop_after_batch:
+                break
     finally:
         feed.close()
     report.next_index = resume[0]

@@ -49,7 +49,13 @@ GPU_SPARE_WORKERS = 2
 
 
 class WorkerError(RuntimeError):
-    """The worker could not be started (bad backend name, platform missing): not a finding."""
+    """The worker could not be started (bad backend name, platform missing): not a finding. Raised from a
+    batch, it carries the results the batch did produce (`partial_results`, in case order), so a crash that
+    came before the failed restart is still reported."""
+
+    def __init__(self, *args: object, partial_results: list[Result] | None = None) -> None:
+        super().__init__(*args)
+        self.partial_results: list[Result] = list(partial_results or [])
 
 
 class WorkerExecutor:
@@ -169,7 +175,15 @@ class WorkerExecutor:
         (self.journal / "crashes").mkdir(exist_ok=True)
         batch_file.replace(self.journal / "crashes" / batch_file.name)  # the whole batch, for the record
         for number, case in enumerate(cases[len(results):]):
-            alone = self.run(case)  # fresh worker, own journal entry
+            try:
+                alone = self.run(case)  # fresh worker, own journal entry
+            except WorkerError as exc:  # no worker can start: keep what the batch found, then give up
+                if number == 0:
+                    outcome, detail = lost
+                    culprit = Result(case.case_id, case.backend, outcome)
+                    culprit.error, culprit.summary = detail, f"worker died in a batch at this case: {detail}"
+                    results.append(culprit)
+                raise WorkerError(str(exc), partial_results=results) from None
             self.replayed += 1
             if number == 0 and alone.outcome not in (Outcome.CRASH, Outcome.HANG):
                 # It died in the batch but not alone: keep the batch's verdict, and say so.

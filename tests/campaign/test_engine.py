@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from hicache_fuzz.harness.campaign.corpus import load_entry
 from hicache_fuzz.harness.campaign.engine_stats import summary_lines
 from hicache_fuzz.harness.campaign.feed import (
     CaseFeed,
@@ -37,7 +38,7 @@ from hicache_fuzz.kernels.buffers import registration_ranges
 from hicache_fuzz.kernels.registry import load_registry
 from tests.pipeline.test_worker import PLUGIN, case, env
 
-CORPUS = Path(__file__).parent.parent / "corpus" / "sglang"
+CORPUS = Path(__file__).parents[2] / "corpus" / "sglang"
 CPU = Platform("cpu")
 
 
@@ -140,7 +141,11 @@ def test_an_in_process_crash_has_the_signature_of_the_known_worker_death() -> No
     known = Case.from_dict(data["case"])
     message = data["observed"]["error"].removeprefix("device error escaped the case: ")
     result = device_crash(known, known.backend, message)
-    assert signature(result, known) == data["signature"]
+    # What the campaign adds to a crash before naming it (pipeline/runner.py explain_crash: the plan and the
+    # contract's prediction, from the sglang backend, which this CPU test cannot plan with).
+    result.prediction = data["observed"]["prediction"]
+    result.expected_path = data["observed"]["expected_path"]
+    assert signature(result, known) == load_entry(CORPUS / "jit-register-zero-length-launch.json").bug
 
 
 def test_known_crash_cases_run_last_in_their_batch() -> None:
@@ -191,7 +196,7 @@ def test_simulated_scale_tier_reaches_every_target(tmp_path: Path) -> None:
     assert scale["largest_device_pool_rows"] > SIMULATED.device_rows - 1
     assert scale["largest_host_byte_offset"] > SIMULATED.host_offset
     assert scale["longest_transfer_tokens"] > SIMULATED.tokens - 1
-    assert scale["max_layers"] == max(SIMULATED.layers)
+    assert scale["max_layers"] >= max(SIMULATED.layers)  # the ordinary cases may reach further (layers to 128)
     assert scale["page_sizes_not_power_of_two"]
 
 

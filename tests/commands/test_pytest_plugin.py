@@ -104,12 +104,13 @@ def test_corpus_replay_different_failure_is_not_xfailed(pytester: pytest.Pyteste
     corpus = pytester.mkdir("corpus")
     path = _zoo_reproducer(corpus)
     data = json.loads(path.read_text())
-    data["signature"] = "zoo-last-page-dropped-mismatch-ffffffffff"  # recorded: another bug
+    # Recorded: another bug (a crash). The identity is recomputed from what was observed, so that is what changes.
+    data["observed"].update(outcome="crash", error="worker died with signal 11", diff={})
     path.write_text(json.dumps(data))
     result = pytester.runpytest("-p", "hicache_fuzz", "--hicache-fuzz-corpus", str(corpus),
                                 "--hicache-fuzz-platform", "cpu")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*FAIL-OTHER: expected failure zoo-last-page-dropped-mismatch-ffffffffff*"])
+    result.stdout.fnmatch_lines(["*FAIL-OTHER: expected failure zoo-last-page-dropped-crash-*"])
 
 
 def test_campaign_item(pytester: pytest.Pytester) -> None:
