@@ -178,5 +178,16 @@ def device_row_bytes(case: Case, pool: PoolSpec, component: str, layer: int, row
     return torch.from_numpy(chunk_bytes(starts[0], width))
 
 
+def row_bytes_of(case: Case, pool: PoolSpec, side: str, component: str, layer: int,
+                 rows: torch.Tensor) -> torch.Tensor:
+    """host_row_bytes or device_row_bytes, by storage side ("host" or "device")."""
+    return (host_row_bytes if side == "host" else device_row_bytes)(case, pool, component, layer, rows)
+
+
+def rows_of_side(case: Case, side: str) -> int:
+    """How many rows (host slots or device rows) one layer of one component has on `side`."""
+    return case.host_slots if side == "host" else case.device_rows
+
+
 def _numpy(indices: torch.Tensor) -> np.ndarray:
     return indices.detach().to("cpu", torch.int64).numpy()

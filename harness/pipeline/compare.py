@@ -126,16 +126,13 @@ def _rows_and_location(case: Case, key: str, payload_diff: torch.Tensor,
                        first_payload_offset: int) -> tuple[dict[str, Any], dict[str, int]]:
     pool_name, side = key.split("/")
     pool = next(p for p in case.pools if p.name == pool_name)
-    count = case.host_slots if side == "host" else case.device_rows
+    count = layouts.rows_of_side(case, side)
     all_rows = torch.arange(count, dtype=torch.int64)
     location: dict[str, Any] = {}
     rows: dict[str, int] = {}
     for component in pool.components:
         for layer in range(case.layers):
-            if side == "host":
-                offsets = layouts.host_row_bytes(case, pool, component, layer, all_rows)
-            else:
-                offsets = layouts.device_row_bytes(case, pool, component, layer, all_rows)
+            offsets = layouts.row_bytes_of(case, pool, side, component, layer, all_rows)
             differing = payload_diff[offsets].any(dim=1)
             if bool(differing.any()):
                 rows[f"{component}/{layer}"] = int(differing.sum())

@@ -172,15 +172,12 @@ def classify_damage(case: Case, expected: dict[str, torch.Tensor], actual: dict[
 def _differing_rows(case: Case, pool: PoolSpec, side: str,
                     payload_diff: torch.Tensor) -> Iterator[tuple[str, int, int, torch.Tensor]]:
     """Up to SAMPLED_ROWS (component, layer, row, payload offsets of the row) whose addressed bytes differ."""
-    count = case.host_slots if side == "host" else case.device_rows
+    count = layouts.rows_of_side(case, side)
     all_rows = torch.arange(count, dtype=torch.int64)
     found = 0
     for component in pool.components:
         for layer in range(case.layers):
-            if side == "host":
-                offsets = layouts.host_row_bytes(case, pool, component, layer, all_rows)
-            else:
-                offsets = layouts.device_row_bytes(case, pool, component, layer, all_rows)
+            offsets = layouts.row_bytes_of(case, pool, side, component, layer, all_rows)
             for row in payload_diff[offsets].any(dim=1).nonzero().flatten().tolist():
                 yield component, layer, row, offsets[row]
                 found += 1
@@ -226,13 +223,13 @@ def _neighbour_class(case: Case, pool: PoolSpec, side: str, where: tuple[str, in
     another component, another layer, or a nearby row. It finds misplaced rows that tracing cannot (rows
     gathered from per-head chunks scattered through a page_head or page_unified host page)."""
     component, layer, row = where
-    rows = case.host_slots if side == "host" else case.device_rows
+    rows = layouts.rows_of_side(case, side)
 
     def row_of(c: str, lay: int, r: int) -> torch.Tensor | None:
         if not (0 <= r < rows and pool.row_bytes(c) == observed.numel()):
             return None
         index = torch.tensor([r], dtype=torch.int64)
-        offsets = (layouts.host_row_bytes if side == "host" else layouts.device_row_bytes)(case, pool, c, lay, index)
+        offsets = layouts.row_bytes_of(case, pool, side, c, lay, index)
         return want[offsets[0] + GUARD_BYTES]
 
     candidates = [("swapped-kv", c, layer, row) for c in pool.components if c != component]
@@ -311,16 +308,13 @@ class _Tracer:
         if key not in self._owners:
             pool_name, side = key.split("/")
             pool = next(p for p in self.case.pools if p.name == pool_name)
-            count = self.case.host_slots if side == "host" else self.case.device_rows
+            count = layouts.rows_of_side(self.case, side)
             rows = torch.arange(count, dtype=torch.int64)
             row_bytes = max(pool.row_bytes(c) for c in pool.components)
             owners = torch.full((self.sizes[key] - 2 * GUARD_BYTES,), -1, dtype=torch.int64)
             for number, component in enumerate(pool.components):
                 for layer in range(self.case.layers):
-                    if side == "host":
-                        offsets = layouts.host_row_bytes(self.case, pool, component, layer, rows)
-                    else:
-                        offsets = layouts.device_row_bytes(self.case, pool, component, layer, rows)
+                    offsets = layouts.row_bytes_of(self.case, pool, side, component, layer, rows)
                     width = offsets.shape[1]
                     codes = ((number * self.case.layers + layer) * count + rows).unsqueeze(1) * row_bytes
                     owners[offsets] = codes + torch.arange(width, dtype=torch.int64)
