@@ -40,7 +40,7 @@ if command -v hicache-fuzz >/dev/null 2>&1 && hicache-fuzz isa --help >/dev/null
 else
   ISA=("$PYTHON" -m hicache_fuzz.harness.isa.check)
 fi
-CACHE_DIR=$("$PYTHON" -c "from hicache_fuzz.harness import isa_fetch; print(isa_fetch.default_cache_dir())")
+CACHE_DIR=$("$PYTHON" -c "from hicache_fuzz.harness.isa import fetch as isa_fetch; print(isa_fetch.default_cache_dir())")
 
 # --- headers, device libraries, sglang -------------------------------------------------------------------
 # Fetches everything the ROCm check needs plus the sglang wheel; a no-op when the cache has them.
