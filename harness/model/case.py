@@ -34,8 +34,10 @@ from hicache_fuzz.harness.model.json_input import (
 
 SCHEMA_VERSION = 1
 
-# A case that would need more memory than this is rejected as impossible rather than left to OOM.
-MAX_CASE_BYTES = 8 << 30
+# A case that would need more memory than this is rejected as impossible rather than left to OOM. Storages are
+# counted rounded up to a power of two, as the host arena allocates them, so the scale tier's host pool past
+# 2^32 bytes (rounded to 2^33) plus its device pool must fit: 16 GiB.
+MAX_CASE_BYTES = 16 << 30
 
 
 class CaseError(InputError):

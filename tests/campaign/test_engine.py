@@ -295,3 +295,19 @@ def test_bench_targets_include_the_share_of_the_bare_loop() -> None:
     share = [t for t in _targets(report) if "bare loop" in t["target"]]
     assert share == [{"target": "GPU small pipeline / bare loop, same run (sglang-jit)", "goal": 0.25,
                       "measured": 0.2, "met": False}]
+
+
+def test_production_scale_cases_of_every_shape_pass_the_case_rules() -> None:
+    """The GPU scale tier's production shapes (a 2^24-row device pool, a host offset past 2^32, 61 layers) must
+    be valid cases under the case-size rule, which counts storages rounded up to a power of two."""
+    from hicache_fuzz.harness.campaign.mix import TransferProfile
+    from hicache_fuzz.harness.campaign.scale import PRODUCTION, SHAPES, host_offset_reached, scale_case
+
+    backend = load_registry().get("reference")
+    space = backend_space(backend, CaseSpace(), CPU)
+    cases = {SHAPES[n % len(SHAPES)]: scale_case(1, n, backend, space, CPU, PRODUCTION, TransferProfile(()))
+             for n in range(len(SHAPES))}
+    assert all(case is not None for case in cases.values()), cases
+    assert cases["device_pool"] is not None and cases["device_pool"].device_rows > 1 << 24
+    assert cases["host_offset"] is not None and host_offset_reached(cases["host_offset"]) > 1 << 32
+    assert cases["deep"] is not None and cases["deep"].layers == 61
