@@ -36,9 +36,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from hicache_fuzz.harness.model.case import Case, Direction
 from hicache_fuzz.harness.model.outcome import Outcome, Result
-from hicache_fuzz.harness.pipeline.damage import fill_word, storage_salts
+from hicache_fuzz.harness.pipeline.damage import fill_bytes_at, storage_salts
 from hicache_fuzz.oracles.contract import primary_rule, rules_of
 
 _ADDRESSES = re.compile(r"0x[0-9a-fA-F]+")
@@ -144,7 +146,7 @@ def _family_from_first_byte(result: Result, case: Case | None) -> str:
     first = storages[0]
     key, offset = str(first.get("storage", "")), first.get("first_offset")
     if key in salts and isinstance(offset, int):
-        fill_byte = (fill_word(offset // 8, salts[key]) >> (8 * (offset % 8))) & 0xFF
+        fill_byte = int(fill_bytes_at(np.array([offset], dtype=np.int64), salts[key])[0])
         return "missing" if fill_byte == first.get("actual_byte") else "misplaced"
     return "unknown"
 

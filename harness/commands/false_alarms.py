@@ -100,9 +100,11 @@ def run_campaign(seed: int, seconds: float, known: list[Path], out: Path, extra:
     if not report_path.is_file():
         outcome.error = tail.strip().splitlines()[-1] if tail.strip() else f"exit {code}, no report"
         return outcome
-    report = json.loads(report_path.read_text())
+    from hicache_fuzz.harness.model.json_input import read_json_file
+
+    report = read_json_file(report_path, max_bytes=256 << 20)
     outcome.cases = int(report.get("cases", 0))
-    for failure in report.get("failures", []):
+    for failure in report.get("unique_failures", []):
         target = outcome.known_identities if failure.get("known") else outcome.new_identities
         target.append(str(failure.get("signature", "")))
     return outcome
@@ -118,7 +120,8 @@ def summarize(runs: list[CampaignRun], seconds: float, args: argparse.Namespace)
         "seconds_per_campaign": args.seconds,
         "known": [str(p) for p in args.known],
         "fuzz_args": [a for a in args.fuzz_args if a != "--"],
-        "campaigns_with_new_identities": sum(1 for r in runs if r.new_identities),
+        # A campaign's exit code says it too (fuzz --known exits 1 on a new failure only): either counts.
+        "campaigns_with_new_identities": sum(1 for r in runs if r.new_identities or r.exit_code == EXIT_FAILURES),
         "campaigns_failed_to_run": sum(1 for r in runs if r.exit_code not in (EXIT_CLEAN, EXIT_FAILURES)),
         "total_cases": sum(r.cases for r in runs),
         "new_identities": dict(sorted(new.items())),  # identity -> campaigns it appeared in

@@ -273,9 +273,6 @@ class _Tracer:
         self.sizes = {key: tensor.numel() for key, tensor in actual.items()}
         self._owners: dict[str, tuple[torch.Tensor, list[str], int]] = {}
 
-    def _fill_byte(self, key: str, raw_offset: int) -> int:
-        return (fill_word(raw_offset // 8, self.salts[key]) >> (8 * (raw_offset % 8))) & 0xFF
-
     def origin(self, run: torch.Tensor) -> RowOrigin | None:
         """Where a run of up to 16 bytes came from, if it is one stretch of one storage's fill. The run must
         hold a whole aligned word of its source: at least 8 bytes, and 15 for any alignment."""
@@ -287,7 +284,8 @@ class _Tracer:
                     start = ((preimage ^ fill_salt) & _MASK) * 8 - shift
                     if not 0 <= start <= self.sizes[key] - len(data):
                         continue
-                    if all(self._fill_byte(key, start + i) == data[i] for i in range(len(data))):
+                    filled = fill_bytes_at(np.arange(start, start + len(data), dtype=np.int64), fill_salt)
+                    if filled.tobytes() == data:
                         return self._locate(key, start)
         return None
 
