@@ -217,15 +217,16 @@ class Materialized:
             torch.cuda.synchronize(self.device)
         return {s.key: s.raw.to("cpu", copy=True) for s in self.storages()}
 
-    def snapshot_on(self, device: torch.device) -> dict[str, torch.Tensor]:
+    def snapshot_on(self, device: torch.device, scratch: HostMemory | None = None) -> dict[str, torch.Tensor]:
         """Copies of every raw storage (guards included) on `device`, keyed by storage key: the "before"
         image the oracle starts from (a copy, since backends write the storages in place). CPU copies come
-        from this case's host memory and share its lifetime (until release)."""
-        if device.type != "cpu" or self.memory.arena is None:
+        from `scratch` (default: this case's host memory) and share its lifetime (until release)."""
+        memory = scratch or self.memory
+        if device.type != "cpu" or memory.arena is None:
             return {s.key: s.raw.to(device, copy=True) for s in self.storages()}
         copies = {}
         for s in self.storages():
-            copy = self.memory.allocate(s.raw.numel(), HostAllocator.PAGEABLE)
+            copy = memory.allocate(s.raw.numel(), HostAllocator.PAGEABLE)
             copy.copy_(s.raw)
             copies[s.key] = copy
         return copies

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
-from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.model.space import HEAD_GROUPS_MENU, CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
 from hicache_fuzz.kernels.buffers import Materialized
@@ -76,7 +76,9 @@ class SglangPageUnifiedBackend(SglangBackend):
         quota = common.platform_rules(platform).block_quota
         jobs: list[Any] = []
         for row in sorted(set(space.row_bytes)):
-            for groups in (1, 2):
+            # Each group width (row / groups) is its own JIT module: the warm-up compiles every one the generator
+            # can draw (a width first met inside a case cost that case a 7-s compile on the H200).
+            for groups in HEAD_GROUPS_MENU:
                 unit = row // groups
                 if row % groups == 0 and unit % 16 == 0:
                     jobs.append(

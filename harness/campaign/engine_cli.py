@@ -20,6 +20,9 @@ def add_engine_arguments(parser: Any) -> None:
                              "on a GPU, none on the CPU")
     parser.add_argument("--scale", default="auto", choices=["auto", "off", "production", "simulated"],
                         help="scale tier (auto: production sizes on a GPU, off on the CPU)")
+    parser.add_argument("--variants", type=int, metavar="N",
+                        help="index variants run after each generated case, on its storages (default: 15 on a GPU, "
+                             "0 on the CPU)")
     parser.add_argument("--scale-share", type=float, default=DEFAULT_SCALE_SHARE, metavar="F",
                         help="share of the campaign's time for the scale tier (default: %(default)s)")
 
@@ -38,4 +41,8 @@ def engine_options(args: Any) -> Any:
     share = getattr(args, "scale_share", DEFAULT_SCALE_SHARE)
     if not 0.0 <= share < 1.0:
         raise ValueError(f"--scale-share {share}: need 0 <= F < 1")
-    return EngineOptions(batch=batch, mix=mix, scale=getattr(args, "scale", "auto"), scale_share=share)
+    variants = getattr(args, "variants", None)
+    if variants is not None and variants < 0:
+        raise ValueError(f"--variants {variants}: need 0 or more")
+    return EngineOptions(batch=batch, mix=mix, scale=getattr(args, "scale", "auto"), scale_share=share,
+                         variants=variants)

@@ -12,6 +12,8 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
   bookkeeping, reproducers), ``calibrate`` (mix profiles), ``scale_generate``, and the worker's own per-stage
   clock (``worker_*``: predict, materialize, backend, oracle, compare, classify);
 * ``backend_ms_per_case``: the worker's run_case time per ordinary case, per backend (where time goes);
+* ``engine.variants_per_case`` and ``engine.storages_reused``: index variants after each generated case, and
+  the cases that ran on storages kept from the case before them (campaign/variants.py, pipeline/reuse.py);
 * ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`).
 """
 
@@ -99,6 +101,8 @@ class EngineStats:
                 "batch_losses": getattr(executor, "batch_losses", 0),
                 "cases_replayed_alone": getattr(executor, "replayed", 0),
                 "first_result_unix": round(self.first_result_unix, 3),
+                "variants_per_case": getattr(feed, "variants", 0),
+                "storages_reused": getattr(executor, "storages_reused", 0),
             },
             "byte_compared_transfers": self.byte_compared,
             "rejections_checked": self.rejections_checked,
@@ -123,7 +127,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"  engine: {report['byte_compared_transfers']} byte-compared transfers "
         f"({report['transfer_share']:.0%} of cases, {report['byte_compared_per_second']:,.1f}/s), "
         f"{report['rejections_checked']} rejections checked, verified {report['verified_gb_per_second']:.2f} GB/s; "
-        f"batch {report['engine']['batch']}",
+        f"batch {report['engine']['batch']}, {report['engine'].get('variants_per_case', 0)} index variants per "
+        f"generated case, {report['engine'].get('storages_reused', 0)} cases on reused storages",
         f"  stages (s): {stages}",
         "  ms per case by backend (worker clock, scale cases apart): "
         + ", ".join(f"{k} {v:.2f}" for k, v in report.get("backend_ms_per_case", {}).items()),

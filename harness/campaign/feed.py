@@ -12,7 +12,10 @@ Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 * ``mix``: the case mix (:mod:`hicache_fuzz.harness.campaign.mix`; auto: ``transfer=0.7,reject=0.28,empty=0.02``
   on a GPU, none on the CPU platform, whose campaigns keep their historical case sets);
 * ``scale``: the scale tier (:mod:`hicache_fuzz.harness.campaign.scale`; auto: production sizes on a GPU,
-  off on the CPU; ``simulated`` runs the scaled-down tier anywhere) and its time share (default 15 %).
+  off on the CPU; ``simulated`` runs the scaled-down tier anywhere) and its time share (default 15 %);
+* ``variants``: index variants after each generated case (:mod:`hicache_fuzz.harness.campaign.variants`;
+  auto: 15 on a GPU, none on the CPU platform). A variant is a case like any other, run on the storages its
+  case left behind; the slots of one index are its case and then its variants, for every backend in turn.
 
 The command-line form of these options is harness/campaign/engine_cli.py (no torch import: fast --help).
 
@@ -40,12 +43,17 @@ from typing import Any
 from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.mix import DEFAULT_MIX, Mix, TransferProfile, mixed_case
 from hicache_fuzz.harness.campaign.scale import DEFAULT_SCALE_SHARE, PRODUCTION, SIMULATED, ScaleTargets, scale_case
+from hicache_fuzz.harness.campaign.variants import index_variant
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
 
 DEFAULT_BATCH = 64
+# Index variants per generated case on a GPU: a generated case costs milliseconds of Python, a variant about
+# what the kernel and the byte compare cost, so 15 variants per case put most of the time into kernels while
+# a new geometry still comes every 16 cases.
+DEFAULT_GPU_VARIANTS = 15
 
 
 @dataclass
@@ -54,6 +62,12 @@ class EngineOptions:
     mix: str = "auto"  # "auto", "none", or "transfer=0.7,reject=0.3"
     scale: str = "auto"  # "auto", "off", "production", "simulated"
     scale_share: float = DEFAULT_SCALE_SHARE
+    variants: int | None = None  # None: auto
+
+    def resolved_variants(self, platform: Platform) -> int:
+        if self.variants is not None:
+            return max(0, self.variants)
+        return 0 if platform.kind == "cpu" else DEFAULT_GPU_VARIANTS
 
     def resolved_mix(self, platform: Platform) -> Mix | None:
         if self.mix == "none" or (self.mix == "auto" and platform.kind == "cpu"):
@@ -80,8 +94,9 @@ class Slot:
     backend: Backend
     index: int  # campaign index; scale cases carry the index of the slot they were run before
     case: Case
-    last_of_index: bool  # the index's last backend: resume after it moves to the next index
+    last_of_index: bool  # the index's last slot (last backend, last variant): resume after it moves on
     scale_number: int | None = None  # set for scale-tier cases
+    variant: int = 0  # 0: the generated case; k > 0: its index variant k
 
 
 @dataclass(frozen=True)
@@ -128,8 +143,9 @@ class CaseFeed:
 
     def __init__(self, seed: int, start_index: int, shard: tuple[int, int], backends: list[Backend],
                  spaces: dict[str, CaseSpace], platform: Platform, mix: Mix | None, batch: int,
-                 before_index: Any = None) -> None:
+                 before_index: Any = None, variants: int = 0) -> None:
         self.seed, self.step = seed, shard[1]
+        self.variants = variants
         self.backends, self.spaces, self.platform, self.mix, self.batch = backends, spaces, platform, mix, batch
         self.before_index = before_index  # MenuGrowth.before(backend, index), called in campaign order
         self.clock = FeedClock()
@@ -143,9 +159,10 @@ class CaseFeed:
         self._lock = threading.Lock()
 
     def _make(self, count: int) -> list[Slot]:
+        """Slots for at least `count` cases (a generated case comes with all its variants)."""
         started = time.perf_counter()
-        out = []
-        for _ in range(count):
+        out: list[Slot] = []
+        while len(out) < count:
             backend = self.backends[self._position]
             index = self._index
             if self.before_index is not None:
@@ -157,7 +174,11 @@ class CaseFeed:
                 case = mixed_case(self.seed, index, space, backend, self.platform, self.mix,
                                   self.profiles[backend.name])
             last = self._position == len(self.backends) - 1
-            out.append(Slot(backend, index, case, last))
+            variants = self.variants if case.host_indices and case.device_indices else 0
+            out.append(Slot(backend, index, case, last and not variants))
+            for number in range(1, variants + 1):
+                out.append(Slot(backend, index, index_variant(case, number), last and number == variants,
+                                variant=number))
             self._position += 1
             if last:
                 self._position = 0
@@ -202,7 +223,8 @@ class ScaleTier:
     targets: ScaleTargets
     share: float
     profiles: dict[str, TransferProfile]
-    number: int = 0  # next scale case number
+    number: int = 0  # scale cases drawn so far by this shard
+    shard: tuple[int, int] = (0, 1)  # (k, n): shard k draws scale case numbers k, k + n, ... (no two shards alike)
     seconds: float = 0.0  # time spent on scale cases (execution)
     skipped: list[str] = field(default_factory=list)  # "backend/shape" with no accepted candidate
 
@@ -213,7 +235,7 @@ class ScaleTier:
         started = time.perf_counter()
         try:
             for _ in range(3 * len(self.backends)):
-                number = self.number
+                number = self.shard[0] + self.number * self.shard[1]
                 self.number += 1
                 backend = self.backends[(number // 3) % len(self.backends)]
                 case = scale_case(self.seed, number, backend, self.spaces[backend.name], self.platform,

@@ -50,7 +50,7 @@ from hicache_fuzz.harness.model.case import (
     Scope,
     make_tuning,
 )
-from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.model.space import HEAD_GROUPS_MENU, CaseSpace
 
 T = TypeVar("T")
 
@@ -159,7 +159,7 @@ def _pool(chooser: Chooser, space: CaseSpace, attention: Attention, layout: Host
             return PoolSpec(name=name, attention=attention, dtype=dtype, heads=1, head_dim=elements)
         groups = 1
         if layout is HostLayout.PAGE_UNIFIED:
-            groups = chooser.choice([g for g in (1, 2, 4, 8) if heads % g == 0])
+            groups = chooser.choice([g for g in HEAD_GROUPS_MENU if heads % g == 0])
         v_head_dim = None
         if attention is Attention.MHA_ASYM:
             v_head_dim = chooser.choice([d for d in (head_dim // 2, head_dim * 2, head_dim + 8) if d > 0])

@@ -233,10 +233,14 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     growth = MenuGrowth(backends, config.space, platform)
     engine = config.engine
     feed = CaseFeed(config.seed, index, config.shard, backends, growth.spaces, platform,
-                    engine.resolved_mix(platform), engine.resolved_batch(executor), growth.before)
+                    engine.resolved_mix(platform), engine.resolved_batch(executor), growth.before,
+                    engine.resolved_variants(platform))
+    enable_reuse = getattr(executor, "enable_storage_reuse", None)
+    if feed.variants and enable_reuse is not None:  # variants run on the storages of the case before them
+        enable_reuse()
     targets = engine.resolved_scale(platform)
     scale = None if targets is None else ScaleTier(config.seed, backends, growth.spaces, platform, targets,
-                                                  engine.scale_share, feed.profiles)
+                                                  engine.scale_share, feed.profiles, shard=config.shard)
     stats = EngineStats(feed.mix)
     known_crashes = known_crash_features(config.known_signatures.values())
     resume = (index, 0)  # (index, backend position) of the first slot not processed

@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         available_backend,
         executor_for,
         machine_for,
+        real_kernel_backends,
         registry_for,
     )
 
@@ -103,14 +104,35 @@ def run(args: argparse.Namespace) -> int:
     registry = registry_for(execution.backend_plugins)
     print(f"hicache-fuzz: seed {seed}", flush=True)
     _check_budget(args)
-    backends = [available_backend(registry, n, machine) for n in args.backend] or auto_backends(registry, machine)
     options = campaign_options(args, seed, machine)
     corpus = options.corpus
     assert corpus is not None  # fuzz always has a corpus folder
+    journal = corpus / ".journal"
+    early = None
+    if not args.backend and machine.platform.kind != "cpu":
+        # Launch the worker for every real-kernel backend now: its imports and JIT module loads (most of a GPU
+        # campaign's start-up) overlap with the probes below, which import sglang in this process too. The
+        # worker probes for itself; backends found unavailable here simply get no cases.
+        early = executor_for(real_kernel_backends(registry), registry, machine, execution, journal, warm_up=True)
+        spawn_early = getattr(early, "spawn_early", None)
+        if spawn_early is not None:
+            spawn_early()
+    try:
+        backends = [available_backend(registry, n, machine) for n in args.backend] or auto_backends(registry,
+                                                                                                      machine)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
     print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
           f"shard {options.shard[0]}/{options.shard[1]}; corpus {corpus}", flush=True)
-    # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
-    executor = executor_for(backends, registry, machine, execution, corpus / ".journal", warm_up=True)
+    if early is not None and {b.name for b in backends} <= {b.name for b in real_kernel_backends(registry)}:
+        executor = early
+    else:
+        if early is not None:  # no real backend is available after all: the CPU reference runs instead
+            early.close()
+        # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
+        executor = executor_for(backends, registry, machine, execution, journal, warm_up=True)
     progress = Progress(not args.no_progress)
     checkpoint = Checkpoint(args.json)
     stop = StopOnSignal()

@@ -41,6 +41,9 @@ CASE_BYTE_BUDGET = 8 << 20  # typical case, all pools, device + host
 PAGE_SIZE_MENU = (1, 16, 4, 2, 8, 32, 64, 3, 5, 7, 12, 24, 48, 63, 100, 128, 256)
 # Head counts per rank: 1..128 with the production ones (GQA 8, Llama 32/64/128, 40 for some 13B/70B shards).
 HEADS_MENU = (1, 2, 4, 8, 16, 32, 40, 64, 128, 3, 6, 12, 20, 24, 48, 96)
+# Head-group counts of page_unified pools (the generator draws those dividing the heads; the page_unified
+# backend compiles a module per group width).
+HEAD_GROUPS_MENU = (1, 2, 4, 8)
 # Head dims of real models: 64..256 MHA, 512/576 MLA latents (kv_lora_rank [+ rope]), 80/96/192 odd ones.
 HEAD_DIM_MENU = (128, 64, 80, 96, 192, 256, 512, 576, 32, 16, 8)
 # Layers: 61 DeepSeek-V3, 126 Llama-3-405B, 80 Llama-70B, 1..8 small, powers of two and their neighbours.

@@ -19,6 +19,7 @@ from typing import Protocol
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.pipeline.reuse import StorageReuse
 from hicache_fuzz.harness.pipeline.runner import DEVICE_CRASH_PREFIX, DeviceContextLost, run_case
 from hicache_fuzz.kernels.buffers import HostMemory
 from hicache_fuzz.kernels.registry import Registry
@@ -43,6 +44,15 @@ class InProcessExecutor:
         self.machine = machine
         self.stage_seconds: dict[str, float] = {}
         self.context_lost_by = ""  # case id whose sticky device error ended this process's usefulness
+        self.reuse: StorageReuse | None = None
+
+    def enable_storage_reuse(self) -> None:
+        """Let consecutive cases of one geometry share storages (pipeline/reuse.py)."""
+        self.reuse = StorageReuse()
+
+    @property
+    def storages_reused(self) -> int:
+        return self.reuse.reused if self.reuse is not None else 0
 
     def run(self, case: Case) -> Result:
         if self.context_lost_by:
@@ -51,8 +61,11 @@ class InProcessExecutor:
         backend = self.registry.get(case.backend)
         memory = HostMemory(simulate=self.machine.device.type == "cpu")
         try:
-            return run_case(case, backend, self.machine.platform, self.machine.device, memory, self.stage_seconds)
+            return run_case(case, backend, self.machine.platform, self.machine.device, memory, self.stage_seconds,
+                            self.reuse)
         except DeviceContextLost as lost:
+            if self.reuse is not None:
+                self.reuse.drop()
             self.context_lost_by = case.case_id
             result = Result(case.case_id, case.backend, Outcome.CRASH)
             result.error = DEVICE_CRASH_PREFIX + str(lost)

@@ -55,7 +55,7 @@ def materialize(case: Case, device: torch.device, memory: HostMemory | None = No
     # allocation or registration.
     memory = memory or HostMemory(simulate=simulated, arena=None if simulated else shared_arena())
     pools: list[PoolBuffers] = []
-    src_side = "device" if case.direction.value == "write_back" else "host"
+    src_side = source_side(case)
     try:
         for number, spec in enumerate(case.pools):
             storages = {}
@@ -72,12 +72,38 @@ def materialize(case: Case, device: torch.device, memory: HostMemory | None = No
                 fill_pattern(raw, salt(case.seed, number, spec.name, side, role))
                 storages[side] = Storage(storage_key(spec.name, side), raw, payload)
             pools.append(PoolBuffers(case, spec, storages["device"], storages["host"]))
-        host_idx = index_tensor(case.host_indices, case.host_index.dtype, case.host_index.device, device, simulated,
-                                memory)
-        dev_idx = index_tensor(case.device_indices, case.device_index.dtype, case.device_index.device, device,
-                               simulated, memory)
+        host_idx, dev_idx = _index_tensors(case, device, simulated, memory)
     except BaseException:
         memory.release()
         raise
     return Materialized(case, device, simulated, pools, host_idx, dev_idx, memory)
+
+
+def source_side(case: Case) -> str:
+    return "device" if case.direction.value == "write_back" else "host"
+
+
+def rematerialize(previous: Materialized, case: Case) -> Materialized:
+    """`case` on the storages of `previous` (a case of the same geometry, see pipeline/reuse.py): the source
+    storages are filled afresh exactly as :func:`materialize` fills them for `case`; the destination storages
+    keep what the previous case left in them (the runner compares against a copy taken before the backend
+    runs, so their content need not be the fill). `previous` must not be used or released afterwards: the
+    returned buffers own the storages and the host memory now."""
+    src_side = source_side(case)
+    pools = []
+    for number, (spec, old) in enumerate(zip(case.pools, previous.pools, strict=True)):
+        source = old.device if src_side == "device" else old.host
+        fill_pattern(source.raw, salt(case.seed, number, spec.name, src_side, "source"))
+        pools.append(PoolBuffers(case, spec, old.device, old.host))
+    host_idx, dev_idx = _index_tensors(case, previous.device, previous.simulated, previous.memory)
+    return Materialized(case, previous.device, previous.simulated, pools, host_idx, dev_idx, previous.memory)
+
+
+def _index_tensors(case: Case, device: torch.device, simulated: bool,
+                   memory: HostMemory) -> tuple[torch.Tensor, torch.Tensor]:
+    host_idx = index_tensor(case.host_indices, case.host_index.dtype, case.host_index.device, device, simulated,
+                            memory)
+    dev_idx = index_tensor(case.device_indices, case.device_index.dtype, case.device_index.device, device,
+                           simulated, memory)
+    return host_idx, dev_idx
 

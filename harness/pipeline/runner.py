@@ -17,6 +17,7 @@ from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.pipeline.compare import compare_storages, storages_equal
 from hicache_fuzz.harness.pipeline.materialize import materialize
+from hicache_fuzz.harness.pipeline.reuse import StorageReuse
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, HostMemory
 from hicache_fuzz.oracles.contract import Platform, Verdict, predict
@@ -29,13 +30,31 @@ from hicache_fuzz.oracles.transfer import (
 
 
 def run_case(case: Case, backend: Backend, platform: Platform, device: torch.device,
-             memory: HostMemory | None = None, stage_seconds: dict[str, float] | None = None) -> Result:
+             memory: HostMemory | None = None, stage_seconds: dict[str, float] | None = None,
+             reuse: StorageReuse | None = None) -> Result:
     """Run `case` on `backend`. With `stage_seconds`, add each stage's wall time to it (keys: predict,
-    materialize, backend, oracle, compare, classify) so benchmarks see where a case's time goes."""
+    materialize, backend, oracle, compare, classify) so benchmarks see where a case's time goes. With `reuse`,
+    the case may run on the storages of the previous case of its geometry (pipeline/reuse.py); a failure seen
+    there is run again on fresh storages, and that run's result is the one reported."""
     started = time.perf_counter()
-    result = _run(case, backend, platform, device, memory, _StageClock(stage_seconds, started))
+    clock = _StageClock(stage_seconds, started)
+    result, reused = _run(case, backend, platform, device, memory, clock, reuse)
+    if reused and result.outcome in RERUN_FRESH:
+        assert reuse is not None
+        reuse.drop()
+        fresh, _ = _run(case, backend, platform, device, memory, clock, None)
+        if fresh.outcome in RERUN_FRESH or fresh.outcome is Outcome.CRASH:
+            result = fresh
+        else:  # only on the reused storages: report it (nothing found is lost), saying what differed
+            result.summary = (f"{result.summary} [on storages reused from the previous case of this geometry only; "
+                              f"on fresh storages the case was {fresh.outcome.value}]")
     result.seconds = time.perf_counter() - started
     return result
+
+
+# Outcomes of a case on reused storages that are checked again on fresh ones before they are reported.
+RERUN_FRESH = frozenset({Outcome.MISMATCH, Outcome.WRONGLY_ACCEPTED, Outcome.WRONGLY_REJECTED,
+                         Outcome.UNEXPECTED_PATH})
 
 
 class _StageClock:
@@ -52,13 +71,14 @@ class _StageClock:
 
 
 def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
-         memory: HostMemory | None, clock: _StageClock) -> Result:
+         memory: HostMemory | None, clock: _StageClock, reuse: StorageReuse | None) -> tuple[Result, bool]:
+    """The result, and whether the case ran on reused storages."""
     base = Result(case.case_id, backend.name, Outcome.UNSUPPORTED)
     reason = backend.unsupported_reason(case, platform)
     if reason is not None:
         base.summary = reason
         clock.lap("classify")
-        return base
+        return base, False
     plan = backend.plan(case, platform)
     prediction = predict(case, plan.entry, platform)
     base.expected_path, base.prediction = plan.path, prediction.describe()
@@ -66,19 +86,23 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
     if prediction.verdict is Verdict.UNDEFINED:
         base.outcome, base.summary = Outcome.UNDEFINED, prediction.describe()
         clock.lap("classify")
-        return base
+        return base, False
 
     # Everything is compared where the device storages live (the CPU when simulated): "before" is a copy,
     # "after" is the storage itself where it lives there, so only host storages cross to a GPU.
     try:
-        buffers = materialize(case, device, memory)
+        buffers, reused = reuse.take(case, device, memory) if reuse is not None else (
+            materialize(case, device, memory), False)
     except (MemoryError, RuntimeError) as exc:
-        return _not_allocated(base, exc, clock)
+        return _not_allocated(base, exc, clock), False
+    keep = False  # storages go back to `reuse` only after a case that left the device healthy
+    # The "before" copies live for this case only, also when the storages live on for the next one.
+    scratch = HostMemory(simulate=buffers.simulated, arena=buffers.memory.arena) if reuse is not None else None
     try:
         try:
-            before = buffers.snapshot_on(device)
+            before = buffers.snapshot_on(device, scratch)
         except (MemoryError, RuntimeError) as exc:
-            return _not_allocated(base, exc, clock)
+            return _not_allocated(base, exc, clock), reused
         clock.lap("materialize")
         try:
             base.path = backend.run(buffers)
@@ -94,8 +118,9 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
         pending = check_device(device, pending)
         if pending is not None:
             clock.lap("backend")
-            return device_crash(case, backend.name, pending)
+            return device_crash(case, backend.name, pending), reused
         after = buffers.current_on(device)
+        keep = reuse is not None
         clock.lap("backend")
 
         if raised is not None:
@@ -109,12 +134,12 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
                 base.outcome = Outcome.WRONGLY_REJECTED
                 base.summary = f"valid input rejected: {base.error}"
             clock.lap("classify")
-            return base
+            return base, reused
         if prediction.verdict is Verdict.REJECT:
             base.outcome = Outcome.WRONGLY_ACCEPTED
             base.summary = f"accepted input the contract rejects: {'; '.join(prediction.reasons)}"
             clock.lap("classify")
-            return base
+            return base, reused
 
         expected = _expected_raw(case, before, prediction.semantics)
         clock.lap("oracle")
@@ -125,7 +150,12 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
             report = compare_storages(case, _on_cpu(expected), _on_cpu(after), addressed)
         clock.lap("compare")
     finally:
-        buffers.release()
+        if scratch is not None:
+            scratch.release()
+        if keep and reuse is not None:
+            reuse.keep(buffers)
+        else:
+            buffers.release()
 
     if report is not None and not report.equal:
         base.outcome, base.diff, base.summary = Outcome.MISMATCH, report.to_dict(), report.summary()
@@ -135,7 +165,7 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
     else:
         base.outcome, base.summary = Outcome.PASS, "all storages byte-identical"
     clock.lap("classify")
-    return base
+    return base, reused
 
 
 NOT_RUN = "not run:"  # summary prefix of a case this machine could not run at all (replay counts it skipped)

@@ -78,11 +78,15 @@ def available_backend(registry: Registry, name: str, machine: Machine) -> Backen
     return backend
 
 
+def real_kernel_backends(registry: Registry) -> list[Backend]:
+    """Every registered backend of real kernels (not the reference, not the bug zoo), available or not."""
+    return [b for name in registry.names() if not (b := registry.get(name)).models_bug and name != "reference"]
+
+
 def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
     """The best backends present: every available real-kernel backend on a GPU, else the CPU reference."""
     if machine.platform.kind != "cpu":
-        real = [b for name in registry.names() if not (b := registry.get(name)).models_bug
-                and name != "reference" and probe(b, machine).available]
+        real = [b for b in real_kernel_backends(registry) if probe(b, machine).available]
         if real:
             return real
     return [registry.get("reference")]

@@ -90,6 +90,7 @@ class WorkerExecutor:
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._spares: list[tuple[subprocess.Popen[bytes], float]] = []  # started (oldest first), hello unread
+        self._early: subprocess.Popen[bytes] | None = None  # the first worker, spawned early, hello unread
         self.restarts = 0  # workers that took over after the first
         self.started = 0
         self.spares_used = 0  # restarts served by a spare
@@ -103,6 +104,13 @@ class WorkerExecutor:
         self.batch_seconds = 0.0  # round trips of batches (parent's clock)
         self.batch_losses = 0  # batches a worker died or hung in
         self.replayed = 0  # cases replayed alone after a lost batch
+        self.reuse_storages = False  # batches ask the worker to reuse storages across same-geometry cases
+        self.storages_reused = 0  # cases that ran on storages kept from the case before them (worker's count)
+
+    def enable_storage_reuse(self) -> None:
+        """Let batched cases of one geometry share storages in the worker (pipeline/reuse.py); cases replayed
+        alone always get fresh ones."""
+        self.reuse_storages = True
 
     # ---- public API ---------------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:
@@ -146,7 +154,7 @@ class WorkerExecutor:
         started = time.perf_counter()
         lost: tuple[Outcome, str] | None = None
         try:
-            self._send({"op": "batch", "cases": [case.to_dict() for case in cases]})
+            self._send({"op": "batch", "cases": [case.to_dict() for case in cases], "reuse": self.reuse_storages})
             while len(results) < len(cases):
                 reply = self._receive(self.timeout_s)
                 self._account(reply)
@@ -162,6 +170,7 @@ class WorkerExecutor:
                 done = self._receive(self.timeout_s)
                 for stage, seconds in done.get("stages", {}).items():
                     self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + float(seconds)
+                self.storages_reused += int(done.get("reused", 0))
         except _WorkerDied as died:
             lost = (Outcome.CRASH, died.describe())
         except _WorkerTimeout:
@@ -206,7 +215,18 @@ class WorkerExecutor:
         """Start the worker now (probe, warm-up) instead of at the first case, e.g. before a campaign clock."""
         self._ensure_started()
 
+    def spawn_early(self) -> None:
+        """Launch the first worker process now without waiting for it: its imports and JIT module loads then
+        overlap with whatever the caller does next (the parent's own probes); the first case, or start(),
+        waits for its greeting."""
+        if self._proc is None and self._early is None and not self.started:
+            self._early = self._spawn(self.warm_up, "first")
+
     def close(self) -> None:
+        if self._early is not None:
+            _kill_group(self._early)
+            _close_streams(self._early)
+            self._early = None
         spares, self._spares = self._spares, []
         for spare, _ in spares:
             _kill_group(spare)
@@ -264,14 +284,20 @@ class WorkerExecutor:
     def _start(self) -> None:
         started = time.perf_counter()
         spare_spawned: float | None = None
-        while self._spares and spare_spawned is None:
+        early, self._early = self._early, None
+        if early is not None and early.poll() is None:
+            self._proc = early
+        elif early is not None:
+            _close_streams(early)  # it died before its greeting: start another below (its log says why)
+            early = None
+        while early is None and self._spares and spare_spawned is None:
             spare, spawned = self._spares.pop(0)
             if spare.poll() is None:
                 self._proc, spare_spawned = spare, spawned
                 self.spares_used += 1
             else:  # a spare that died while waiting (its log says why) is dropped
                 _close_streams(spare)
-        if spare_spawned is None:
+        if spare_spawned is None and early is None:
             # Only the first worker compiles the menus; a restart without a spare loads modules as cases need them.
             self._proc = self._spawn(self.warm_up and not self.started, "restart" if self.started else "first")
         self._buffer = b""
@@ -425,6 +451,7 @@ def _serve(argv: Sequence[str] | None = None) -> int:
 
     try:
         from hicache_fuzz.harness.model import platform as platform_mod
+        from hicache_fuzz.harness.pipeline.reuse import StorageReuse
         from hicache_fuzz.harness.pipeline.runner import DeviceContextLost, run_case
         from hicache_fuzz.kernels.buffers import HostMemory  # noqa: F401 - import cost paid up front
         from hicache_fuzz.kernels.registry import load_registry
@@ -456,6 +483,7 @@ def _serve(argv: Sequence[str] | None = None) -> int:
     )
 
     stages: dict[str, float] = {}
+    reuse = StorageReuse()
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("op") == "exit":
@@ -463,12 +491,16 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         # "run": one case, one reply. "batch": one reply per case as it finishes, then {"op": "batch_done"};
         # a worker that dies mid-batch has answered every case before the one that killed it.
         batch = request["cases"] if request.get("op") == "batch" else [request["case"]]
+        if not request.get("reuse"):
+            reuse.drop()
+        reused_before = reuse.reused
         for position, case_dict in enumerate(batch):
             try:
                 case = Case.from_dict(case_dict)
                 backend = backends.get(case.backend) or registry.get(case.backend)
                 marks = [b.mark() for b in books]
-                result = run_case(case, backend, machine.platform, machine.device, stage_seconds=stages)
+                result = run_case(case, backend, machine.platform, machine.device, stage_seconds=stages,
+                                  reuse=reuse if request.get("reuse") else None)
                 compile_s, compiled = 0.0, {}
                 for b, mark in zip(books, marks, strict=True):
                     seconds, built = b.since(mark)
@@ -478,13 +510,14 @@ def _serve(argv: Sequence[str] | None = None) -> int:
                        "compiled": compiled})
             except Exception as exc:
                 message = f"{type(exc).__name__}: {exc}"
+                reuse.drop()  # what failed may have been the kept storages themselves
                 if isinstance(exc, DeviceContextLost) or _is_device_error(exc):
                     reply({"position": position, "fatal": str(exc) if isinstance(exc, DeviceContextLost)
                            else message})
                     return 3  # the CUDA/HIP context is poisoned: start afresh
                 reply({"position": position, "error": message})
         if request.get("op") == "batch":
-            reply({"op": "batch_done", "stages": stages})
+            reply({"op": "batch_done", "stages": stages, "reused": reuse.reused - reused_before})
             stages = {}
     return 0
 

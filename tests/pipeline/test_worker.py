@@ -173,3 +173,18 @@ def test_modules_built_inside_cases_are_attributed(tmp_path: Path) -> None:
         assert ex.compiled_in_cases == {"fake_module(element_size=1)": (1, 0.25),
                                         "fake_module(element_size=2)": (1, 0.25)}
         assert ex.compile_seconds == 0.5
+
+
+def test_a_worker_spawned_early_serves_the_first_case_and_closes_cleanly(tmp_path: Path) -> None:
+    """fuzz launches the worker before its own probes (start-up overlaps); the first case uses that worker."""
+    with WorkerExecutor(["reference"], journal_dir=tmp_path) as ex:
+        ex.spawn_early()
+        assert ex.started == 0  # launched, greeting not yet read
+        assert ex.run(case("reference", 1)).outcome is Outcome.PASS
+        assert (ex.started, ex.restarts) == (1, 0)
+    unused = WorkerExecutor(["reference"], journal_dir=tmp_path / "unused")
+    unused.spawn_early()
+    early = unused._early
+    assert early is not None
+    unused.close()  # never used: killed, not left running
+    assert early.poll() is not None
