@@ -76,6 +76,21 @@ def registration_ranges(nbytes: int, chunk: int) -> list[tuple[int, int]]:
     return [(offset, min(chunk, nbytes - offset)) for offset in range(0, max(nbytes, 1), chunk)]
 
 
+def copied_to(raw: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of the flat storage `raw` on `device`, made in pieces that never cross a host registration.
+
+    A host_register storage is registered in chunks (registration_ranges, from the start of its buffer, which is
+    where storages begin); one cudaMemcpy whose host range spans two registrations fails with "invalid
+    argument" (cudaErrorInvalidValue, seen on the H200 with a 4.3 GB host pool in 1 GiB registrations), so
+    copies between host and device go a chunk at a time. Kernels are not affected: they address the memory
+    through its device mapping, which is contiguous."""
+    out = torch.empty(raw.numel(), dtype=raw.dtype, device=device)
+    step = register_chunk_bytes() // max(raw.element_size(), 1)
+    for start in range(0, raw.numel(), step):
+        out[start : start + step].copy_(raw[start : start + step])
+    return out
+
+
 _SHARED_ARENA: HostArena | None = None
 ARENA_MIN_SIMULATED_BYTES = 1 << 18
 
@@ -215,7 +230,7 @@ class Materialized:
         """CPU copies of every raw storage (guards included), keyed by storage key."""
         if self.device.type != "cpu":
             torch.cuda.synchronize(self.device)
-        return {s.key: s.raw.to("cpu", copy=True) for s in self.storages()}
+        return {s.key: copied_to(s.raw, torch.device("cpu")) for s in self.storages()}
 
     def snapshot_on(self, device: torch.device, scratch: HostMemory | None = None) -> dict[str, torch.Tensor]:
         """Copies of every raw storage (guards included) on `device`, keyed by storage key: the "before"
@@ -223,7 +238,7 @@ class Materialized:
         from `scratch` (default: this case's host memory) and share its lifetime (until release)."""
         memory = scratch or self.memory
         if device.type != "cpu" or memory.arena is None:
-            return {s.key: s.raw.to(device, copy=True) for s in self.storages()}
+            return {s.key: copied_to(s.raw, device) for s in self.storages()}
         copies = {}
         for s in self.storages():
             copy = memory.allocate(s.raw.numel(), HostAllocator.PAGEABLE)
@@ -234,7 +249,7 @@ class Materialized:
     def current_on(self, device: torch.device) -> dict[str, torch.Tensor]:
         """Every raw storage as it is now, on `device`: the storage itself where it already lives there
         (valid until release), a copy otherwise. The caller synchronizes the device first."""
-        return {s.key: s.raw if s.raw.device == device else s.raw.to(device) for s in self.storages()}
+        return {s.key: s.raw if s.raw.device == device else copied_to(s.raw, device) for s in self.storages()}
 
     def release(self) -> None:
         self.pools.clear()

@@ -3,6 +3,7 @@ destinations; index lists in the dtype and placement the case names."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from hicache_fuzz.harness.model.case import (
@@ -76,3 +77,24 @@ def test_index_lists_have_the_dtype_and_placement_of_the_case() -> None:
 def test_int32_index_values_beyond_int32_wrap_like_a_cast() -> None:
     tensor = index_tensor((2**31, -1), IndexDtype.INT32, IndexDevice.CPU, CPU, simulated=True)
     assert tensor.dtype is torch.int32 and tensor.tolist() == [-(2**31), -1]
+
+
+def test_host_copies_go_a_registration_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One cudaMemcpy across two host registrations fails on CUDA (invalid argument): copies of storages are
+    made in pieces of the registration chunk, from the storage's start, and still give every byte."""
+    from hicache_fuzz.kernels import buffers
+
+    pieces: list[int] = []
+    original = torch.Tensor.copy_
+
+    def spy(self: torch.Tensor, src: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        pieces.append(src.numel())
+        return original(self, src, *args, **kwargs)
+
+    monkeypatch.setattr(buffers, "register_chunk_bytes", lambda: 4096)
+    raw = torch.randint(0, 256, (3 * 4096 + 100,), dtype=torch.uint8)
+    monkeypatch.setattr(torch.Tensor, "copy_", spy)
+    copy = buffers.copied_to(raw, torch.device("cpu"))
+    monkeypatch.undo()
+    assert pieces == [4096, 4096, 4096, 100]
+    assert torch.equal(copy, raw) and copy.data_ptr() != raw.data_ptr()
