@@ -192,6 +192,7 @@ class CampaignTarget:
         self.fuzz_args = fuzz_args
         self.build_pattern = re.compile(build_pattern)
         self.baseline_backends: set[str] | None = None  # sglang backends the unmutated run had
+        self.extra_known: list[Path] = []  # the unmutated run's own failures, when accepted (--baseline-failures)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "campaign", "platform": self.platform, "seconds": self.seconds, "seed": self.seed,
@@ -200,7 +201,8 @@ class CampaignTarget:
     def command(self, report: Path, corpus: Path) -> list[str]:
         return [sys.executable, "-m", "hicache_fuzz", "fuzz", "--platform", self.platform,
                 "--max-total-time", str(self.seconds), "--seed", str(self.seed), "--json", str(report),
-                "--corpus", str(corpus), *self.fuzz_args]
+                "--corpus", str(corpus), *self.fuzz_args,
+                *(a for path in self.extra_known for a in ("--known", str(path)))]
 
     def run(self, env: dict[str, str], run_dir: Path, timeout: float) -> TargetResult:
         result = self._run(env, run_dir, timeout)
