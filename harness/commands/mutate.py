@@ -72,6 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="passed to fuzz --known: failures the unmutated sglang already has (e.g. corpus/sglang)")
     p.add_argument("--timeout", type=float, metavar="S",
                    help="per mutant and target (default: 2 x campaign + 600 s; 900 s for a test command)")
+    p.add_argument("--test-cmd-timeout", type=float, metavar="S",
+                   help="the limit for --test-cmd targets only (default: --timeout); e.g. a tight one for a test "
+                        "suite that could hang under a mutant and a generous one for the campaign, whose own "
+                        "--case-timeout already turns a hung kernel into a failure")
     p.add_argument("--gpus", default="auto", help="auto (all visible), N (the first N), a list 0,2,3, or 0 (no "
                                                   "device pinning): one mutant per GPU at a time")
     p.add_argument("--jobs-per-gpu", type=int, default=1, metavar="K",
@@ -253,6 +257,8 @@ def _run(args: argparse.Namespace) -> int:
     device_env = _device_env(args.platform)
     if args.jobs_per_gpu < 1:
         raise UsageError("--jobs-per-gpu must be >= 1")
+    if args.test_cmd_timeout is not None and not args.test_cmd_timeout > 0:
+        raise UsageError("--test-cmd-timeout must be positive")
     slots = [None] if args.report_only else _per_gpu(_slots(args.gpus, device_env), args.jobs_per_gpu)
     meta = {"sglang_root": str(root), "sample": args.sample, "seed": args.seed,
             "targets": {t.name: t.describe() for t in targets}, "slots": slots,
@@ -261,6 +267,8 @@ def _run(args: argparse.Namespace) -> int:
     write_json_atomic(args.out / "mutants.json", [m.to_dict() for m in mutants])
 
     def timeout(target: Target) -> float:
+        if args.test_cmd_timeout is not None and isinstance(target, CommandTarget):
+            return float(args.test_cmd_timeout)
         if args.timeout is not None:
             return float(args.timeout)
         return 2 * args.campaign_seconds + 600 if isinstance(target, CampaignTarget) else 900.0

@@ -15,8 +15,11 @@
 # private sglang copy, each mutant's two targets at the same time; (C) the report of what finished.
 #
 # Knobs (environment): SAMPLE (40), SEED (0), CAMPAIGN_SECONDS (60), CAMPAIGN_SEED (2026), SCALE (off: the
-# campaign's scale tier; see README), JOBS_PER_GPU (5 with >= 4 GPUs, else 6), TEST_WORKERS (2: xdist workers of
-# each mutant's test run), TARGETS ("campaign tests"), LIMIT (555), MUTANT_TIMEOUT (420 s per mutant and target);
+# campaign's scale tier; see README), JOBS_PER_GPU (5 with >= 4 GPUs, else 6), TEST_WORKERS (xdist workers of
+# each mutant's test run: 4 with >= 4 GPUs, else 2), TARGETS ("campaign tests"), LIMIT (555), MUTANT_TIMEOUT (420 s:
+# the campaign's limit, a hang guard only: the campaign turns a hung kernel into a failure itself), TEST_TIMEOUT
+# (the tests' limit, 240 s with >= 4 GPUs, else 300: sglang's tests have no timeout of their own, so a mutant that
+# hangs a kernel is a `timeout` here; a slow rebuild near the limit would be too: see README);
 # for a dry run of the plumbing without a GPU only: PLATFORM (cuda) and SGLANG_SRC (default: the installed sglang).
 set -u
 out=${OUT:?}
@@ -42,12 +45,13 @@ rcs=$out/rcs.txt
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$ngpu" -ge 1 ] || { echo "no GPU visible: stop" >> "$rcs"; exit 3; }
 [ -f .mutate-targets/sglang-tests/test_hicache.py ] || echo "WARNING: .mutate-targets/sglang-tests is missing (carry it): the tests target will fail its baseline" >> "$rcs"
-if [ "$ngpu" -ge 4 ]; then jobs_default=5; else jobs_default=6; fi
+# with >= 4 GPUs the machine has cores to spare (x8: 128): 4 xdist workers per test run and a tighter test limit
+if [ "$ngpu" -ge 4 ]; then jobs_default=5; tw_default=4; tt_default=240; else jobs_default=6; tw_default=2; tt_default=300; fi
 JOBS_PER_GPU=${JOBS_PER_GPU:-$jobs_default}
 SAMPLE=${SAMPLE:-40}
 CAMPAIGN_SECONDS=${CAMPAIGN_SECONDS:-60}
 TARGETS=${TARGETS:-campaign tests}
-export SGLANG_TESTS_WORKERS=${TEST_WORKERS:-2}
+export SGLANG_TESTS_WORKERS=${TEST_WORKERS:-$tw_default}
 export SGLANG_TESTS_DESELECT=$PWD/$res/prerun/deselect.txt
 
 ( while :; do
@@ -111,10 +115,11 @@ case " $TARGETS " in *" tests "*)
 esac
 left=$(( LIMIT - $(elapsed) ))
 echo "mutate: $SAMPLE mutants, targets [$TARGETS], $ngpu GPU(s) x $JOBS_PER_GPU, campaign ${CAMPAIGN_SECONDS} s" \
-     "(scale ${SCALE:-off}), test workers $SGLANG_TESTS_WORKERS; $(( left - 40 )) s before SIGTERM, at $(elapsed) s" >> "$rcs"
+     "(scale ${SCALE:-off}), test workers $SGLANG_TESTS_WORKERS, test limit ${TEST_TIMEOUT:-$tt_default} s;" \
+     "$(( left - 40 )) s before SIGTERM, at $(elapsed) s" >> "$rcs"
 timeout --signal=TERM --kill-after=25 $(( left - 40 )) \
   python3 -m hicache_fuzz mutate "${select[@]}" "${targets[@]}" --parallel-targets \
-    --timeout "${MUTANT_TIMEOUT:-420}" --gpus auto --jobs-per-gpu "$JOBS_PER_GPU" --reuse-baseline \
+    --timeout "${MUTANT_TIMEOUT:-420}" --test-cmd-timeout "${TEST_TIMEOUT:-$tt_default}" --gpus auto --jobs-per-gpu "$JOBS_PER_GPU" --reuse-baseline \
     --out "$res" > "$work/mutate.log" 2>&1
 echo "mutate rc=$? at $(elapsed) s" >> "$rcs"
 

@@ -156,3 +156,25 @@ def test_baseline_failures_option_reaches_the_report(tree: Path, tmp_path: Path)
     assert _run("--sglang-src", tree, "--file", "*.cuh", "--operator", "drop_statement", "--test-cmd", "true",
                 "--out", out, "--report-only") == 0
     assert "`sig-a`" in (out / "summary.md").read_text()
+
+
+def test_test_cmd_timeout_applies_to_test_commands_only(tree: Path, tmp_path: Path) -> None:
+    import time
+
+    from hicache_fuzz.harness.commands import mutate as commands_mutate
+
+    out = tmp_path / "out"
+    started = time.monotonic()
+    assert _run("--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
+                "--test-cmd", f"{SYNC_PRESENT} || sleep 120", "--timeout", "600", "--test-cmd-timeout", "2",
+                "--out", out) == 0
+    assert time.monotonic() - started < 60
+    target = json.loads((out / "summary.json").read_text())["targets"]["test-cmd"]
+    assert [t["description"] for t in target["timeouts"]] == ["drop the synchronisation `__syncthreads(...)`"]
+    assert _run("--sglang-src", tree, "--test-cmd", "true", "--test-cmd-timeout", "0", "--out", out) == 2
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    commands_mutate.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["mutate", "--test-cmd", "true", "--test-cmd-timeout", "5", "--timeout", "50"])
+    assert args.test_cmd_timeout == 5.0 and args.timeout == 50.0
