@@ -61,8 +61,13 @@ def stop_all() -> None:
     _stopping.set()
     with _live_lock:
         running = list(_live)
-    for process in running:
-        _kill_group(process)
+    # All at once: with --jobs-per-gpu, dozens of targets run; one grace period after another would outlast the
+    # caller's own time limit (and leave targets that started their own session orphaned).
+    threads = [threading.Thread(target=_kill_group, args=(process,), daemon=True) for process in running]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30.0)
 
 
 def stopping() -> bool:

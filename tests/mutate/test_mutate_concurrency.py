@@ -5,6 +5,7 @@ the targets are shell commands (or a campaign target whose run is replaced), no 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,27 @@ def test_test_cmd_timeout_applies_to_test_commands_only(tree: Path, tmp_path: Pa
     commands_mutate.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["mutate", "--test-cmd", "true", "--test-cmd-timeout", "5", "--timeout", "50"])
     assert args.test_cmd_timeout == 5.0 and args.timeout == 50.0
+
+
+def test_sigterm_stops_all_slots_at_once(tree: Path, tmp_path: Path) -> None:
+    """Targets that ignore SIGTERM get SIGKILL after one grace period, all slots together (not one grace each)."""
+    import subprocess
+    import time
+
+    out, started_dir = tmp_path / "out", tmp_path / "started"
+    started_dir.mkdir()
+    stubborn = f"touch {started_dir}/$HICACHE_MUTANT_ID; trap '' TERM; sleep 300"
+    command = f"if [ \"$HICACHE_MUTANT_ID\" = baseline ]; then true; else {stubborn}; fi"
+    process = subprocess.Popen([sys.executable, "-m", "hicache_fuzz", "mutate", "--sglang-src", str(tree),
+                                "--gpus", "1", "--jobs-per-gpu", "3", "--platform", "cuda", "--file", "*.cuh",
+                                "--operator", "drop_statement", "--test-cmd", command, "--out", str(out)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(list(started_dir.iterdir())) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(list(started_dir.iterdir())) == 3, "three slots never ran at once"
+    stopping = time.monotonic()
+    process.terminate()
+    assert process.wait(timeout=60) != 0
+    assert time.monotonic() - stopping < 25  # one 10-s grace (then SIGKILL), not three in a row
+    assert not list(out.glob("mutants/*.json"))
