@@ -203,3 +203,18 @@ def test_sigterm_stops_all_slots_at_once(tree: Path, tmp_path: Path) -> None:
     assert process.wait(timeout=60) != 0
     assert time.monotonic() - stopping < 25  # one 10-s grace (then SIGKILL), not three in a row
     assert not list(out.glob("mutants/*.json"))
+
+
+def test_accepted_baseline_failures_load_as_known_in_a_real_campaign(tmp_path: Path) -> None:
+    """The copied reproducers pass the strict corpus loader and make the same bug known to `fuzz --known`."""
+    import subprocess
+
+    def fuzz(seed: int, corpus: Path, *extra: str) -> int:
+        return subprocess.run([sys.executable, "-m", "hicache_fuzz", "fuzz", "--platform", "cpu", "--backend",
+                               "zoo-last-page-dropped", "--seed", str(seed), "--max-total-time", "2", "--no-progress",
+                               "--corpus", str(corpus), *extra], capture_output=True, text=True).returncode
+
+    assert fuzz(1, tmp_path / "runs" / "baseline" / "campaign-corpus") == 1  # the "unmutated" run's own bug
+    known = runner.accept_baseline_failures(tmp_path, "campaign")
+    assert known is not None
+    assert fuzz(2, tmp_path / "other", "--known", str(known)) == 0  # known now, under another seed too
