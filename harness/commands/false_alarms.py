@@ -34,7 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=60.0, help="each campaign's --max-total-time")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="campaigns at once (on one GPU several fit: each is mostly host-side Python)")
+                        help="campaigns at once (on one GPU several fit: each is mostly host-side Python; mind "
+                             "memory: a GPU campaign's scale tier holds GiBs of pinned host and device memory)")
+    parser.add_argument("--gpus", default="none", metavar="none|N|LIST",
+                        help="pin campaign k to one device, round robin: N (the first N visible) or a list 0,2,3; "
+                             "none (default): every campaign sees what this process sees")
+    parser.add_argument("--start-deadline", type=float, metavar="S",
+                        help="start no campaign later than S seconds after this command began (the seeds not "
+                             "started are listed as not run, not counted): keeps a time-boxed run's report whole")
     parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
                         help="corpus files or folders of known failures (as fuzz --known); repeatable")
     parser.add_argument("--out", type=Path, required=True, help="folder for each campaign's report and corpus")
@@ -54,6 +61,7 @@ class CampaignRun:
     seconds: float = 0.0
     report: str = ""
     error: str = ""
+    device: str | None = None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,13 +70,26 @@ def run(args: argparse.Namespace) -> int:
     for path in args.known:
         if not path.exists():
             raise UsageError(f"--known {path}: no such file or folder")
+    if args.start_deadline is not None and not args.start_deadline >= 0:
+        raise UsageError("--start-deadline must be >= 0")
+    devices = device_ids(args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     extra = [a for a in args.fuzz_args if a != "--"]
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     started = time.perf_counter()
+
+    def one(index: int) -> CampaignRun | None:
+        if args.start_deadline is not None and time.perf_counter() - started > args.start_deadline:
+            return None
+        device = devices[index % len(devices)] if devices else None
+        return run_campaign(seeds[index], args.seconds, args.known, args.out, extra, device)
+
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        runs = list(pool.map(lambda seed: run_campaign(seed, args.seconds, args.known, args.out, extra), seeds))
+        outcomes = list(pool.map(one, range(len(seeds))))
+    runs = [r for r in outcomes if r is not None]
+    not_run = [seed for seed, r in zip(seeds, outcomes, strict=True) if r is None]
     summary = summarize(runs, time.perf_counter() - started, args)
+    summary["seeds_not_run"] = not_run
     print_summary(summary)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +102,27 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILURES if summary["campaigns_with_new_identities"] else EXIT_CLEAN
 
 
-def run_campaign(seed: int, seconds: float, known: list[Path], out: Path, extra: list[str]) -> CampaignRun:
+def device_ids(spec: str, inherited: str | None) -> list[str]:
+    """The device ids campaigns are pinned to, round robin ([] = no pinning). Ids index what this process sees:
+    with CUDA_VISIBLE_DEVICES=2,3 set, `--gpus 2` means 2 and 3."""
+    visible = [d.strip() for d in (inherited or "").split(",") if d.strip()]
+    if spec == "none":
+        return []
+    if spec.isdigit() and int(spec) >= 1:
+        count = int(spec)
+        if visible and count > len(visible):
+            raise UsageError(f"--gpus {spec}: only {len(visible)} device(s) visible ({','.join(visible)})")
+        return visible[:count] if visible else [str(i) for i in range(count)]
+    ids = [s.strip() for s in spec.split(",") if s.strip()]
+    if "," not in spec or not ids or not all(s.isdigit() for s in ids):
+        raise UsageError(f"--gpus {spec}: expected none, a count >= 1 or a comma list of device ids")
+    if visible and any(int(i) >= len(visible) for i in ids):
+        raise UsageError(f"--gpus {spec}: only {len(visible)} device(s) visible ({','.join(visible)})")
+    return [visible[int(i)] if visible else i for i in ids]
+
+
+def run_campaign(seed: int, seconds: float, known: list[Path], out: Path, extra: list[str],
+                 device: str | None = None) -> CampaignRun:
     """One `hicache-fuzz fuzz` process; its JSON report says which failures were new and which known."""
     folder = out / f"seed-{seed}"
     report_path = folder / "report.json"
@@ -92,11 +133,15 @@ def run_campaign(seed: int, seconds: float, known: list[Path], out: Path, extra:
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tempfile.TemporaryFile(mode="w+") as log:
-        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+        env = os.environ.copy()
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device  # (ROCm's runtime honours it too)
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.seek(0)
         tail = log.read()[-2000:]
     (folder / "log.txt").write_text(tail)
-    outcome = CampaignRun(seed, code, seconds=round(time.perf_counter() - started, 1), report=str(report_path))
+    outcome = CampaignRun(seed, code, seconds=round(time.perf_counter() - started, 1), report=str(report_path),
+                          device=device)
     if not report_path.is_file():
         outcome.error = tail.strip().splitlines()[-1] if tail.strip() else f"exit {code}, no report"
         return outcome
@@ -132,6 +177,8 @@ def summarize(runs: list[CampaignRun], seconds: float, args: argparse.Namespace)
 
 
 def print_summary(summary: dict[str, Any]) -> None:
+    if summary.get("seeds_not_run"):
+        print(f"not started before --start-deadline (not counted): seeds {summary['seeds_not_run']}")
     print(f"{summary['campaigns']} campaigns x {summary['seconds_per_campaign']:g} s, "
           f"{summary['total_cases']} cases: {summary['campaigns_with_new_identities']} raised a new identity, "
           f"{summary['campaigns_failed_to_run']} failed to run")
@@ -146,7 +193,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
              "raised a new identity", "",
              f"{summary['campaigns']} campaigns x {summary['seconds_per_campaign']:g} s, "
              f"{summary['total_cases']} cases, known from {', '.join(summary['known']) or 'nothing'}; "
-             f"fuzz options `{' '.join(summary['fuzz_args'])}`.", "",
+             f"fuzz options `{' '.join(summary['fuzz_args'])}`; {summary['wall_seconds']:g} s wall."
+             + (f" Seeds not started before the deadline (not counted): {summary['seeds_not_run']}."
+                if summary.get("seeds_not_run") else ""), "",
              "| seed | exit | cases | new identities | known identities |", "|---|---|---|---|---|"]
     for run_row in summary["runs"]:
         lines.append(f"| {run_row['seed']} | {run_row['exit_code']} | {run_row['cases']} "

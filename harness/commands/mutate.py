@@ -72,8 +72,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="passed to fuzz --known: failures the unmutated sglang already has (e.g. corpus/sglang)")
     p.add_argument("--timeout", type=float, metavar="S",
                    help="per mutant and target (default: 2 x campaign + 600 s; 900 s for a test command)")
+    p.add_argument("--test-cmd-timeout", type=float, metavar="S",
+                   help="the limit for --test-cmd targets only (default: --timeout); e.g. a tight one for a test "
+                        "suite that could hang under a mutant and a generous one for the campaign, whose own "
+                        "--case-timeout already turns a hung kernel into a failure")
     p.add_argument("--gpus", default="auto", help="auto (all visible), N (the first N), a list 0,2,3, or 0 (no "
                                                   "device pinning): one mutant per GPU at a time")
+    p.add_argument("--jobs-per-gpu", type=int, default=1, metavar="K",
+                   help="mutants at once on each GPU (default 1): K slots per device, each with its own private "
+                        "sglang copy; the shared JIT cache is safe for concurrent builds (sglang publishes a build "
+                        "by an atomic rename under a per-module lock, and keys it by source content)")
+    p.add_argument("--parallel-targets", action="store_true",
+                   help="run a mutant's targets at the same time (side by side: the campaign and the tests) "
+                        "instead of one after the other")
     p.add_argument("--jit-cache", choices=("shared", "per-mutant"), default="shared",
                    help="sglang JIT cache: one content-addressed cache under --out (default), or a fresh one "
                         "per mutant")
@@ -86,6 +97,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reuse-baseline", action="store_true",
                    help="keep a passed baseline already under --out for the same targets (resuming on the same "
                         "machine image) instead of running the unmutated copy again")
+    p.add_argument("--baseline-failures", choices=("abort", "known"), default="abort",
+                   help="when the unmutated campaign raises new failures: abort (exit 3, default) or known (they "
+                        "become known failures of every mutant's campaign, listed in the baseline and the report; "
+                        "a mutant is then killed only by a failure the unmutated sglang did not show)")
     p.add_argument("--report-only", action="store_true",
                    help="no baseline, no runs: write the reports from the results already under --out")
 
@@ -136,6 +151,11 @@ def _slots(spec: str, device_env: str) -> list[str | None]:
     return list(inherited[:count] if inherited else [str(i) for i in range(count)]) or [None]
 
 
+def _per_gpu(slots: list[str | None], jobs: int) -> list[str | None]:
+    """K slots per device, interleaved (0,1,...,0,1,...) so that the first mutants spread over the devices."""
+    return [slot for _ in range(jobs) for slot in slots]
+
+
 def _visible_gpus() -> int:
     probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
     try:
@@ -183,6 +203,15 @@ def _print_list(mutants: list[Mutant]) -> None:
         print(f"per {name}: " + json.dumps(table, indent=1))
 
 
+def _baseline_accepted(out: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((out / "baseline.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    accepted = data.get("accepted_failures") if isinstance(data, dict) and data.get("passed") else None
+    return accepted if isinstance(accepted, dict) else {}
+
+
 def _on_signal(signum: int, _frame: object) -> None:
     stop_all()  # kill every target's process group; their mutants stay unfinished (resumable)
     raise SystemExit(128 + signum)
@@ -226,26 +255,35 @@ def _run(args: argparse.Namespace) -> int:
     args.out = args.out.resolve()  # targets may change directory: every path handed to them is absolute
     targets = _targets(args)
     device_env = _device_env(args.platform)
-    slots = [None] if args.report_only else _slots(args.gpus, device_env)
+    if args.jobs_per_gpu < 1:
+        raise UsageError("--jobs-per-gpu must be >= 1")
+    if args.test_cmd_timeout is not None and not args.test_cmd_timeout > 0:
+        raise UsageError("--test-cmd-timeout must be positive")
+    slots = [None] if args.report_only else _per_gpu(_slots(args.gpus, device_env), args.jobs_per_gpu)
     meta = {"sglang_root": str(root), "sample": args.sample, "seed": args.seed,
             "targets": {t.name: t.describe() for t in targets}, "slots": slots,
-            "jit_cache": args.jit_cache}
+            "jit_cache": args.jit_cache, "jobs_per_gpu": args.jobs_per_gpu,
+            "parallel_targets": args.parallel_targets, "baseline_failures": args.baseline_failures}
     write_json_atomic(args.out / "mutants.json", [m.to_dict() for m in mutants])
 
     def timeout(target: Target) -> float:
+        if args.test_cmd_timeout is not None and isinstance(target, CommandTarget):
+            return float(args.test_cmd_timeout)
         if args.timeout is not None:
             return float(args.timeout)
         return 2 * args.campaign_seconds + 600 if isinstance(target, CampaignTarget) else 900.0
 
     config = RunConfig(root=root, mutants=mutants, targets=targets, out=args.out, slots=slots,
                        device_env=device_env, timeout=timeout, jit_cache=args.jit_cache,
-                       keep_workspace=args.keep_workspace, reuse_baseline=args.reuse_baseline)
+                       keep_workspace=args.keep_workspace, reuse_baseline=args.reuse_baseline,
+                       parallel_targets=args.parallel_targets, baseline_failures=args.baseline_failures)
     if args.report_only:
         described = {t.name: t.describe() for t in targets}
         records = {m.id: r for m in mutants if (r := finished(args.out, m.id, described)) is not None}
     else:
         records = run_all(config, log=lambda line: print(line, flush=True))
     meta["unfinished"] = [m.id for m in mutants if m.id not in records]
+    meta["baseline_accepted"] = _baseline_accepted(args.out)
     summary = report.summarize(records, [t.name for t in targets], meta)
     report.write_reports(args.out, summary)
     for name, target in summary["targets"].items():

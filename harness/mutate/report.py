@@ -114,6 +114,10 @@ def markdown(summary: dict[str, Any]) -> str:
                + ", ".join(f"`{n}` ({d})" for n, d in meta.get("targets", {}).items()))
     if meta.get("unfinished"):
         out.append(f"Unfinished (not in this report; rerun to resume): {len(meta['unfinished'])} mutants.")
+    for name, entry in (meta.get("baseline_accepted") or {}).items():
+        out.append(f"The unmutated `{name}` raised {len(entry.get('failures', []))} new failure class(es), made "
+                   "known for every mutant (`--baseline-failures known`): "
+                   + ", ".join(f"`{f.get('signature')}`" for f in entry.get("failures", [])) + ".")
     out.append("")
     out.append("Score = (killed + timeout) / (total - build_error - error).")
     for name, target in summary["targets"].items():

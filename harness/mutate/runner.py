@@ -1,4 +1,7 @@
-"""Run mutants against targets: baseline first, then one mutant per GPU slot at a time, resumable.
+"""Run mutants against targets: baseline first, then one mutant per slot at a time, resumable.
+
+A slot is a device id (``--gpus``), repeated ``--jobs-per-gpu`` times: each slot has its own private sglang copy
+(``<out>/work/slot-<k>``), so K mutants run on one GPU at once without seeing each other's files.
 
 Each finished mutant is written atomically to ``<out>/mutants/<id>.json`` (all targets' results in one
 file), so a rerun with the same ``--out`` skips it. sglang's JIT cache is content-addressed (its build key
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.mutate.mutant import Mutant
-from hicache_fuzz.harness.mutate.targets import Stopped, Target, TargetResult
+from hicache_fuzz.harness.mutate.targets import CampaignTarget, Stopped, Target, TargetResult
 from hicache_fuzz.harness.mutate.workspace import Workspace, child_environment
 
 
@@ -42,6 +45,10 @@ class RunConfig:
     jit_cache: str = "shared"  # or "per-mutant"
     keep_workspace: bool = False
     reuse_baseline: bool = False  # a passed <out>/baseline.json for the same targets stands (resumed runs)
+    parallel_targets: bool = False  # a mutant's targets run at the same time (each its own process)
+    # "known": new failures of the unmutated campaign become known failures of every mutant's campaign (the
+    # baseline passes with them listed) instead of aborting the run; a test command's baseline must still pass
+    baseline_failures: str = "abort"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -121,15 +128,54 @@ def run_baseline(config: RunConfig, workspaces: list[Workspace]) -> dict[str, An
         thread.join()
     if errors:
         raise errors[0]
+    accepted: dict[str, Any] = {}
     for target in config.targets:
         result = results[target.name]
+        if (result["outcome"] == "killed" and config.baseline_failures == "known"
+                and isinstance(target, CampaignTarget)):
+            known = accept_baseline_failures(config.out, target.name)
+            if known is not None:
+                target.extra_known = [known]
+                accepted[target.name] = {"known": str(known), "failures": result["failures"]}
+                continue
         if result["outcome"] != "survived":
             write_json_atomic(config.out / "baseline.json", {"passed": False, "targets": results})
             raise BaselineFailed(f"baseline (unmutated sglang) of target {target.name!r} is {result['outcome']}: "
                                  f"{result['detail']}; see {result['log']}")
-    baseline = {"passed": True, "targets": results, "target_config": _described(config)}
+    baseline = {"passed": True, "targets": results, "target_config": _described(config),
+                "accepted_failures": accepted}
     write_json_atomic(config.out / "baseline.json", baseline)
     return baseline
+
+
+def accept_baseline_failures(out: Path, name: str) -> Path | None:
+    """Copy the unmutated campaign's reproducers to <out>/baseline-known/<name>/ marked as expected failures
+    (`"expect": "fail"`), for `fuzz --known`; None when there is none to copy (then the baseline fails)."""
+    corpus = out / "runs" / "baseline" / f"{name}-corpus"
+    known = out / "baseline-known" / name
+    shutil.rmtree(known, ignore_errors=True)
+    copied = 0
+    for folder in sorted(p for p in corpus.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+            if corpus.is_dir() else []:
+        for path in sorted(folder.glob("*.json")):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if not isinstance(data, dict):
+                continue
+            data["expect"] = "fail"  # (no other field: the corpus loader is strict about the reproducer's keys)
+            write_json_atomic(known / folder.name / path.name, data)
+            copied += 1
+    return known if copied else None
+
+
+def _restore_accepted(config: RunConfig, baseline: dict[str, Any]) -> None:
+    """A reused baseline's accepted failures apply to this run's mutants again."""
+    for target in config.targets:
+        entry = (baseline.get("accepted_failures") or {}).get(target.name)
+        if entry and isinstance(target, CampaignTarget) and Path(entry["known"]).is_dir():
+            target.extra_known = [Path(entry["known"])]
 
 
 def _described(config: RunConfig) -> dict[str, Any]:
@@ -171,8 +217,18 @@ def run_mutant(config: RunConfig, workspace: Workspace, slot: str | None, mutant
     env = _environment(config, workspace, slot, mutant.id)
     run_dir = config.out / "runs" / mutant.id
     with workspace.applied(mutant):
-        for target in config.targets:
-            record["targets"][target.name] = target.run(env, run_dir, config.timeout(target)).to_dict()
+        if config.parallel_targets and len(config.targets) > 1:
+            with ThreadPoolExecutor(max_workers=len(config.targets)) as pool:
+                futures = {t.name: pool.submit(t.run, env, run_dir, config.timeout(t)) for t in config.targets}
+            # (the pool has joined: every target ended, or was stopped, before the copy is restored)
+            failed = [exc for future in futures.values() if (exc := future.exception()) is not None]
+            if failed:
+                raise next((exc for exc in failed if isinstance(exc, Stopped)), failed[0])
+            for target in config.targets:
+                record["targets"][target.name] = futures[target.name].result().to_dict()
+        else:
+            for target in config.targets:
+                record["targets"][target.name] = target.run(env, run_dir, config.timeout(target)).to_dict()
     if config.jit_cache == "per-mutant":
         shutil.rmtree(workspace.root / "jit-cache" / mutant.id, ignore_errors=True)
     return record
@@ -200,8 +256,13 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
         baseline = stored_baseline(config) if config.reuse_baseline else None
         if baseline is not None:
             log("mutate: reusing the passed baseline in " + str(config.out / "baseline.json"))
+            _restore_accepted(config, baseline)
         else:
             baseline = run_baseline(config, workspaces)
+        for name, entry in (baseline.get("accepted_failures") or {}).items():
+            log(f"mutate: the unmutated {name} failed with {len(entry['failures'])} new failure class(es), now "
+                f"known for every mutant ({entry['known']}): " + ", ".join(str(f.get("signature"))
+                                                                          for f in entry["failures"]))
         for target in config.targets:
             if hasattr(target, "baseline_backends"):
                 report = Path(str(baseline["targets"][target.name]["log"])).with_suffix(".json")

@@ -61,8 +61,13 @@ def stop_all() -> None:
     _stopping.set()
     with _live_lock:
         running = list(_live)
-    for process in running:
-        _kill_group(process)
+    # All at once: with --jobs-per-gpu, dozens of targets run; one grace period after another would outlast the
+    # caller's own time limit (and leave targets that started their own session orphaned).
+    threads = [threading.Thread(target=_kill_group, args=(process,), daemon=True) for process in running]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30.0)
 
 
 def stopping() -> bool:
@@ -192,6 +197,7 @@ class CampaignTarget:
         self.fuzz_args = fuzz_args
         self.build_pattern = re.compile(build_pattern)
         self.baseline_backends: set[str] | None = None  # sglang backends the unmutated run had
+        self.extra_known: list[Path] = []  # the unmutated run's own failures, when accepted (--baseline-failures)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "campaign", "platform": self.platform, "seconds": self.seconds, "seed": self.seed,
@@ -200,7 +206,8 @@ class CampaignTarget:
     def command(self, report: Path, corpus: Path) -> list[str]:
         return [sys.executable, "-m", "hicache_fuzz", "fuzz", "--platform", self.platform,
                 "--max-total-time", str(self.seconds), "--seed", str(self.seed), "--json", str(report),
-                "--corpus", str(corpus), *self.fuzz_args]
+                "--corpus", str(corpus), *self.fuzz_args,
+                *(a for path in self.extra_known for a in ("--known", str(path)))]
 
     def run(self, env: dict[str, str], run_dir: Path, timeout: float) -> TargetResult:
         result = self._run(env, run_dir, timeout)

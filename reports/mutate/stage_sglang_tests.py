@@ -82,6 +82,9 @@ def main() -> int:
     parser.add_argument("--sglang-src", type=Path, help="the sglang the tests must match (default: installed)")
     parser.add_argument("--pattern", action="append", help=f"test file globs (default: {DEFAULT_PATTERNS})")
     parser.add_argument("--dest", type=Path, default=Path(".mutate-targets/sglang-tests"))
+    parser.add_argument("--no-adapter", action="store_true",
+                        help="do not add sglang_tests_conftest.py (ours) as conftest.py: the tests that build host "
+                             "pools with the pre-0.5.23 constructor then fail on 0.5.23")
     args = parser.parse_args()
     package = sglang_package(args.sglang_src)
     found: dict[str, Path] = {}
@@ -96,6 +99,12 @@ def main() -> int:
     args.dest.mkdir(parents=True, exist_ok=True)
     # Its own (empty) pytest config, so the checkout's pyproject.toml options do not apply to sglang's tests.
     (args.dest / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    adapter = Path(__file__).with_name("sglang_tests_conftest.py")
+    if args.no_adapter:
+        (args.dest / "conftest.py").unlink(missing_ok=True)
+    else:
+        shutil.copy2(adapter, args.dest / "conftest.py")
+        print(f"staged {args.dest / 'conftest.py'} (hicache-fuzz's host-pool constructor adapter, not sglang's)")
     status = 0
     for name, path in sorted(found.items()):
         problems = missing_imports(path, package)

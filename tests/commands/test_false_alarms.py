@@ -27,3 +27,32 @@ def test_a_bug_raises_its_identity_in_every_campaign(tmp_path: Path) -> None:
     mismatch = [bug for bug in summary["new_identities"] if "-mismatch-" in bug]
     assert len(mismatch) == 1 and summary["new_identities"][mismatch[0]] == 2  # one mismatch bug, both seeds
     assert "2 of 2 campaigns raised a new identity" in (tmp_path / "bug" / "summary.md").read_text()
+
+
+def test_gpus_pin_campaigns_round_robin_and_the_deadline_stops_starting(tmp_path: Path) -> None:
+    out = tmp_path / "pinned"
+    code = main(["false-alarms", "--seeds", "3", "--seconds", "1", "--jobs", "1", "--gpus", "1,0",
+                 "--start-deadline", "0.5", "--out", str(out), "--json", str(out / "summary.json"),
+                 "--markdown", str(out / "summary.md"), "--", "--platform", "cpu", "--backend", "reference"])
+    summary = json.loads((out / "summary.json").read_text())
+    # one at a time: the first campaign starts at once (pinned to the first listed device), and after it no
+    # other starts (the deadline has passed): those seeds are listed, not counted
+    assert code == 0 and summary["campaigns"] == 1 and summary["seeds_not_run"] == [2, 3]
+    assert summary["runs"][0]["device"] == "1"
+    assert "not counted" in (out / "summary.md").read_text()
+
+
+def test_device_ids() -> None:
+    import pytest
+
+    from hicache_fuzz.harness.commands.false_alarms import device_ids
+    from hicache_fuzz.harness.model.exit_codes import UsageError
+
+    assert device_ids("none", "0,1") == []
+    assert device_ids("2", None) == ["0", "1"]
+    assert device_ids("2", "4,5,6") == ["4", "5"]
+    assert device_ids("1,0", "4,5") == ["5", "4"]
+    assert device_ids("3,1", None) == ["3", "1"]
+    for bad, visible in (("0", None), ("x", None), ("3", "0,1"), ("0,2", "0,1"), ("1,a", None)):
+        with pytest.raises(UsageError):
+            device_ids(bad, visible)
