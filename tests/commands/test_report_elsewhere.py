@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from hicache_fuzz.harness.commands.cli import main
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, final_exit_code
@@ -55,3 +56,13 @@ def test_report_html(blocked: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["report", str(ROOT / "reports" / "gate" / "gate.json"), "--html", str(blocked / "gate.html")])
     assert code == EXIT_UNAVAILABLE
     assert moved_to(capsys.readouterr().err).read_text().startswith("<!DOCTYPE html>")
+
+
+def test_aot_smoke_is_a_command_that_says_why_it_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the smoke would run")
+    report = tmp_path / "smoke.json"
+    assert main(["aot-smoke", "--json", str(report)]) == EXIT_UNAVAILABLE
+    data = json.loads(report.read_text())
+    assert not data["backends"]["sglang-aot"]["available"] and data["backends"]["sglang-aot"]["reason"]
+    assert "sglang-aot: UNAVAILABLE: " in capsys.readouterr().out
