@@ -152,3 +152,15 @@ def test_isa_fetch_steps_are_reported() -> None:
         isa_fetch.set_progress(None)
     assert seen == ["downloading x from PyPI (0 fetch steps done)",
                     "downloading x from PyPI: done (1 fetch steps done)"]
+
+
+def test_fuzz_shows_counts_and_time_left(tmp_path: Path, terminal: Terminal) -> None:
+    args = ["fuzz", "--platform", "cpu", "--seed", "1", "--runs", "20", "--max-total-time", "600", "--byte-budget",
+            "65536", "--corpus", str(tmp_path / "corpus")]
+    with terminal as tty:
+        assert main(args) == 0
+        drawn = tty.getvalue()
+        assert main([*args, "--no-progress"]) == 0
+    assert "\r20 cases  " in drawn and " failures (0 unique)" in drawn and " left  [" in drawn
+    assert drawn.endswith("\r")  # cleared before the summary
+    assert tty.getvalue() == drawn  # --no-progress: nothing more
