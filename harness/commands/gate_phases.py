@@ -34,7 +34,7 @@ from hicache_fuzz.harness.isa import fetch as isa_fetch
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine
-from hicache_fuzz.harness.model.progress import ProgressLine, eta
+from hicache_fuzz.harness.model.progress import ProgressLine, eta, eta_of_step
 from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, auto_backends, available_backend, executor_for
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry
@@ -233,9 +233,12 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     for number, (target, row) in enumerate(zip(targets, rows, strict=True), start=1):
-        def on_module(text: str, number: int = number, name: str = target.name) -> None:
-            line.update(f"[3/3] ISA {number}/{len(targets)} {name}: {text}, "
-                        f"{eta(number - 1, len(targets), time.perf_counter() - started)}", force=True)
+        target_started = time.perf_counter()
+
+        def on_module(text: str, number: int = number, name: str = target.name,
+                      target_started: float = target_started) -> None:
+            left = eta_of_step(number - 1, len(targets), target_started, started, time.perf_counter())
+            line.update(f"[3/3] ISA {number}/{len(targets)} {name}: {text}, {left}", force=True)
 
         on_module("compiling")
         if target.platform == isa.PLATFORM_ROCM:

@@ -95,7 +95,7 @@ from hicache_fuzz.harness.isa.toolchains import (
     rocm_compile_flags,
 )
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, EXIT_USAGE
-from hicache_fuzz.harness.model.progress import ProgressLine, eta
+from hicache_fuzz.harness.model.progress import ProgressLine, eta_of_step
 
 # The check's public names, wherever they are defined: tests and the gate import them from here.
 __all__ = [
@@ -554,11 +554,14 @@ def _run_checks(
         started = time.monotonic()
         for number, (platform, arch) in enumerate(plan, start=1):
             keep_dir = pathlib.Path(args.keep_dir) if args.keep_dir else None
+            target_started = time.monotonic()
 
-            def on_module(text: str, number: int = number, arch: str = arch) -> None:
+            def on_module(
+                text: str, number: int = number, arch: str = arch, target_started: float = target_started
+            ) -> None:
                 progress.update(
                     f"isa: target {number}/{len(plan)} {arch}: {text}, "
-                    f"{eta(number - 1, len(plan), time.monotonic() - started)}",
+                    f"{eta_of_step(number - 1, len(plan), target_started, started, time.monotonic())}",
                     force=True,
                 )
 

@@ -36,6 +36,15 @@ def eta(done: float, total: float, elapsed: float) -> str:
     return f"ETA {duration(max(0.0, (total - done) * elapsed / done))}"
 
 
+def eta_of_step(steps_done: int, steps: int, step_started: float, started: float, now: float) -> str:
+    """ETA while step `steps_done + 1` of `steps` runs (targets, backends): the mean of the finished steps, less
+    what the running one has already taken (`ETA ?` until one step has finished)."""
+    if steps_done <= 0:
+        return "ETA ?"
+    mean = (step_started - started) / steps_done
+    return f"ETA {duration(max(0.0, (steps - steps_done) * mean - (now - step_started)))}"
+
+
 class ProgressLine:
     """One status line on `stream` (stderr), redrawn at most every `every` seconds (REFRESH_SECONDS); silent
     when disabled or when the stream is not a terminal."""

@@ -65,3 +65,11 @@ def test_durations_and_eta() -> None:
     assert duration(float("nan")) == "?"
     assert eta(0, 10, 5) == "ETA ?"
     assert eta(5, 10, 10) == "ETA 10s"
+
+
+def test_eta_of_a_step_in_progress() -> None:
+    from hicache_fuzz.harness.model.progress import eta_of_step
+
+    assert eta_of_step(0, 4, 0.0, 0.0, 5.0) == "ETA ?"
+    # 2 steps done in 20 s (10 s each), the third has run 4 s: 6 s left of it plus 10 s for the fourth
+    assert eta_of_step(2, 4, 20.0, 0.0, 24.0) == "ETA 16s"
