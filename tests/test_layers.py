@@ -31,9 +31,10 @@ LAYERS = {
 }
 APART = ("hicache_fuzz.harness.isa", "hicache_fuzz.harness.mutate")  # stand-alone tools
 # Modules of the lowest layer that the stand-alone tools may import too (standard library only): the exit
-# codes, so that every command and tool exits with the same codes, and sglang's copy-round rules, so that the
-# contract, the sglang backends and the ISA check apply one row-tiling rule.
-SHARED_WITH_TOOLS = {"hicache_fuzz.harness.model.exit_codes", "hicache_fuzz.harness.model.copy_rules"}
+# codes, so that every command and tool exits with the same codes, sglang's copy-round rules, so that the
+# contract, the sglang backends and the ISA check apply one row-tiling rule, and the one progress line.
+SHARED_WITH_TOOLS = {"hicache_fuzz.harness.model.exit_codes", "hicache_fuzz.harness.model.copy_rules",
+                     "hicache_fuzz.harness.model.progress"}
 CLI = "hicache_fuzz.harness.commands.cli"
 CLI_IMPORTERS = {"hicache_fuzz.__main__"}
 

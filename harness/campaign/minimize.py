@@ -375,11 +375,14 @@ class NotFailing(ValueError):
 
 
 def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: int = DEFAULT_MAX_RUNS,
-             max_seconds: float = DEFAULT_MAX_SECONDS) -> Minimized:
+             max_seconds: float = DEFAULT_MAX_SECONDS,
+             on_step: Callable[[Minimized], None] | None = None) -> Minimized:
     """Shrink `case` while ``signature(run(candidate), candidate)`` stays the original's.
 
     `run` executes one case (an executor's ``run``); `result` is the case's known result (run again if
     omitted). The budget counts candidate runs and wall seconds; the best case so far is returned either way.
+    `on_step` is called with the state after every candidate run (``runs``, ``accepted``, ``case``,
+    ``seconds`` so far): the command's progress line.
     """
     started = time.perf_counter()
     if result is None:
@@ -393,13 +396,18 @@ def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: i
     def budget_left() -> bool:
         return state.runs < max_runs and time.perf_counter() - started < max_seconds
 
+    def step() -> None:
+        if on_step is not None:
+            state.seconds = time.perf_counter() - started
+            on_step(state)
+
     progress = True
     while progress and budget_left():
         progress = False
         for reduction in PASSES:
             # Re-run a pass on its own output until it stops shrinking, then move to the next pass.
             while budget_left():
-                kept = _first_kept(reduction, state, run, target, tried, budget_left)
+                kept = _first_kept(reduction, state, run, target, tried, budget_left, step)
                 if kept is None:
                     break
                 progress = True
@@ -410,7 +418,7 @@ def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: i
 
 
 def _first_kept(reduction: Reduction, state: Minimized, run: RunCase, target: str, tried: set[str],
-                budget_left: Callable[[], bool]) -> Case | None:
+                budget_left: Callable[[], bool], step: Callable[[], None]) -> Case | None:
     current_cost = cost(state.case)
     for candidate in reduction(state.case):
         if candidate is None or candidate.case_id in tried or cost(candidate) >= current_cost:
@@ -424,7 +432,9 @@ def _first_kept(reduction: Reduction, state: Minimized, run: RunCase, target: st
             state.case, state.result = candidate, outcome
             state.accepted += 1
             state.accepted_by_pass[reduction.__name__] = state.accepted_by_pass.get(reduction.__name__, 0) + 1
+            step()
             return candidate
+        step()
     return None
 
 

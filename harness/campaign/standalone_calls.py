@@ -166,13 +166,26 @@ def _page_unified(case: Case, platform: Platform) -> str:
 
 # ---- sgl_kernel.kvcacheio AOT ops ---------------------------------------------------------------------------
 
+# The prebuilt sgl_kernel loads only against the torch it was built for: against another its import fails
+# (ImportError or OSError: an undefined torch symbol). The script cannot run the op then: exit 3 (SKIP) with
+# the reason and this torch's version. An import-only stand-in's ops raise NotImplementedError naming
+# themselves when called (also a SKIP).
+AOT_IMPORT = [
+    "try:  # the prebuilt AOT ops load only against the torch they were built for",
+    "    import sgl_kernel.kvcacheio as kvcacheio",
+    "except Exception as exc:",
+    '    raise ImportError(f"sgl_kernel (the AOT ops) does not load against torch {torch.__version__}: "',
+    '                      f"{type(exc).__name__}: {exc}") from exc',
+]
+
+
 def _aot(case: Case, platform: Platform) -> str:
     from hicache_fuzz.kernels.sglang_aot import aot_op
 
     pool = case.pools[0]
     name, mla, item, layout = pool.name, _mla(case), _row(case), case.layout
     op = aot_op(case)
-    lines = ["import sgl_kernel.kvcacheio as kvcacheio", ""]
+    lines = [*AOT_IMPORT, ""]
     if case.direction is Direction.LOAD_BACK:
         layer = case.layer
 

@@ -3,15 +3,15 @@ whole-storage compare, classification): ``sglang-aot`` for each op (per-layer lo
 write-back; MHA and MLA; layer_first, page_first and, for MHA, page_head; page sizes 1 and 16), and
 ``sglang-pool`` for each AOT fallback its real host pools take (recorded path ``aot:<op>``).
 
-    python -m hicache_fuzz.harness.commands.aot_smoke --json aot-smoke.json
+    hicache-fuzz aot-smoke --json aot-smoke.json
 
-Exit 0 when every case ran (pass, or a finding the table shows), 3 when the ops are not available here.
+Exit 0 when every case passed, 1 when one failed (the table shows it), 3 when the ops are not available here (or
+the JSON had to be written elsewhere: exit_codes.final_exit_code).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -95,9 +95,19 @@ def pool_cases(platform: Any) -> list[Case]:
     return list(chosen.values())
 
 
-def run(json_path: str | None) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="PATH", help="write the results here")
+
+
+def run(args: argparse.Namespace) -> int:
+    return smoke(args.json)
+
+
+def smoke(json_path: str | None) -> int:
     import torch
 
+    from hicache_fuzz.harness.commands.common import write_json_report
+    from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, final_exit_code
     from hicache_fuzz.harness.model.platform import detect
     from hicache_fuzz.harness.pipeline.runner import run_case
     from hicache_fuzz.kernels.sglang_aot import SglangAotBackend
@@ -106,13 +116,13 @@ def run(json_path: str | None) -> int:
     platform = detect().platform
     device = torch.device("cuda")
     report: dict[str, Any] = {"platform": platform.kind, "backends": {}, "results": []}
-    status = 0
+    status, failed = EXIT_CLEAN, False
     for backend, cases in ((SglangAotBackend(), aot_cases()), (SglangPoolBackend(), pool_cases(platform))):
         availability = backend.probe(platform)
         report["backends"][backend.name] = {"available": availability.available, "reason": availability.reason}
         print(f"{backend.name}: {'available' if availability.available else 'UNAVAILABLE'}: {availability.reason}")
         if not availability.available:
-            status = 3
+            status = EXIT_UNAVAILABLE
             continue
         for case in cases:
             result = run_case(replace(case, backend=backend.name), backend, platform, device)
@@ -120,19 +130,17 @@ def run(json_path: str | None) -> int:
             row["layout"], row["direction"] = case.layout.value, case.direction.value
             row["attention"], row["page_size"] = case.pools[0].attention.value, case.page_size
             report["results"].append(row)
+            failed = failed or result.outcome.is_failure
             print(f"  {result.outcome.value:22} {result.path or result.expected_path:40} {case.layout.value:12} "
                   f"{case.direction.value:10} ps={case.page_size:<3} {result.summary[:100]}")
-    if json_path:
-        with open(json_path, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
-    return status
+    written = write_json_report(report, json_path)
+    return EXIT_FAILURES if failed else final_exit_code(status, written)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="write the results here")
-    args = parser.parse_args(argv)
-    return run(args.json)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

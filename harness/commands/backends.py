@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hicache_fuzz.harness.commands.common import add_common, write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_UNAVAILABLE
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, final_exit_code
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,4 +35,4 @@ def run(args: argparse.Namespace) -> int:
         detail = row["reason"] if not row["models_bug"] else f"zoo mutant: {row['models_bug']}"
         print(f"  {row['name']:<{width}}  {state}  {detail}")
     written = write_json_report({"platform": machine.description, "backends": rows}, args.json)
-    return EXIT_CLEAN if written else EXIT_UNAVAILABLE
+    return final_exit_code(EXIT_CLEAN, written)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
 from hicache_fuzz.harness.commands.common import add_common, write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_UNAVAILABLE, UsageError
+from hicache_fuzz.harness.commands.output import write_text_report
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_UNAVAILABLE, UsageError, final_exit_code
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.model.platform import Machine
@@ -100,14 +101,13 @@ def run(args: argparse.Namespace) -> int:
         _run_gpu(args, machine, registry, report)
     report["targets"] = _targets(report)
     print_tables(report)
-    write_json_report(report, args.json)
-    if args.markdown:
-        Path(args.markdown).write_text(markdown_tables(report))
+    written = write_json_report(report, args.json)  # elsewhere if it must (the message says where)
+    written = write_text_report(args.markdown, markdown_tables(report), "bench tables", ".md") and written
     gpu = report.get("gpu", {})
     if args.gpu and not gpu.get("available"):
         print(f"hicache-fuzz bench: --gpu unavailable: {gpu.get('reason', 'unknown')}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    return EXIT_CLEAN
+    return final_exit_code(EXIT_CLEAN, written)
 
 
 def _cpu_count() -> int:

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             early.close()
         # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
         executor = executor_for(backends, registry, machine, execution, journal, warm_up=True)
-    progress = Progress(not args.no_progress)
+    progress = Progress(not args.no_progress, args.max_total_time)
     checkpoint = Checkpoint(args.json)
     stop = StopOnSignal()
 
@@ -264,25 +264,25 @@ class Checkpoint:
 
 
 class Progress:
-    """One self-overwriting status line on a terminal; silent otherwise."""
+    """The campaign's status line (harness/model/progress.py): cases, rate, failures, time left of the budget."""
 
-    def __init__(self, enabled: bool, every: float = 0.25) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.every = every
-        self.last = 0.0
+    def __init__(self, enabled: bool, budget_seconds: float | None = None) -> None:
+        from hicache_fuzz.harness.model.progress import ProgressLine
+
+        self.line = ProgressLine(enabled)
+        self.budget = budget_seconds
 
     def __call__(self, case: Case, result: Result, report: CampaignReport) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self.last < self.every:
+        if not self.line.enabled:
             return
-        self.last = now
-        sys.stderr.write(f"\r{report.cases} cases  {report.cases_per_second:,.0f}/s  "
-                         f"{report.failure_count} failures ({len(report.failures)} unique)  ")
-        sys.stderr.flush()
+        from hicache_fuzz.harness.model.progress import duration
+
+        left = "" if self.budget is None else f"  {duration(max(0.0, self.budget - self.line.elapsed()))} left"
+        self.line.update(f"{report.cases} cases  {report.cases_per_second:,.0f}/s  "
+                         f"{report.failure_count} failures ({len(report.failures)} unique){left}")
 
     def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+        self.line.close()
 
 
 def print_campaign(report: CampaignReport) -> None:

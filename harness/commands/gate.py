@@ -46,7 +46,7 @@ from hicache_fuzz.harness.campaign.space_file import add_space_arguments, space_
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
 from hicache_fuzz.harness.commands.common import write_json_report
 from hicache_fuzz.harness.commands.gate_report import GateReport, junit_cases, one_line, render_markdown
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_UNAVAILABLE, Unavailable, UsageError
+from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError, final_exit_code
 
 # A fixed default so that a PR gate is derandomized (as Hypothesis and ClusterFuzz advise for PR CI); the nightly
 # campaign is where random seeds belong.
@@ -107,6 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write a Markdown summary (PR comment)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -138,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from hicache_fuzz.harness.campaign.known import detect_environment, known_bugs
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.commands.gate_phases import campaign_backends, run_fuzz_phases, run_isa_checks
+    from hicache_fuzz.harness.model.progress import ProgressLine
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, machine_for, registry_for
     from hicache_fuzz.harness.pipeline.worker import WorkerError
 
@@ -171,16 +173,20 @@ def run(args: argparse.Namespace) -> int:
                         [str(folder) for folder in corpus_dirs])
     print(f"platform: {machine.description}; corpus: {len(entries)} entries; campaign: "
           f"{', '.join(b.name for b in backends)} x {cases_per_backend} cases", flush=True)
+    print(f"artifacts: {artifacts.resolve()} ({', '.join(ARTIFACT_SUBFOLDERS)}); reports: "
+          f"{_outputs(args)}", flush=True)
 
+    progress = ProgressLine(not args.no_progress)
     try:
         run_fuzz_phases(report, entries, backends, registry, machine, campaign, args.budget_seconds, execution,
-                         artifacts)
+                        artifacts, progress)
+        phase_started = time.perf_counter()
+        report.isa = run_isa_checks(machine.platform.kind, args, artifacts, progress)
+        report.seconds["isa"] = time.perf_counter() - phase_started
     except WorkerError as error:  # a worker that cannot start is the platform failing us, not a finding
         raise Unavailable(f"worker process could not start: {error}") from None
-
-    phase_started = time.perf_counter()
-    report.isa = run_isa_checks(machine.platform.kind, args, artifacts)
-    report.seconds["isa"] = time.perf_counter() - phase_started
+    finally:
+        progress.close()
     for isa_row in report.isa:
         print(f"[3/3] ISA {isa_row.name}: {isa_row.status} {one_line(isa_row.reason, 200)}", flush=True)
     report.seconds["total"] = sum(report.seconds.values())
@@ -200,8 +206,16 @@ def run(args: argparse.Namespace) -> int:
     for skipped_row in report.isa_skipped_unallowed():
         print(f"NOT GREEN: ISA {skipped_row.name} skipped ({one_line(skipped_row.reason, 200)}); "
               "pass --allow-skip-isa to accept")
+    kept = sorted(str(path.relative_to(artifacts)) for path in artifacts.rglob("*") if path.is_file())
+    print(f"artifacts: {len(kept)} files under {artifacts.resolve()}"
+          + (f" (e.g. {', '.join(kept[:3])})" if kept else "") + f"; reports: {_outputs(args)}", flush=True)
     print(f"gate: {report.status.upper()} (exit {report.exit_code}) in {report.seconds['total']:.1f} s",
           flush=True)
-    if report.exit_code == EXIT_CLEAN and not written:
-        return EXIT_UNAVAILABLE  # green, but an output is not where it was asked (the message says where)
-    return report.exit_code
+    # green, but an output is not where it was asked (the message says where): exit 3; findings still win
+    return final_exit_code(report.exit_code, written)
+
+
+def _outputs(args: argparse.Namespace) -> str:
+    named = [f"{flag} {path}" for flag, path in (("--json", args.json), ("--junit", args.junit),
+                                                 ("--markdown", args.markdown)) if path]
+    return ", ".join(named) or "none asked (--json/--junit/--markdown)"

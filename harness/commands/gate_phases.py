@@ -10,6 +10,7 @@ import shutil
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry, load_entry
 from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
@@ -33,9 +34,13 @@ from hicache_fuzz.harness.isa import fetch as isa_fetch
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.model.progress import ProgressLine, eta, eta_of_step
 from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, auto_backends, available_backend, executor_for
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry
+
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.campaign.loop import CampaignReport
 
 # ROCm's own clang (LLVM >= 19 in ROCm 6.3+) has the AMDGPU backend; used when clang-19 is not on PATH.
 ROCM_ROOT = Path("/opt/rocm")
@@ -59,12 +64,22 @@ def campaign_backends(registry: Registry, machine: Machine, names: list[str]) ->
 # ---- 1. corpus replay -----------------------------------------------------------------------------------
 
 def replay_corpus(entries: list[CorpusEntry], registry: Registry, machine: Machine, execution: ExecutionOptions,
-                  artifacts: Path) -> list[ReplayRow]:
+                  artifacts: Path, progress: ProgressLine | None = None) -> list[ReplayRow]:
     """Replay every entry (the replay service: one executor serves all runnable backends); a failing or
     unexpectedly passing entry leaves a reproducer under `artifacts`/replay."""
     journal = artifacts / "worker-journal" / "replay"
+    line = progress or ProgressLine(False)
+    started, done = time.perf_counter(), 0
+
+    def on_replayed(replay: Replayed) -> None:
+        nonlocal done
+        done += 1
+        line.update(f"[1/3] corpus replay: {done}/{len(entries)} entries ({replay.entry.path.name}), "
+                    f"{eta(done, len(entries), time.perf_counter() - started)}")
+
+    line.update(f"[1/3] corpus replay: {len(entries)} entries", force=True)
     return [_replay_row(replay, artifacts)
-            for replay in replay_entries(entries, registry, machine, execution, journal)]
+            for replay in replay_entries(entries, registry, machine, execution, journal, on_replayed=on_replayed)]
 
 
 def _replay_row(replay: Replayed, artifacts: Path) -> ReplayRow:
@@ -96,7 +111,8 @@ def _first_line(result: Result) -> str:
 # ---- 2. fixed-seed campaign -----------------------------------------------------------------------------
 
 def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Machine, campaign: CampaignOptions,
-                      budget_seconds: float, execution: ExecutionOptions, artifacts: Path) -> list[CampaignRow]:
+                      budget_seconds: float, execution: ExecutionOptions, artifacts: Path,
+                      progress: ProgressLine | None = None) -> list[CampaignRow]:
     """One campaign per backend, each exactly `campaign.max_cases` cases; the budget is a hard cap on all.
     Failures whose signatures are in `campaign.known_signatures` (signature -> corpus file of an expected
     failure) are listed apart and are not findings: a known, unfixed sglang bug must not block every merge,
@@ -104,16 +120,28 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
     rows: list[CampaignRow] = []
     cases_per_backend = campaign.max_cases or 0
     journal = artifacts / "worker-journal" / "campaign"
+    line = progress or ProgressLine(False)
+    line.update(f"[2/3] campaign: starting the executor for {len(backends)} backend(s)", force=True)
     executor = executor_for(backends, registry, machine, execution, journal)
     started = time.perf_counter()
+    planned = cases_per_backend * len(backends)
     try:
-        for backend in backends:
+        for number, backend in enumerate(backends, start=1):
             remaining = budget_seconds - (time.perf_counter() - started)
             if remaining <= 0:
                 rows.append(CampaignRow(backend.name, cases_per_backend, 0, BUDGET_EXCEEDED))
                 continue
+            before = cases_per_backend * (number - 1)
+
+            def on_result(_case: object, _result: object, so_far: CampaignReport, number: int = number,
+                          name: str = backend.name, before: int = before) -> None:
+                elapsed = time.perf_counter() - started
+                line.update(f"[2/3] campaign {name} ({number}/{len(backends)}): {so_far.cases}/{cases_per_backend} "
+                            f"cases, {so_far.failure_count} failures, {eta(before + so_far.cases, planned, elapsed)} "
+                            f"(cap {budget_seconds - elapsed:.0f} s)")
+
             report = run_from_options(dataclasses.replace(campaign, max_seconds=remaining), [backend],
-                                      machine.platform, executor)
+                                      machine.platform, executor, on_result)
             failures = [dict(f.__dict__) for f in report.new_failures]
             known_found = [dict(f.__dict__) for f in report.failures if f.known]
             status = PASSED
@@ -170,8 +198,10 @@ def resolve_isa_source(explicit: str | None, cache_dir: Path, allow_fetch: bool)
         return isa.resolve_sglang_source(archive, cache_dir)
 
 
-def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path) -> list[IsaRow]:
+def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path,
+                   progress: ProgressLine | None = None) -> list[IsaRow]:
     targets = isa_targets(platform_kind)
+    line = progress or ProgressLine(False)
     rows = [IsaRow(t.name, t.platform, t.arch, t.strict, SKIPPED) for t in targets]
     if args.no_isa:
         for row in rows:
@@ -179,7 +209,9 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
         return rows
     cache_dir = Path(args.isa_cache_dir) if args.isa_cache_dir else isa_fetch.default_cache_dir()
     allow_fetch = not args.no_fetch
+    isa_fetch.set_progress(lambda text: line.update(f"[3/3] ISA: {text}", force=True))
     try:
+        line.update("[3/3] ISA: locating sglang's kernel sources and the toolchain", force=True)
         source = resolve_isa_source(args.sglang_source, cache_dir, allow_fetch)
         if targets[0].platform == isa.PLATFORM_ROCM:
             hip_include, device_libs = _rocm_install(platform_kind)
@@ -195,14 +227,26 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
         return rows
     except isa.BadInput as error:
         raise UsageError(str(error)) from None
+    finally:
+        isa_fetch.set_progress(None)
     out_dir = artifacts / "isa"
     out_dir.mkdir(parents=True, exist_ok=True)
-    for target, row in zip(targets, rows, strict=True):
+    started = time.perf_counter()
+    for number, (target, row) in enumerate(zip(targets, rows, strict=True), start=1):
+        target_started = time.perf_counter()
+
+        def on_module(text: str, number: int = number, name: str = target.name,
+                      target_started: float = target_started) -> None:
+            left = eta_of_step(number - 1, len(targets), target_started, started, time.perf_counter())
+            line.update(f"[3/3] ISA {number}/{len(targets)} {name}: {text}, {left}", force=True)
+
+        on_module("compiling")
         if target.platform == isa.PLATFORM_ROCM:
             report = isa.check_rocm(source, target.arch, target.strict, toolchain=rocm_tools,
-                                    cache_dir=cache_dir)
+                                    cache_dir=cache_dir, progress=on_module)
         else:
-            report = isa.check_cuda(source, target.arch, toolchain=cuda_tools, cache_dir=cache_dir)
+            report = isa.check_cuda(source, target.arch, toolchain=cuda_tools, cache_dir=cache_dir,
+                                    progress=on_module)
         row.kernels = sum(1 for kernel in report.kernels if kernel.symbol)
         row.failing = sum(1 for kernel in report.kernels if not kernel.passed)
         row.status = PASSED if report.passed else FAILED
@@ -261,22 +305,24 @@ def confirm_failures(report: GateReport, registry: Registry, machine: Machine, e
 
 def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: list[Backend], registry: Registry,
                      machine: Machine, campaign: CampaignOptions, budget_seconds: float,
-                     execution: ExecutionOptions, artifacts: Path) -> None:
+                     execution: ExecutionOptions, artifacts: Path, progress: ProgressLine | None = None) -> None:
     """Phases 1 and 2: corpus replay, then the fixed-seed campaign; results go into `report`."""
+    line = progress or ProgressLine(False)
     phase_started = time.perf_counter()
-    report.replay = replay_corpus(entries, registry, machine, execution, artifacts)
+    report.replay = replay_corpus(entries, registry, machine, execution, artifacts, line)
     report.seconds["replay"] = time.perf_counter() - phase_started
     replay_counts = Counter(r.status for r in report.replay)
-    print(f"[1/3] corpus replay: {dict(sorted(replay_counts.items()))} in {report.seconds['replay']:.1f} s",
-          flush=True)
+    line.print(f"[1/3] corpus replay: {dict(sorted(replay_counts.items()))} in {report.seconds['replay']:.1f} s")
 
     phase_started = time.perf_counter()
     report.campaign = run_gate_campaign(backends, registry, machine, campaign, budget_seconds, execution,
-                                        artifacts)
+                                        artifacts, line)
     report.seconds["campaign"] = time.perf_counter() - phase_started
     phase_started = time.perf_counter()
+    line.update("[2/3] campaign: re-running new failures alone to confirm them", force=True)
     confirm_failures(report, registry, machine, execution)
     report.seconds["confirm"] = time.perf_counter() - phase_started
+    line.clear()
     for row in report.campaign:
         print(f"[2/3] campaign {row.backend}: {row.status}, {row.cases}/{row.planned_cases} cases, "
               f"{len(row.failures)} new bugs, {len(row.known_failures)} known, {len(row.flaky)} flaky, "

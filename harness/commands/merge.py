@@ -9,7 +9,13 @@ from pathlib import Path
 
 from hicache_fuzz.harness.commands.arg_types import non_negative_int
 from hicache_fuzz.harness.commands.common import write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, EXIT_USAGE
+from hicache_fuzz.harness.model.exit_codes import (
+    EXIT_CLEAN,
+    EXIT_FAILURES,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    final_exit_code,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,4 +86,4 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if merged["unique_failures"]:
         return EXIT_FAILURES
-    return EXIT_CLEAN if written else EXIT_UNAVAILABLE
+    return final_exit_code(EXIT_CLEAN, written)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, UsageError
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError, final_exit_code
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.pipeline.executor import Executor
@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-runs", type=positive_int, default=None, help="candidate runs per case")
     parser.add_argument("--max-seconds", type=finite_positive_float, default=None, help="seconds per case")
     parser.add_argument("--json", metavar="PATH", help="write sizes before/after and ratios as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
     add_isolation(parser, documented=False)
 
 
@@ -54,11 +55,27 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def step_text(number: int, total: int, state: Any, max_runs: int, max_seconds: float) -> str:
+    """The progress line of one file: candidate runs against the budget, reductions kept, the size now, and
+    the time left at most (the budget's seconds or runs, whichever runs out first; a fixpoint ends sooner)."""
+    from hicache_fuzz.harness.campaign.minimize import case_size
+    from hicache_fuzz.harness.model.progress import duration
+
+    seconds = state.seconds
+    by_runs = (max_runs - state.runs) * seconds / state.runs if state.runs else float("inf")
+    left = max(0.0, min(max_seconds - seconds, by_runs))
+    size = case_size(state.case)
+    return (f"minimize {number}/{total}: {state.runs}/{max_runs} runs, {state.accepted} reductions, "
+            f"indices {state.original_size.indices} -> {size.indices}, bytes {state.original_size.bytes} -> "
+            f"{size.bytes}, ETA <= {duration(left)}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit 0: every input reproduced its failure and was minimized; 1: some input no longer fails."""
     from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus
     from hicache_fuzz.harness.campaign.minimize import DEFAULT_MAX_RUNS, DEFAULT_MAX_SECONDS, NotFailing, minimize
     from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+    from hicache_fuzz.harness.model.progress import ProgressLine
     from hicache_fuzz.harness.pipeline.setup import (
         available_backend,
         close_executors,
@@ -82,17 +99,24 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     not_failing = 0
     executors: dict[str, Executor] = {}
+    progress = ProgressLine(not args.no_progress)
     try:
-        for entry in entries:
+        for number, entry in enumerate(entries, start=1):
             backend = available_backend(registry, entry.case.backend, machine)
             if backend.name not in executors:
                 executors[backend.name] = executor_for([backend], registry, machine, execution, None)
             executor = executors[backend.name]
+
+            def on_step(state: Any, number: int = number) -> None:
+                progress.update(step_text(number, len(entries), state, max_runs, max_seconds))
+
+            progress.update(f"minimize {number}/{len(entries)}: running {entry.path.name}", force=True)
             try:
-                done = minimize(entry.case, executor.run, max_runs=max_runs, max_seconds=max_seconds)
+                done = minimize(entry.case, executor.run, max_runs=max_runs, max_seconds=max_seconds,
+                                on_step=on_step)
             except NotFailing as exc:
                 not_failing += 1
-                print(f"SKIP {entry.path}: {exc}")
+                progress.print(f"SKIP {entry.path}: {exc}")
                 rows.append({"file": str(entry.path), "skipped": str(exc)})
                 continue
             report = done.to_dict()
@@ -102,12 +126,14 @@ def run(args: argparse.Namespace) -> int:
             spec = f"{type(backend).__module__}:{type(backend).__qualname__}"
             out = save_reproducer(corpus, done.case, done.result, extra, backend_class=spec)
             rows.append({"file": str(entry.path), "output": str(out), **report})
-            print(f"{entry.path} [{done.signature}]: indices {done.original_size.indices} -> "
-                  f"{done.size.indices}, bytes {done.original_size.bytes} -> {done.size.bytes} "
-                  f"({done.runs} runs, {done.seconds:.1f} s{'' if done.fixpoint else ', budget spent'}) -> {out}")
+            progress.print(f"{entry.path} [{done.signature}]: indices {done.original_size.indices} -> "
+                           f"{done.size.indices}, bytes {done.original_size.bytes} -> {done.size.bytes} "
+                           f"({done.runs} runs, {done.seconds:.1f} s"
+                           f"{'' if done.fixpoint else ', budget spent'}) -> {out}")
     finally:
+        progress.close()
         close_executors(list(executors.values()))
     written = write_json_report({"summary": summarize(rows), "results": rows}, args.json)
     if not_failing:
         return EXIT_FAILURES
-    return EXIT_CLEAN if written else EXIT_UNAVAILABLE
+    return final_exit_code(EXIT_CLEAN, written)

@@ -51,6 +51,35 @@ def write_report(path: Path | str | None, data: Any, what: str = "report") -> bo
     return False
 
 
+def write_text_report(path: Path | str | None, text: str, what: str, suffix: str) -> bool:
+    """Like :func:`write_report` for a text report (HTML, Markdown): True if it landed at `path`; otherwise it is
+    written to a temporary file (or, failing that, printed on stdout), the message says where and why, and False
+    is returned (the command then exits 3 unless it found something: exit_codes.final_exit_code)."""
+    if path is None or path == "":
+        return True
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        return True
+    except OSError as exc:
+        reason = os_reason(exc)
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"hicache-fuzz-{what.replace(' ', '-')}-", suffix=suffix)
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"hicache-fuzz: could not write the {what} to {target}: {reason}; written to {name} instead",
+              file=sys.stderr, flush=True)
+    except OSError:
+        print(f"hicache-fuzz: could not write the {what} to {target} ({reason}) nor to a temporary file; "
+              f"it follows on stdout", file=sys.stderr, flush=True)
+        print(STDOUT_BEGIN)
+        print(text)
+        print(STDOUT_END, flush=True)
+    return False
+
+
 def _write_fallback(data: Any, what: str) -> Path | None:
     try:
         fd, name = tempfile.mkstemp(prefix=f"hicache-fuzz-{what.replace(' ', '-')}-", suffix=".json")

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, UsageError
+from hicache_fuzz.harness.model.exit_codes import (
+    EXIT_CLEAN,
+    EXIT_FAILURES,
+    EXIT_UNAVAILABLE,
+    UsageError,
+    final_exit_code,
+)
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.replay import Replayed
@@ -50,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"hicache-fuzz: unavailable: {skipped} case(s) not replayed: they cannot run here (see SKIP lines)",
               file=sys.stderr)
         return EXIT_UNAVAILABLE
-    return EXIT_CLEAN if written else EXIT_UNAVAILABLE
+    return final_exit_code(EXIT_CLEAN, written)
 
 
 def _print_row(replay: Replayed) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """``hicache-fuzz report REPORT.json --html OUT.html``: render a campaign (``fuzz --json``) or gate
 (``gate --json``) report as one self-contained HTML page (harness/campaign/html_report.py).
 
-Exit codes: 0 written; 2 bad input (missing or unreadable file, not JSON, not a hicache-fuzz report).
+Exit codes: 0 written; 2 bad input (missing or unreadable file, not JSON, not a hicache-fuzz report); 3 the page
+could not be written where asked (it went to a temporary file, or stdout, and the message says where).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_USAGE
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_USAGE, final_exit_code
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache_fuzz.harness.campaign.html_report import report_kind, write_html
+    from hicache_fuzz.harness.campaign.html_report import render_html, report_kind, signature_files
+    from hicache_fuzz.harness.commands.output import write_text_report
     from hicache_fuzz.harness.model.json_input import MAX_REPORT_FILE_BYTES, InputError, read_json_file
 
     try:
@@ -41,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
         if not folder.is_dir():
             print(f"hicache-fuzz report: --corpus {folder}: no such folder", file=sys.stderr)
             return EXIT_USAGE
-    out = write_html(data, args.html, args.corpus)
-    print(f"wrote {kind} report {out}")
-    return EXIT_CLEAN
+    out = Path(args.html)
+    # links are relative to the folder asked for, also when the page has to go elsewhere
+    page = render_html(data, out.parent.resolve(), signature_files(args.corpus))
+    written = write_text_report(out, page, f"{kind} page", ".html")
+    if written:
+        print(f"wrote {kind} report {out}")
+    return final_exit_code(EXIT_CLEAN, written)

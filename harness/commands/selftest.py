@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError
+from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError, final_exit_code
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.options import CampaignOptions
@@ -145,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
     options = SelftestOptions(args.seed, args.max_cases_per_mutant, args.max_seconds_per_mutant,
                               args.reference_cases, list(args.mutant), args.byte_budget, args.corpus)
     report = run_selftest(options, execution_options(args))
-    write_json_report(report, args.json)
-    return int(report["exit_code"])
+    written = write_json_report(report, args.json)  # elsewhere if it must (the message says where): exit 3
+    return final_exit_code(int(report["exit_code"]), written)
 
 
 def run_selftest(options: SelftestOptions, execution: ExecutionOptions) -> dict[str, Any]:

@@ -95,6 +95,7 @@ from hicache_fuzz.harness.isa.toolchains import (
     rocm_compile_flags,
 )
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, EXIT_USAGE
+from hicache_fuzz.harness.model.progress import ProgressLine, eta_of_step
 
 # The check's public names, wherever they are defined: tests and the gate import them from here.
 __all__ = [
@@ -178,14 +179,25 @@ def _check(
     hint: str,
     work_dir: pathlib.Path | None,
     jobs: int | None,
+    progress: Callable[[str], None] | None = None,
 ) -> IsaReport:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hicache-isa-") as scratch:
         directory = work_dir or pathlib.Path(scratch)
         directory.mkdir(parents=True, exist_ok=True)
         workers = max(1, jobs or os.cpu_count() or 1)
+        compiled = 0
+
+        def compile_counted(module: ModuleSpec) -> _CompileOutcome:
+            nonlocal compiled
+            outcome = compile_one(module, directory)
+            compiled += 1  # under the GIL; the count is for display only
+            if progress is not None:
+                progress(f"{compiled}/{len(modules)} modules compiled and checked")
+            return outcome
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(lambda module: compile_one(module, directory), modules))
+            outcomes = list(pool.map(compile_counted, modules))
         for outcome in outcomes:
             kernels = (
                 []
@@ -219,6 +231,7 @@ def check_rocm(
     work_dir: pathlib.Path | None = None,
     jobs: int | None = None,
     cache_dir: pathlib.Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> IsaReport:
     """Compile the HiCache modules for one ROCm ``arch`` with clang and check their ISA.
 
@@ -247,6 +260,7 @@ def check_rocm(
         hint,
         work_dir,
         jobs,
+        progress,
     )
 
 
@@ -260,6 +274,7 @@ def check_cuda(
     work_dir: pathlib.Path | None = None,
     jobs: int | None = None,
     cache_dir: pathlib.Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> IsaReport:
     """Compile the HiCache modules for one CUDA ``arch`` with nvcc and check the SASS.
 
@@ -287,6 +302,7 @@ def check_cuda(
         ".NA (L1::no_allocate)",
         work_dir,
         jobs,
+        progress,
     )
 
 
@@ -430,6 +446,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-fetch", action="store_true", help="never download headers or tools")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: CPU count)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
 
 
 def _platform_of_arch(arch: str) -> str:
@@ -478,7 +495,20 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cache_dir = pathlib.Path(args.cache_dir) if args.cache_dir else isa_fetch.default_cache_dir()
     allow_fetch = not args.no_fetch
+    progress = ProgressLine(not getattr(args, "no_progress", False))
     try:
+        return _run_checks(args, cache_dir, allow_fetch, progress)
+    finally:
+        progress.close()
+        isa_fetch.set_progress(None)
+
+
+def _run_checks(
+    args: argparse.Namespace, cache_dir: pathlib.Path, allow_fetch: bool, progress: ProgressLine
+) -> int:
+    isa_fetch.set_progress(lambda text: progress.update(f"isa: {text}", force=True))
+    try:
+        progress.update("isa: locating sglang's kernel sources and the toolchain", force=True)
         plan = _plan(args)
         for platform, _arch in plan:
             _select_modules(platform, args.module)
@@ -501,9 +531,11 @@ def run(args: argparse.Namespace) -> int:
             else None
         )
     except BadInput as error:
+        progress.clear()
         print(f"isa: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (ToolchainUnavailable, SourceUnavailable) as error:
+        progress.clear()
         print(f"isa: UNAVAILABLE, nothing was checked: {error}", file=sys.stderr)
         if args.platform == "all" and isinstance(error, ToolchainUnavailable):
             print("isa: (--platform rocm or --platform cuda checks one path alone)", file=sys.stderr)
@@ -516,23 +548,37 @@ def run(args: argparse.Namespace) -> int:
                 apply_mutant(source, args.mutant, pathlib.Path(mutant_dir)) if args.mutant else source
             )
         except BadInput as error:
+            progress.clear()
             print(f"isa: {error}", file=sys.stderr)
             return EXIT_USAGE
-        for platform, arch in plan:
+        started = time.monotonic()
+        for number, (platform, arch) in enumerate(plan, start=1):
             keep_dir = pathlib.Path(args.keep_dir) if args.keep_dir else None
+            target_started = time.monotonic()
+
+            def on_module(
+                text: str, number: int = number, arch: str = arch, target_started: float = target_started
+            ) -> None:
+                progress.update(
+                    f"isa: target {number}/{len(plan)} {arch}: {text}, "
+                    f"{eta_of_step(number - 1, len(plan), target_started, started, time.monotonic())}",
+                    force=True,
+                )
+
+            on_module("compiling")
             if platform == PLATFORM_ROCM:
                 report = check_rocm(
                     checked_source, arch, args.strict, modules=args.module, toolchain=rocm_tools,
-                    work_dir=keep_dir, jobs=args.jobs, cache_dir=cache_dir,
+                    work_dir=keep_dir, jobs=args.jobs, cache_dir=cache_dir, progress=on_module,
                 )  # fmt: skip
             else:
                 report = check_cuda(
                     checked_source, arch, args.strict, modules=args.module, toolchain=cuda_tools,
-                    work_dir=keep_dir, jobs=args.jobs, cache_dir=cache_dir,
+                    work_dir=keep_dir, jobs=args.jobs, cache_dir=cache_dir, progress=on_module,
                 )  # fmt: skip
             report.mutant = args.mutant or ""
             reports.append(report)
-            print("\n".join(render_text(report)), flush=True)
+            progress.print("\n".join(render_text(report)))
 
     passed = all(report.passed for report in reports) and bool(reports)
     exit_code = EXIT_CLEAN if passed else EXIT_FAILURES

@@ -82,7 +82,21 @@ def default_cache_dir() -> pathlib.Path:
     return base / "hicache-fuzz" / "isa"
 
 
+# The progress line of the command running the check (harness/model/progress.py), if any: told what is being
+# fetched and how many fetch steps (downloads, unpacks) are done.
+_progress: Callable[[str], None] | None = None
+_steps_done = 0
+
+
+def set_progress(callback: Callable[[str], None] | None) -> None:
+    global _progress, _steps_done
+    _progress, _steps_done = callback, 0
+
+
 def _run(command: Sequence[str], what: str, cwd: pathlib.Path | None = None) -> None:
+    global _steps_done
+    if _progress is not None:
+        _progress(f"{what} ({_steps_done} fetch steps done)")
     try:
         completed = subprocess.run(
             list(command), cwd=cwd, capture_output=True, text=True, check=False, timeout=600
@@ -92,6 +106,9 @@ def _run(command: Sequence[str], what: str, cwd: pathlib.Path | None = None) -> 
     if completed.returncode != 0:
         tail = (completed.stderr or completed.stdout)[-2000:]
         raise FetchError(f"{what}: {' '.join(command)} exited {completed.returncode}:\n{tail}")
+    _steps_done += 1
+    if _progress is not None:
+        _progress(f"{what}: done ({_steps_done} fetch steps done)")
 
 
 def pip_download(requirement: str, dest: pathlib.Path) -> pathlib.Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 from hicache_fuzz.harness.campaign.standalone import standalone_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.test_standalone
-from tests.test_standalone import SYNTHETIC
+from tests.campaign.test_standalone import SYNTHETIC
 
 OUT = Path(__file__).resolve().parent / "scripts"
 

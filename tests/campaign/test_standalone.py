@@ -202,3 +202,33 @@ def test_real_mode_never_sees_the_fake(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(FAKE / "run_isolated.py"), "--real", str(script)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert "sglang not importable" in done.stdout and f"EXIT 3 {script}" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("init", "reason"), [
+    ('raise OSError("libcommon_ops.so: undefined symbol: _ZN3c104cuda19CUDAErrorLogCaptureC1Ev")',
+     "sgl_kernel (the AOT ops) does not load against torch"),
+    ('raise ImportError("undefined symbol: _ZN3c104cuda19CUDAErrorLogCaptureC1Ev")',
+     "sgl_kernel (the AOT ops) does not load against torch"),
+])
+def test_aot_script_exits_3_with_the_reason_when_sgl_kernel_does_not_load(tmp_path: Path, init: str,
+                                                                          reason: str) -> None:
+    # The GPU machine's case: the prebuilt sglang-kernel is built for another torch and its import fails.
+    (tmp_path / "site" / "sgl_kernel").mkdir(parents=True)
+    (tmp_path / "site" / "sgl_kernel" / "__init__.py").write_text(init + "\n")
+    [script] = write_scripts({"aot": SYNTHETIC["aot-mha-ph-write"]}, tmp_path)
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(tmp_path / "site")}
+    done = subprocess.run([sys.executable, str(FAKE / "run_isolated.py"), "--real", str(script)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert f"EXIT 3 {script}" in done.stdout, done.stdout + done.stderr
+    assert f"SKIP: cannot run here (torch {torch.__version__}): ImportError: {reason} {torch.__version__}" \
+        in done.stdout and "undefined symbol" in done.stdout
+
+
+def test_aot_script_exits_3_against_the_import_only_stand_in(tmp_path: Path) -> None:
+    [script] = write_scripts({"aot": SYNTHETIC["aot-mla-pf-load"]}, tmp_path)
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+           "PYTHONPATH": str(ROOT / "docs" / "gpu" / "sgl_kernel_stub")}
+    done = subprocess.run([sys.executable, str(FAKE / "run_isolated.py"), "--real", str(script)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert f"EXIT 3 {script}" in done.stdout, done.stdout + done.stderr
+    assert "NotImplementedError" in done.stdout and "import-only sgl_kernel stand-in" in done.stdout

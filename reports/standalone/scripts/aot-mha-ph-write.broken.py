@@ -97,7 +97,11 @@ def make_storages():
 def call_sglang(raw, host_idx, dev_idx):
     # BROKEN CALL, on purpose: the last page is not passed, so its rows must come out wrong
     host_idx, dev_idx = host_idx[:-PS], dev_idx[:-PS]
-    import sgl_kernel.kvcacheio as kvcacheio
+    try:  # the prebuilt AOT ops load only against the torch they were built for
+        import sgl_kernel.kvcacheio as kvcacheio
+    except Exception as exc:
+        raise ImportError(f"sgl_kernel (the AOT ops) does not load against torch {torch.__version__}: "
+                          f"{type(exc).__name__}: {exc}") from exc
 
     dev = [ptrs(typed(raw, "kv", "device")[c, layer] for layer in range(3)) for c in range(2)]
     kvcacheio.transfer_kv_all_layer_lf_ph(
@@ -159,7 +163,7 @@ def main():
         call_sglang(raw, host_idx, dev_idx)
         rejection = None
     except (ImportError, NotImplementedError) as exc:  # no sglang here, or only a stand-in without this op
-        print(f"SKIP: cannot run here: {type(exc).__name__}: {exc}")
+        print(f"SKIP: cannot run here (torch {torch.__version__}): {type(exc).__name__}: {exc}")
         return 3
     except Exception as exc:
         rejection = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

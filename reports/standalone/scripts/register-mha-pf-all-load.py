@@ -160,7 +160,7 @@ def main():
         call_sglang(raw, host_idx, dev_idx)
         rejection = None
     except (ImportError, NotImplementedError) as exc:  # no sglang here, or only a stand-in without this op
-        print(f"SKIP: cannot run here: {type(exc).__name__}: {exc}")
+        print(f"SKIP: cannot run here (torch {torch.__version__}): {type(exc).__name__}: {exc}")
         return 3
     except Exception as exc:
         rejection = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
