@@ -171,11 +171,15 @@ def _legal_coverage_pair(dim_a: str, a: str, dim_b: str, b: str, page_sizes: lis
     return True
 
 
+INCREMENT_CACHE_LIMIT = 50_000  # distinct feature sets remembered (a few MB)
+
+
 class Coverage:
     def __init__(self) -> None:
         self.counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
         self.ranges: dict[str, dict[str, list[int]]] = defaultdict(dict)  # backend -> dim -> [min, max]
         self.exemptions: dict[str, dict[str, str]] = {}  # backend -> "dimension=bucket" -> why out of reach
+        self._increment_cache: dict[tuple[tuple[str, ...], ...], list[tuple[str, str]]] = {}
 
     def exempt(self, backend: str, exemptions: dict[str, str]) -> None:
         if exemptions:
@@ -187,13 +191,27 @@ class Coverage:
         values = case_values(case)
         features = case_features(case, values)
         counts = self.counts[result.backend]
-        for dimension, buckets in features.items():
-            counts[dimension].update(buckets)
+        for dimension, bucket in self._increments(features):
+            counts[dimension][bucket] += 1
         counts["edge"].update(case_edges(case, values))
-        for a, b in combinations(PAIR_DIMENSIONS, 2):
-            counts[pair_name(a, b)].update(f"{x}|{y}" for x in features[a] for y in features[b])
-        counts[pair_name(TRIPLE, "page_bytes")].update(f"{features[TRIPLE][0]}|{y}" for y in features["page_bytes"])
         self._widen(result.backend, values)
+
+    def _increments(self, features: dict[str, list[str]]) -> list[tuple[str, str]]:
+        """(dimension, bucket) of every count a case with these features adds, pairs included: computed once
+        per distinct feature set (index variants share their case's), which keeps coverage off the campaign's
+        critical path at thousands of cases a second."""
+        key = tuple(tuple(buckets) for buckets in features.values())
+        cached = self._increment_cache.get(key)
+        if cached is not None:
+            return cached
+        increments = [(dimension, bucket) for dimension, buckets in features.items() for bucket in buckets]
+        for a, b in combinations(PAIR_DIMENSIONS, 2):
+            increments.extend((pair_name(a, b), f"{x}|{y}") for x in features[a] for y in features[b])
+        increments.extend((pair_name(TRIPLE, "page_bytes"), f"{features[TRIPLE][0]}|{y}")
+                          for y in features["page_bytes"])
+        if len(self._increment_cache) < INCREMENT_CACHE_LIMIT:
+            self._increment_cache[key] = increments
+        return increments
 
     def _widen(self, backend: str, values: dict[str, int]) -> None:
         ranges = self.ranges[backend]

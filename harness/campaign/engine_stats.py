@@ -101,6 +101,7 @@ class EngineStats:
                 "batch_losses": getattr(executor, "batch_losses", 0),
                 "cases_replayed_alone": getattr(executor, "replayed", 0),
                 "first_result_unix": round(self.first_result_unix, 3),
+                "worker_processes": int(getattr(executor, "size", 1)),
                 "variants_per_case": getattr(feed, "variants", 0),
                 "storages_reused": getattr(executor, "storages_reused", 0),
             },

@@ -43,7 +43,7 @@ from typing import Any
 from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.mix import DEFAULT_MIX, Mix, TransferProfile, mixed_case
 from hicache_fuzz.harness.campaign.scale import DEFAULT_SCALE_SHARE, PRODUCTION, SIMULATED, ScaleTargets, scale_case
-from hicache_fuzz.harness.campaign.variants import index_variant
+from hicache_fuzz.harness.campaign.variants import index_variants
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend
@@ -86,7 +86,8 @@ class EngineOptions:
     def resolved_batch(self, executor: object) -> int:
         if self.batch is not None:
             return max(1, self.batch)
-        return DEFAULT_BATCH if hasattr(executor, "run_batch") else 1
+        # A worker pool shares a batch among its workers: a batch per worker per round trip.
+        return DEFAULT_BATCH * int(getattr(executor, "size", 1)) if hasattr(executor, "run_batch") else 1
 
 
 @dataclass
@@ -176,9 +177,8 @@ class CaseFeed:
             last = self._position == len(self.backends) - 1
             variants = self.variants if case.host_indices and case.device_indices else 0
             out.append(Slot(backend, index, case, last and not variants))
-            for number in range(1, variants + 1):
-                out.append(Slot(backend, index, index_variant(case, number), last and number == variants,
-                                variant=number))
+            for number, variant in enumerate(index_variants(case, variants), start=1):
+                out.append(Slot(backend, index, variant, last and number == variants, variant=number))
             self._position += 1
             if last:
                 self._position = 0

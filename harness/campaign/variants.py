@@ -30,39 +30,60 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+import numpy as np
+
 from hicache_fuzz.harness.model.case import INDEX_LIMIT, Case
 
 VARIANT_NOTE = "index variant"
 
 
-def index_variant(case: Case, number: int) -> Case:
-    """Variant `number` (1, 2, ...) of `case`: a pure function of the case's content and the number."""
-    rng = random.Random(f"hicache-fuzz-variant:{case.case_id}:{number}")
+def index_variant(case: Case, number: int, case_id: str | None = None) -> Case:
+    """Variant `number` (1, 2, ...) of `case`: a pure function of the case's content and the number. `case_id`
+    is the case's id when the caller has it (computing it hashes the whole case)."""
+    case_id = case_id or case.case_id
+    rng = random.Random(f"hicache-fuzz-variant:{case_id}:{number}")
     host = relabel_pages(case.host_indices, case.host_slots, case.page_size, rng)
     device = relabel_pages(case.device_indices, case.device_rows, case.page_size, rng)
     seed = rng.randrange(-INDEX_LIMIT + 1, INDEX_LIMIT)
     return case.replace(host_indices=host, device_indices=device, seed=seed,
-                        note=f"{VARIANT_NOTE} {number} of {case.case_id}")
+                        note=f"{VARIANT_NOTE} {number} of {case_id}")
+
+
+def index_variants(case: Case, count: int) -> list[Case]:
+    """Variants 1..count of `case`."""
+    case_id = case.case_id
+    return [index_variant(case, number, case_id) for number in range(1, count + 1)]
 
 
 def relabel_pages(values: Sequence[int], rows: int, page_size: int, rng: random.Random) -> tuple[int, ...]:
     """`values` (one side's index list, for a `rows`-row pool) moved as the module docstring says."""
     ps = page_size
     whole_pages = rows // ps
-    if whole_pages <= 2:
+    if whole_pages <= 2 or not values:
         return tuple(values)
-    moving = [ps <= v < whole_pages * ps for v in values]
-    if not any(moving):
+    v = np.asarray(values, dtype=np.int64)
+    moving = (v >= ps) & (v < whole_pages * ps)
+    if not moving.any():
         return tuple(values)
-    chunks = [range(start, min(start + ps, len(values))) for start in range(0, len(values), ps)]
-    if any(len({moving[i] for i in chunk}) > 1 for chunk in chunks):
+    # Page-sized chunks of the list (the last one padded with entries that count as neither).
+    pad = -v.size % ps
+    real = np.concatenate([np.ones(v.size, dtype=bool), np.zeros(pad, dtype=bool)]).reshape(-1, ps)
+    chunk_moving = np.concatenate([moving, np.zeros(pad, dtype=bool)]).reshape(-1, ps)
+    some = chunk_moving.any(axis=1)
+    if (some & ~(chunk_moving | ~real).all(axis=1)).any():
         return tuple(values)  # a chunk mixing moving and staying entries: any move would change what it reads
-    if all(len({values[i] // ps for i in chunk if moving[i]}) <= 1 for chunk in chunks):
-        touched = sorted({v // ps for v, m in zip(values, moving, strict=True) if m})
-        targets = dict(zip(touched, rng.sample(range(1, whole_pages), len(touched)), strict=True))
-        return tuple(targets[v // ps] * ps + v % ps if m else v for v, m in zip(values, moving, strict=True))
-    lowest = min(v for v, m in zip(values, moving, strict=True) if m)
-    highest = max(v for v, m in zip(values, moving, strict=True) if m) + ps - 1  # the rows a run covers
-    down, up = lowest // ps - 1, (whole_pages * ps - 1 - highest) // ps
-    shift = rng.randint(-max(down, 0), max(up, 0)) * ps
-    return tuple(v + shift if m else v for v, m in zip(values, moving, strict=True))
+    pages = v // ps
+    chunk_pages = np.concatenate([pages, np.zeros(pad, dtype=np.int64)]).reshape(-1, ps)
+    chunk_pages = np.where(real, chunk_pages, chunk_pages[:, :1])
+    out = v.copy()
+    if ((chunk_pages.min(axis=1) == chunk_pages.max(axis=1)) | ~some).all():
+        touched = np.unique(pages[moving])
+        draw = np.random.default_rng(rng.getrandbits(64))
+        targets = draw.choice(whole_pages - 1, size=touched.size, replace=False).astype(np.int64) + 1
+        out[moving] = targets[np.searchsorted(touched, pages[moving])] * ps + v[moving] % ps
+    else:
+        lowest = int(v[moving].min())
+        highest = int(v[moving].max()) + ps - 1  # the rows a run covers
+        down, up = lowest // ps - 1, (whole_pages * ps - 1 - highest) // ps
+        out[moving] += rng.randint(-max(down, 0), max(up, 0)) * ps
+    return tuple(out.tolist())

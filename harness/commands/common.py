@@ -32,6 +32,9 @@ def add_isolation(parser: argparse.ArgumentParser, documented: bool = True) -> N
                             help="run cases in a worker process (auto: for backends that can crash the process)")
         parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0,
                             help="seconds before a case counts as a hang")
+        parser.add_argument("--worker-processes", type=worker_process_count, default=None, metavar="N|auto",
+                            help="worker processes behind one campaign, sharing its batches (auto: on a GPU, "
+                                 "one per two CPU cores beyond four, at most 6; 1 on the CPU)")
     else:
         parser.add_argument("--isolate", choices=list(ISOLATE_CHOICES), default="auto")
         parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0)
@@ -42,7 +45,21 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
 
     return ExecutionOptions(platform=args.platform, backend_plugins=list(args.backend_plugin),
-                            isolate=getattr(args, "isolate", "auto"), case_timeout=getattr(args, "case_timeout", 60.0))
+                            isolate=getattr(args, "isolate", "auto"), case_timeout=getattr(args, "case_timeout", 60.0),
+                            worker_processes=getattr(args, "worker_processes", None))
+
+
+def worker_process_count(text: str) -> int | None:
+    """--worker-processes: a positive whole number, or auto (None)."""
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"need at least 1, got {value}")
+    return value
 
 
 def write_json_report(data: Any, path: str | Path | None) -> bool:

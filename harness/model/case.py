@@ -14,6 +14,7 @@ legal cases, because checking that backends reject them is part of the job.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -213,9 +214,10 @@ class Case:
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=indent is not None)
 
-    @property
+    @functools.cached_property
     def case_id(self) -> str:
-        """Content hash (the note excluded): equal cases have equal ids on every machine."""
+        """Content hash (the note excluded): equal cases have equal ids on every machine. Computed once per
+        case object (it hashes the whole case, index lists included)."""
         body = self.to_dict()
         body.pop("note")
         digest = hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()

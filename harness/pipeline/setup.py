@@ -27,6 +27,17 @@ class ExecutionOptions:
     backend_plugins: list[str] = field(default_factory=list)  # MODULE:CALLABLE specs
     isolate: str = "auto"  # auto (for backends that can crash the process) | yes | no
     case_timeout: float = 60.0  # seconds before a case in a worker counts as a hang
+    worker_processes: int | None = None  # worker processes behind one campaign (None: auto, pipeline/pool.py)
+
+    def resolved_worker_processes(self, platform_kind: str) -> int:
+        """auto: a pool sized by the CPU count on a GPU (pool.auto_pool_size), one worker on the CPU."""
+        if self.worker_processes is not None:
+            return max(1, self.worker_processes)
+        if platform_kind == "cpu":
+            return 1
+        from hicache_fuzz.harness.pipeline.pool import auto_pool_size
+
+        return auto_pool_size()
 
 
 def machine_for(platform: str) -> Machine:
@@ -113,6 +124,13 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
             raise Unavailable(f"cannot create the worker journal {journal}: {exc.strerror or exc}") from None
         # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
         spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
+        size = options.resolved_worker_processes(machine.platform.kind)
+        if size > 1:  # several workers behind one campaign: one spare each is enough (the others go on)
+            from hicache_fuzz.harness.pipeline.pool import WorkerPool
+
+            return WorkerPool(size, [b.name for b in backends], journal, plugins=options.backend_plugins,
+                              platform_kind=machine.platform.kind, timeout_s=options.case_timeout,
+                              warm_up=warm_up, spares=min(spares, 1))
         return WorkerExecutor([b.name for b in backends], options.backend_plugins, machine.platform.kind,
                               options.case_timeout, journal, warm_up=warm_up, spares=spares)
     return InProcessExecutor(registry, machine)

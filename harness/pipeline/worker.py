@@ -149,12 +149,14 @@ class WorkerExecutor:
             return [self.run(case) for case in cases]
         self._ensure_started()
         batch_file = self.journal / "inflight" / f"batch-{cases[0].case_id}-{len(cases)}.jsonl"
-        batch_file.write_text("".join(case.to_json() + "\n" for case in cases))
+        lines = [case.to_json() for case in cases]  # encoded once: the journal's lines and the message's cases
+        batch_file.write_text("".join(line + "\n" for line in lines))
         results: list[Result] = []
         started = time.perf_counter()
         lost: tuple[Outcome, str] | None = None
         try:
-            self._send({"op": "batch", "cases": [case.to_dict() for case in cases], "reuse": self.reuse_storages})
+            self._send_text(f'{{"op": "batch", "reuse": {json.dumps(self.reuse_storages)}, "cases": '
+                            f'[{",".join(lines)}]}}')
             while len(results) < len(cases):
                 reply = self._receive(self.timeout_s)
                 self._account(reply)
@@ -334,9 +336,13 @@ class WorkerExecutor:
         self._proc = None
 
     def _send(self, message: dict[str, Any]) -> None:
+        self._send_text(json.dumps(message))
+
+    def _send_text(self, line: str) -> None:
+        """One protocol line (JSON text without a newline)."""
         assert self._proc is not None and self._proc.stdin is not None
         try:
-            self._proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self._proc.stdin.write(line.encode() + b"\n")
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise _WorkerDied(self._proc, self.log_path) from None

@@ -1,0 +1,195 @@
+"""Several worker processes behind one campaign: the batch is shared out, results come back in case order.
+
+One worker process runs a case at a time; on a GPU most of a case's time is Python (materialize, the backend's
+argument plumbing, the compare's launches), not the device, so one campaign runs several workers on the same
+GPU. :class:`WorkerPool` has the executor API of :class:`WorkerExecutor` (``run``, ``run_batch``, ``start``,
+``close``, the counters the campaign report reads). ``run_batch`` cuts the batch into groups of consecutive
+cases of one geometry (a generated case and its index variants, which reuse storages and must stay on one
+worker, in order), and each member takes the next group as soon as it is free: the members stay busy whatever a
+group costs. Each member keeps its own journal entries, crash handling and replay (a lost group costs that
+group, replayed case by case as in WorkerExecutor); the results are put back in case order.
+
+One campaign parent (one feed, one set of probes, one report) instead of one per worker, which is what
+``fuzz --workers`` does (a campaign per worker, merged): no extra imports of sglang in parents, no merge.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.pipeline.reuse import geometry_key
+from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
+
+GROUP_LIMIT = 64  # cases per round trip to one member (a group longer than this is cut)
+
+
+def auto_pool_size(cpu_count: int | None = None) -> int:
+    """Worker processes for one GPU campaign: two cores per worker (the worker and its share of the parent's
+    feed and bookkeeping), four cores left for the parent and the spares, at most 6."""
+    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    return max(1, min(6, (cores - 4) // 2))
+
+
+def geometry_groups(cases: Sequence[Case], limit: int = GROUP_LIMIT) -> list[range]:
+    """Positions of `cases` cut into runs of consecutive cases of one geometry, at most `limit` long."""
+    groups: list[range] = []
+    start = 0
+    for position in range(1, len(cases) + 1):
+        if (position == len(cases) or position - start >= limit
+                or geometry_key(cases[position]) != geometry_key(cases[start])):
+            groups.append(range(start, position))
+            start = position
+    return groups
+
+
+class WorkerPool:
+    """`size` WorkerExecutors, each with its own journal folder, sharing batches."""
+
+    def __init__(self, size: int, backend_names: Sequence[str], journal_dir: str | os.PathLike[str],
+                 **worker_options: Any) -> None:
+        if size < 1:
+            raise ValueError(f"a worker pool needs at least one worker, got {size}")
+        journal = Path(journal_dir)
+        # Member 0 journals where a lone worker would; the others in folders beside it. Every member warms up
+        # (compiles, or loads from the disk cache, the menus' JIT modules): sglang builds each module once
+        # under a lock, so members starting together wait for one build and load it.
+        self.members = [WorkerExecutor(backend_names, journal_dir=journal if i == 0 else journal / f"worker-{i}",
+                                       **worker_options) for i in range(size)]
+        self.log_path = self.members[0].log_path
+        self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="hicache-fuzz-pool")
+
+    # ---- executor API ----------------------------------------------------------------------------------
+    def run(self, case: Case) -> Result:
+        return self.members[0].run(case)
+
+    def run_batch(self, cases: Sequence[Case]) -> list[Result]:
+        if len(cases) == 1:
+            # A lone case is the scale tier's (the campaign sends those alone): always the first worker, so
+            # that one process, not every one, keeps the tier's multi-GiB host and device arenas.
+            return self.members[0].run_batch(cases)
+        groups = geometry_groups(cases)
+        results: list[Result | None] = [None] * len(cases)
+        queue = list(reversed(groups))
+        lock = threading.Lock()
+        failures: list[WorkerError] = []
+
+        def serve(member: WorkerExecutor) -> None:
+            while True:
+                with lock:
+                    if not queue or failures:
+                        return
+                    group = queue.pop()
+                try:
+                    done = member.run_batch([cases[i] for i in group])
+                except WorkerError as exc:  # this member cannot start a worker: keep what it did produce
+                    done = exc.partial_results
+                    with lock:
+                        failures.append(exc)
+                for position, result in zip(group, done, strict=False):
+                    results[position] = result
+                if failures:
+                    return
+
+        list(self._threads.map(serve, self.members))
+        if failures:
+            prefix = []
+            for result in results:
+                if result is None:
+                    break
+                prefix.append(result)
+            raise WorkerError(str(failures[0]), partial_results=prefix)
+        return [r for r in results if r is not None]
+
+    def start(self) -> None:
+        """Start every member (in parallel: each imports sglang and loads modules)."""
+        for member in self.members:
+            member.spawn_early()
+        list(self._threads.map(lambda m: m.start(), self.members))
+
+    def spawn_early(self) -> None:
+        for member in self.members:
+            member.spawn_early()
+
+    def enable_storage_reuse(self) -> None:
+        for member in self.members:
+            member.enable_storage_reuse()
+
+    def close(self) -> None:
+        for member in self.members:
+            member.close()
+        self._threads.shutdown(wait=True)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- what the campaign report reads (sums over the members) ------------------------------------------
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @property
+    def hello(self) -> dict[str, Any]:
+        return self.members[0].hello
+
+    @property
+    def stage_seconds(self) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for member in self.members:
+            for stage, seconds in member.stage_seconds.items():
+                total[stage] = total.get(stage, 0.0) + seconds
+        return total
+
+    @property
+    def compiled_in_cases(self) -> dict[str, tuple[int, float]]:
+        total: dict[str, tuple[int, float]] = {}
+        for member in self.members:
+            for key, (count, seconds) in member.compiled_in_cases.items():
+                before = total.get(key, (0, 0.0))
+                total[key] = (before[0] + count, before[1] + seconds)
+        return total
+
+    def _sum(self, name: str) -> Any:
+        return sum(getattr(member, name) for member in self.members)
+
+    @property
+    def compile_seconds(self) -> float:
+        return float(self._sum("compile_seconds"))
+
+    @property
+    def startup_seconds(self) -> float:
+        """The wait for the slowest member (they start together)."""
+        return max(member.startup_seconds for member in self.members)
+
+    @property
+    def background_startup_seconds(self) -> float:
+        return float(self._sum("background_startup_seconds"))
+
+    @property
+    def restarts(self) -> int:
+        return int(self._sum("restarts"))
+
+    @property
+    def spares_used(self) -> int:
+        return int(self._sum("spares_used"))
+
+    @property
+    def batch_losses(self) -> int:
+        return int(self._sum("batch_losses"))
+
+    @property
+    def replayed(self) -> int:
+        return int(self._sum("replayed"))
+
+    @property
+    def storages_reused(self) -> int:
+        return int(self._sum("storages_reused"))

@@ -1,0 +1,75 @@
+"""The worker pool (pipeline/pool.py): several workers behind one campaign, results in case order, a crash
+costing its group only, geometry groups kept on one worker, and the campaign report's counters."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from hicache_fuzz.harness.campaign.feed import EngineOptions
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.campaign.variants import index_variant
+from hicache_fuzz.harness.commands.common import worker_process_count
+from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.model.platform import require
+from hicache_fuzz.harness.pipeline.pool import WorkerPool, auto_pool_size, geometry_groups
+from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
+from hicache_fuzz.kernels.registry import load_registry
+from tests.pipeline.test_worker import PLUGIN, case, env
+
+
+def test_groups_are_runs_of_one_geometry_cut_at_the_limit() -> None:
+    a = case("reference", 1)
+    b = a.replace(layers=3)
+    cases = [a, index_variant(a, 1), index_variant(a, 2), b, index_variant(b, 1), a]
+    assert geometry_groups(cases) == [range(0, 3), range(3, 5), range(5, 6)]
+    assert geometry_groups(cases, limit=2) == [range(0, 2), range(2, 3), range(3, 5), range(5, 6)]
+    assert geometry_groups([]) == []
+
+
+def test_a_pool_returns_the_results_of_one_worker_in_case_order(tmp_path: Path) -> None:
+    cases = [case("reference", seed).replace(layers=1 + seed % 3) for seed in range(12)]
+    with WorkerPool(3, ["reference"], tmp_path) as pool:
+        results = pool.run_batch(cases)
+        used = [m.started for m in pool.members]
+    assert [r.case_id for r in results] == [c.case_id for c in cases]
+    assert all(r.outcome is Outcome.PASS for r in results)
+    assert sum(used) >= 2  # the batch was shared out
+    assert not list((tmp_path / "inflight").iterdir())
+
+
+def test_a_crash_in_a_pool_costs_its_group_and_is_named(tmp_path: Path) -> None:
+    # test-abort kills its worker on odd seeds; each case is its own geometry group here.
+    cases = [case("test-abort", seed).replace(layers=1 + seed) for seed in range(4)]
+    with WorkerPool(2, ["test-abort"], tmp_path, plugins=[PLUGIN], env=env()) as pool:
+        results = pool.run_batch(cases)
+    assert [r.outcome for r in results] == [Outcome.PASS, Outcome.CRASH, Outcome.PASS, Outcome.CRASH]
+    crashed = {p.stem for p in tmp_path.rglob("crashes/*.json")}
+    assert crashed == {cases[1].case_id, cases[3].case_id}
+
+
+def test_a_campaign_runs_through_a_pool_with_variants(tmp_path: Path) -> None:
+    registry = load_registry()
+    machine = require("cpu")
+    backends = [registry.get("reference"), registry.get("zoo-last-page-dropped")]
+    config = CampaignConfig([b.name for b in backends], seed=13, max_cases=120,
+                            engine=EngineOptions(mix="none", scale="off", variants=7))
+    with WorkerPool(2, [b.name for b in backends], tmp_path) as pool:
+        report = run_campaign(config, backends, machine.platform, pool)
+    data = report.to_dict()
+    assert data["cases"] == 120
+    assert data["engine"]["worker_processes"] == 2 and data["engine"]["batch"] == 128
+    assert data["engine"]["storages_reused"] > 40
+    assert data["failures_total"] > 0  # the zoo bug is found through the pool too
+
+
+def test_pool_size_options() -> None:
+    assert auto_pool_size(16) == 6 and auto_pool_size(10) == 3 and auto_pool_size(2) == 1
+    assert ExecutionOptions().resolved_worker_processes("cpu") == 1
+    assert ExecutionOptions(worker_processes=3).resolved_worker_processes("cuda") == 3
+    assert worker_process_count("auto") is None and worker_process_count("4") == 4
+    for bad in ("0", "-2", "many"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            worker_process_count(bad)
