@@ -183,11 +183,12 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
         source = resolve_isa_source(args.sglang_source, cache_dir, allow_fetch)
         if targets[0].platform == isa.PLATFORM_ROCM:
             hip_include, device_libs = _rocm_install(platform_kind)
-            rocm_tools = isa.find_rocm_toolchain(cache_dir, allow_fetch, _rocm_clang(args, platform_kind),
-                                                 hip_include, (), device_libs)
+            # Every usable clang; each target takes the newest that supports it (gfx950 needs LLVM >= 20).
+            rocm_tools, rocm_notes = isa.find_rocm_toolchains(
+                cache_dir, allow_fetch, _rocm_clang(args, platform_kind), hip_include, (), device_libs)
             cuda_tools = None
         else:
-            rocm_tools = None
+            rocm_tools, rocm_notes = [], []
             cuda_tools = isa.find_cuda_toolchain(cache_dir, allow_fetch)
     except (isa.ToolchainUnavailable, isa.SourceUnavailable) as error:
         for row in rows:
@@ -199,7 +200,12 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     for target, row in zip(targets, rows, strict=True):
         if target.platform == isa.PLATFORM_ROCM:
-            report = isa.check_rocm(source, target.arch, target.strict, toolchain=rocm_tools,
+            try:
+                arch_tools = isa.pick_rocm_toolchain(target.arch, rocm_tools, rocm_notes)
+            except isa.ToolchainUnavailable as error:
+                row.reason = f"not checked: {error}"  # stays SKIPPED: the gate is not green without it
+                continue
+            report = isa.check_rocm(source, target.arch, target.strict, toolchain=arch_tools,
                                     cache_dir=cache_dir)
         else:
             report = isa.check_cuda(source, target.arch, toolchain=cuda_tools, cache_dir=cache_dir)

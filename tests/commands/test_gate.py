@@ -184,12 +184,12 @@ def test_junit_parses_with_right_counts(campaign_failure: tuple[int, dict[str, A
     root = ET.parse(out / "junit.xml").getroot()
     [suite] = root.iter("testsuite")
     cases = list(suite.iter("testcase"))
-    # 2 corpus entries + 1 campaign backend + 4 ISA targets (rocm/cpu: gfx90a, gfx942 x strict, default)
-    assert len(cases) == int(suite.get("tests", "")) == 2 + 1 + 4
+    # 2 corpus entries + 1 campaign backend + 6 ISA targets (rocm/cpu: gfx90a, gfx942, gfx950 x strict, default)
+    assert len(cases) == int(suite.get("tests", "")) == 2 + 1 + 6
     failures = [c for c in cases if c.find("failure") is not None]
     skipped = [c for c in cases if c.find("skipped") is not None]
     assert int(suite.get("failures", "")) == len(failures) == 1  # the campaign
-    assert int(suite.get("skipped", "")) == len(skipped) == 1 + 4  # the GPU-only entry + --no-isa
+    assert int(suite.get("skipped", "")) == len(skipped) == 1 + 6  # the GPU-only entry + --no-isa
     [failed] = failures
     assert failed.get("classname") == "gate.campaign"
     assert report["campaign"][0]["failures"][0]["file"] in (failed.findtext("failure") or "")
