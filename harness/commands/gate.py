@@ -11,7 +11,7 @@ One command a CI job runs and trusts. It does, in order:
    platform: the CPU reference on ``cpu``; every available real-kernel backend on ``cuda``/``rocm``, in a
    worker process so a GPU fault becomes a CRASH result instead of killing the gate.
 3. **ISA checks** (:mod:`hicache_fuzz.harness.isa.check`): ``rocm`` and ``cpu`` run the ROCm static check (strict
-   and production flags, gfx90a + gfx942, with clang-19 and no GPU); ``cuda`` runs the SASS check. A check
+   and production flags, gfx90a + gfx942 + gfx950, each with the newest clang for it, no GPU); ``cuda`` runs the SASS check. A check
    that cannot run (no compiler, no sglang source) is *skipped* with the reason, and a skipped ISA check
    keeps the gate from being green unless ``--allow-skip-isa`` is given.
 4. **Reports**: JUnit XML (``--junit``), a Markdown summary for a PR comment (``--markdown``), JSON
