@@ -96,7 +96,8 @@ def _first_line(result: Result) -> str:
 # ---- 2. fixed-seed campaign -----------------------------------------------------------------------------
 
 def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Machine, campaign: CampaignOptions,
-                      budget_seconds: float, execution: ExecutionOptions, artifacts: Path) -> list[CampaignRow]:
+                      budget_seconds: float, execution: ExecutionOptions, artifacts: Path,
+                      timings: dict[str, float] | None = None) -> list[CampaignRow]:
     """One campaign per backend, each exactly `campaign.max_cases` cases; the budget is a hard cap on all.
     Failures whose signatures are in `campaign.known_signatures` (signature -> corpus file of an expected
     failure) are listed apart and are not findings: a known, unfixed sglang bug must not block every merge,
@@ -126,6 +127,11 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
                                     dict(sorted(report.outcomes.get(backend.name, {}).items())), failures,
                                     known_found, digest, report.first_index, round(report.seconds, 3)))
     finally:
+        if timings is not None and hasattr(executor, "compile_seconds"):
+            # Parts of the campaign phase (worker executors only): JIT compiles inside cases and waiting for
+            # workers to start; what a cold JIT cache costs, and what a kept cache saves.
+            timings["campaign_jit_compile"] = executor.compile_seconds
+            timings["campaign_worker_startup"] = executor.startup_seconds
         executor.close()
     return rows
 
@@ -277,9 +283,11 @@ def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: li
           flush=True)
 
     phase_started = time.perf_counter()
+    campaign_parts: dict[str, float] = {}
     report.campaign = run_gate_campaign(backends, registry, machine, campaign, budget_seconds, execution,
-                                        artifacts)
+                                        artifacts, campaign_parts)
     report.seconds["campaign"] = time.perf_counter() - phase_started
+    report.seconds.update(campaign_parts)
     phase_started = time.perf_counter()
     confirm_failures(report, registry, machine, execution)
     report.seconds["confirm"] = time.perf_counter() - phase_started

@@ -292,3 +292,14 @@ def test_fuzz_known_failures_do_not_fail_the_run_but_new_ones_do(tmp_path: Path)
     assert all(f["known"] for f in second["unique_failures"])
     assert not (tmp_path / "c2").exists() or not any((tmp_path / "c2").glob("*/*.json"))  # nothing re-saved
     assert main([*args, "--corpus", str(tmp_path / "c3"), "--known", str(tmp_path / "absent")]) == 2
+
+
+def test_report_records_phase_times(campaign_failure: tuple[int, dict[str, Any], Path]) -> None:
+    """Phase wall times are in the JSON and the Markdown (the CUDA gate's cold-JIT budget is judged from them);
+    total is the run's wall clock, at least any one phase."""
+    _, report, out = campaign_failure
+    seconds = report["seconds"]
+    assert {"setup", "replay", "campaign", "confirm", "isa", "total"} <= set(seconds)
+    assert all(value >= 0 for value in seconds.values())
+    assert seconds["total"] >= max(value for key, value in seconds.items() if key != "total")
+    assert "Wall time: setup " in (out / "summary.md").read_text()
