@@ -4,14 +4,14 @@
 #   source .gpu-bundle/device-setup.sh && bash reports/gate/device.sh
 # Writes to $OUT (6 files): rcs.txt (environment, exit codes, outer wall times, JIT cache size), gate.log
 # (console), gate.json / summary.md / junit.xml (the gate's own reports, with phase seconds), artifacts.tgz
-# (reproducers, ISA JSON, worker journals). Expected wall: about 5 minutes; hard cap 345 s on the gate.
+# (reproducers, ISA JSON, worker journals). Expected wall: about 5 minutes; hard cap 330 s on the gate.
 #
-# Environment: GATE_BUDGET (campaign budget in seconds, default 180: 7 cases per sglang backend at the GPU
-# planning rate; the campaign phase is hard-capped by it), GATE_TIMEOUT (outer cap on the gate, default 345).
+# Environment: GATE_BUDGET (campaign budget in seconds, default 150: 6 cases per sglang backend at the GPU
+# planning rate; the campaign phase is hard-capped by it), GATE_TIMEOUT (outer cap on the gate, default 330).
 set -u
 out=${OUT:?set OUT to the folder whose files come back}
-budget=${GATE_BUDGET:-180}
-gate_timeout=${GATE_TIMEOUT:-345}
+budget=${GATE_BUDGET:-150}
+gate_timeout=${GATE_TIMEOUT:-330}
 rcs="$out/rcs.txt"
 script_started=$(date +%s.%N)
 elapsed() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
