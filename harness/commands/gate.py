@@ -97,8 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sglang wheel/sdist/folder for the ISA checks "
                              "(default: the installed sglang, else the cached or fetched wheel)")
     parser.add_argument("--isa-clang", default=None, metavar="PATH",
-                        help="clang for the ROCm ISA check "
-                             "(default: clang-19; on rocm also /opt/rocm/llvm/bin/clang)")
+                        help="clang for the ROCm ISA check (default: per target the newest that supports it: "
+                             "clang-N, the ziglang wheel's clang 22; on rocm also /opt/rocm/llvm/bin/clang)")
     parser.add_argument("--isa-cache-dir", default=None, metavar="DIR",
                         help="cache of fetched ISA headers and tools")
     parser.add_argument("--no-fetch", action="store_true", help="never download headers, tools or sglang")
