@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU pre-merge gate as CI runs it (docs/gate.md): corpus replay, the fixed-seed campaign on the CPU
-# reference, and the static ROCm ISA check (clang-19, no GPU). Exit code is the gate's:
+# reference, and the static ROCm ISA check (clang-19 / clang 22 for gfx950, no GPU). Exit code is the gate's:
 #   0 pass, 1 findings, 2 usage, 3 unavailable (e.g. an ISA check could not run).
 #
 # Budget: GATE_BUDGET_SECONDS (default 120) -> 600 fixed cases on the reference (5 cases/s planning rate;
@@ -28,6 +28,12 @@ if ! command -v clang-19 >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq --no-install-recommends clang-19 >/dev/null \
     || log "clang-19 could not be installed; the gate will report the ISA check as skipped"
+fi
+
+# gfx950 needs clang >= 20: the ziglang wheel's clang 22 (docs/isa.md); without it gfx950 is skipped, not green.
+if ! "$PYTHON" -c "import ziglang" >/dev/null 2>&1; then
+  log "installing ziglang==0.17.0 (clang 22) for the gfx950 ISA check"
+  "$PYTHON" -m pip install --quiet ziglang==0.17.0 || log "ziglang not installable; gfx950 will be reported skipped"
 fi
 
 if ! "$PYTHON" -c "import hicache_fuzz.harness.commands.gate" >/dev/null 2>&1; then

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Static ISA check of sglang's HiCache copy kernels (docs/isa.md), as CI runs it.
 #
-# Idempotent: installs clang-19 from Debian when missing, fetches (once, into the user cache) Debian trixie's
-# HIP headers + ROCm device libraries, tvm-ffi's headers and the sglang 0.5.23 wheel, then runs
-#   1. ROCm, --strict, gfx90a + gfx942          (must pass)
-#   2. ROCm, production flags, gfx90a + gfx942  (must pass)
+# Idempotent: installs clang-19 from Debian and the ziglang wheel (clang 22, the only clang >= 20 this Debian
+# can run; gfx950 needs LLVM >= 20) from PyPI when missing, fetches (once, into the user cache) Debian trixie's
+# HIP headers + ROCm device libraries, clang 22's HIP wrapper headers (trixie) and ROCm 7.0 device libraries
+# (sid), tvm-ffi's headers and the sglang 0.5.23 wheel, then runs (each target with the newest clang for it)
+#   1. ROCm, --strict, gfx90a + gfx942 + gfx950          (must pass; a target without compiler exits 3: fails)
+#   2. ROCm, production flags, gfx90a + gfx942 + gfx950  (must pass)
 #   3. self-test: --strict on the scalarized mutant (must FAIL, or the check is dead)
 #   4. CUDA sm_90a with nvcc + nvdisasm, when nvcc is present (must pass)
 # Reports go to $ISA_REPORT_DIR (default reports/isa/ci). Exits non-zero if any step does not behave.
@@ -29,6 +31,12 @@ if ! command -v clang-19 >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends clang-19 >/dev/null
 fi
 log "$(clang-19 --version | head -n 1)"
+ZIGLANG_REQUIREMENT=ziglang==0.17.0  # embeds clang 22.1.8 (harness/isa/fetch.py ZIGLANG_REQUIREMENT)
+if ! "$PYTHON" -c "import ziglang" >/dev/null 2>&1; then
+  log "installing $ZIGLANG_REQUIREMENT from PyPI (clang 22 for gfx950)"
+  "$PYTHON" -m pip install --quiet "$ZIGLANG_REQUIREMENT" \
+    || log "could not install $ZIGLANG_REQUIREMENT: gfx950 will be reported SKIPPED and steps 1-3 exit 3"
+fi
 
 # --- the harness itself ----------------------------------------------------------------------------------
 if ! "$PYTHON" -c "import hicache_fuzz.harness.isa.check" >/dev/null 2>&1; then

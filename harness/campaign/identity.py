@@ -14,9 +14,12 @@ unrelated rule violations of their cases. The identity key is
     contract's priority order (``oracles/contract.py`` RULE_PRIORITY), so a case that also breaks unrelated
     rules (page alignment, index device, index dtype) names the same bug as one that breaks only the rule
     the implementation forgot;
-  - wrongly rejected, crash, hang: the normalized error (first line; numbers, addresses, paths and quoted
-    values replaced) and what the contract said of the input ("valid", or its primary broken rule): the same
-    CUDA error ends a zero-length launch and a grid past its limit;
+  - wrongly rejected: a valid input rejected is one bug per path ("valid"): which of the path's own checks
+    fired (its error text) depends on the case and is part of the variant;
+  - crash, hang (and a rejection of an input the contract did not call valid): the normalized error (first
+    line; numbers, addresses, paths and quoted values replaced) and what the contract said of the input
+    ("valid", or its primary broken rule): the same CUDA error ends a zero-length launch and a grid past its
+    limit;
   - mismatch: the family of the damage (``pipeline/damage.py``): missing (stale or truncated rows),
     misplaced (bytes of the wrong row, page, layer, component or pool, or written out of range), corrupt
     (bytes from no storage of the case) or source-modified; the exact classes (shifted, swapped, ...) are
@@ -101,6 +104,12 @@ def _location(result: Result) -> str:
 def _cause(result: Result, case: Case | None) -> str:
     if result.outcome is Outcome.WRONGLY_ACCEPTED:
         return primary_rule(_reasons(result.prediction))
+    if result.outcome is Outcome.WRONGLY_REJECTED and _input_rule(result.prediction) == "valid":
+        # A valid input rejected: the bug is that this path refuses inputs the contract accepts. Which of
+        # its own checks fired depends on the case, as the damage class of a mismatch does (a mutant that
+        # remaps indices trips its bounds check or its duplicate check, depending on where the remapped
+        # run lands), so the error text is part of the variant, not of the identity.
+        return "valid"
     if result.outcome in (Outcome.WRONGLY_REJECTED, Outcome.CRASH, Outcome.HANG):
         # The same error text can end different bugs (CUDA's "invalid argument" ends both a zero-length
         # launch and a grid past its limit): what the contract said of the input tells them apart.
@@ -154,6 +163,8 @@ def _family_from_first_byte(result: Result, case: Case | None) -> str:
 def _variant_detail(result: Result, case: Case | None) -> str:
     if result.outcome is Outcome.WRONGLY_ACCEPTED:
         return ",".join(sorted(set(rules_of(_reasons(result.prediction)))))
+    if result.outcome is Outcome.WRONGLY_REJECTED:
+        return normalize_error(result.error)
     if result.outcome is not Outcome.MISMATCH:
         return ""
     damage = result.diff.get("damage") or {}

@@ -11,9 +11,9 @@ One command a CI job runs and trusts. It does, in order:
    platform: the CPU reference on ``cpu``; every available real-kernel backend on ``cuda``/``rocm``, in a
    worker process so a GPU fault becomes a CRASH result instead of killing the gate.
 3. **ISA checks** (:mod:`hicache_fuzz.harness.isa.check`): ``rocm`` and ``cpu`` run the ROCm static check (strict
-   and production flags, gfx90a + gfx942, with clang-19 and no GPU); ``cuda`` runs the SASS check. A check
-   that cannot run (no compiler, no sglang source) is *skipped* with the reason, and a skipped ISA check
-   keeps the gate from being green unless ``--allow-skip-isa`` is given.
+   and production flags, gfx90a + gfx942 + gfx950, each with the newest clang for it, no GPU); ``cuda`` runs the
+   SASS check. A check that cannot run (no compiler, no sglang source) is *skipped* with the reason, and a
+   skipped ISA check keeps the gate from being green unless ``--allow-skip-isa`` is given.
 4. **Reports**: JUnit XML (``--junit``), a Markdown summary for a PR comment (``--markdown``), JSON
    (``--json``); failing cases are left as reproducer files under ``--artifacts`` for CI to upload.
 
@@ -97,8 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sglang wheel/sdist/folder for the ISA checks "
                              "(default: the installed sglang, else the cached or fetched wheel)")
     parser.add_argument("--isa-clang", default=None, metavar="PATH",
-                        help="clang for the ROCm ISA check "
-                             "(default: clang-19; on rocm also /opt/rocm/llvm/bin/clang)")
+                        help="clang for the ROCm ISA check (default: per target the newest that supports it: "
+                             "clang-N, the ziglang wheel's clang 22; on rocm also /opt/rocm/llvm/bin/clang)")
     parser.add_argument("--isa-cache-dir", default=None, metavar="DIR",
                         help="cache of fetched ISA headers and tools")
     parser.add_argument("--no-fetch", action="store_true", help="never download headers, tools or sglang")
@@ -131,6 +131,7 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    run_started = time.perf_counter()
     if args.budget_seconds <= 0:
         raise UsageError("--budget-seconds must be positive")
     if args.cases_per_backend is not None and args.cases_per_backend < 1:
@@ -171,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
     report = GateReport(machine.platform.kind, machine.description, args.seed, args.budget_seconds,
                         cases_per_backend, command_line(args), args.allow_skip_isa,
                         [str(folder) for folder in corpus_dirs])
+    # Phase times (never in the verdict): setup = imports, platform probe, corpus load, before the phases.
+    report.seconds["setup"] = time.perf_counter() - run_started
     print(f"platform: {machine.description}; corpus: {len(entries)} entries; campaign: "
           f"{', '.join(b.name for b in backends)} x {cases_per_backend} cases", flush=True)
     print(f"artifacts: {artifacts.resolve()} ({', '.join(ARTIFACT_SUBFOLDERS)}); reports: "
@@ -189,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
     for isa_row in report.isa:
         print(f"[3/3] ISA {isa_row.name}: {isa_row.status} {one_line(isa_row.reason, 200)}", flush=True)
-    report.seconds["total"] = sum(report.seconds.values())
+    # Wall clock of the whole run; campaign_* entries are parts of the campaign phase, not added again.
+    report.seconds["total"] = time.perf_counter() - run_started
 
     written = write_json_report(report.to_dict(), args.json)  # elsewhere if it must: never lost
     try:

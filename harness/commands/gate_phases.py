@@ -112,7 +112,8 @@ def _first_line(result: Result) -> str:
 
 def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Machine, campaign: CampaignOptions,
                       budget_seconds: float, execution: ExecutionOptions, artifacts: Path,
-                      progress: ProgressLine | None = None) -> list[CampaignRow]:
+                      progress: ProgressLine | None = None,
+                      timings: dict[str, float] | None = None) -> list[CampaignRow]:
     """One campaign per backend, each exactly `campaign.max_cases` cases; the budget is a hard cap on all.
     Failures whose signatures are in `campaign.known_signatures` (signature -> corpus file of an expected
     failure) are listed apart and are not findings: a known, unfixed sglang bug must not block every merge,
@@ -154,6 +155,11 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
                                     dict(sorted(report.outcomes.get(backend.name, {}).items())), failures,
                                     known_found, digest, report.first_index, round(report.seconds, 3)))
     finally:
+        if timings is not None and hasattr(executor, "compile_seconds"):
+            # Parts of the campaign phase (worker executors only): JIT compiles inside cases and waiting for
+            # workers to start; what a cold JIT cache costs, and what a kept cache saves.
+            timings["campaign_jit_compile"] = executor.compile_seconds
+            timings["campaign_worker_startup"] = executor.startup_seconds
         executor.close()
     return rows
 
@@ -215,11 +221,12 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
         source = resolve_isa_source(args.sglang_source, cache_dir, allow_fetch)
         if targets[0].platform == isa.PLATFORM_ROCM:
             hip_include, device_libs = _rocm_install(platform_kind)
-            rocm_tools = isa.find_rocm_toolchain(cache_dir, allow_fetch, _rocm_clang(args, platform_kind),
-                                                 hip_include, (), device_libs)
+            # Every usable clang; each target takes the newest that supports it (gfx950 needs LLVM >= 20).
+            rocm_tools, rocm_notes = isa.find_rocm_toolchains(
+                cache_dir, allow_fetch, _rocm_clang(args, platform_kind), hip_include, (), device_libs)
             cuda_tools = None
         else:
-            rocm_tools = None
+            rocm_tools, rocm_notes = [], []
             cuda_tools = isa.find_cuda_toolchain(cache_dir, allow_fetch)
     except (isa.ToolchainUnavailable, isa.SourceUnavailable) as error:
         for row in rows:
@@ -242,7 +249,12 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
 
         on_module("compiling")
         if target.platform == isa.PLATFORM_ROCM:
-            report = isa.check_rocm(source, target.arch, target.strict, toolchain=rocm_tools,
+            try:
+                arch_tools = isa.pick_rocm_toolchain(target.arch, rocm_tools, rocm_notes)
+            except isa.ToolchainUnavailable as error:
+                row.reason = f"not checked: {error}"  # stays SKIPPED: the gate is not green without it
+                continue
+            report = isa.check_rocm(source, target.arch, target.strict, toolchain=arch_tools,
                                     cache_dir=cache_dir, progress=on_module)
         else:
             report = isa.check_cuda(source, target.arch, toolchain=cuda_tools, cache_dir=cache_dir,
@@ -315,9 +327,11 @@ def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: li
     line.print(f"[1/3] corpus replay: {dict(sorted(replay_counts.items()))} in {report.seconds['replay']:.1f} s")
 
     phase_started = time.perf_counter()
+    campaign_parts: dict[str, float] = {}
     report.campaign = run_gate_campaign(backends, registry, machine, campaign, budget_seconds, execution,
-                                        artifacts, line)
+                                        artifacts, line, campaign_parts)
     report.seconds["campaign"] = time.perf_counter() - phase_started
+    report.seconds.update(campaign_parts)
     phase_started = time.perf_counter()
     line.update("[2/3] campaign: re-running new failures alone to confirm them", force=True)
     confirm_failures(report, registry, machine, execution)

@@ -5,7 +5,9 @@ The HiCache copy kernels (``kernels/jit/csrc/kvcacheio/hicache.cuh`` and the rel
 ``L1::no_allocate``, on ROCm ``__builtin_nontemporal_load/store`` on native 2/4-wide vector types. This
 check compiles the same translation units sglang's ``load_jit`` builds, device-only and without a GPU:
 
-* ROCm (gfx90a, gfx942) with Debian's upstream ``clang-19`` (``-x hip --cuda-device-only -S``);
+* ROCm (gfx90a, gfx942, gfx950) with upstream clang (``-x hip --cuda-device-only -S``), per target the newest
+  clang that supports it: Debian's ``clang-19``, or for gfx950 (LLVM >= 20) the clang 22 of the ziglang
+  wheel; a target without a compiler is reported skipped with the reason, never passed;
 * CUDA (sm_90a) with ``nvcc -cubin`` and ``nvdisasm``;
 
 then reads every global memory access of every copy kernel instantiation and requires:
@@ -46,6 +48,7 @@ from collections.abc import Callable, Sequence
 
 from hicache_fuzz.harness.isa import fetch as isa_fetch
 from hicache_fuzz.harness.isa.listings import (
+    amdgpu_lds_bytes,
     amdgpu_nontemporal_modifiers,
     check_listing,
     count_accesses,
@@ -66,6 +69,7 @@ from hicache_fuzz.harness.isa.symbols import (
     PLATFORM_CUDA,
     PLATFORM_ROCM,
     PLATFORMS,
+    ROCM_TARGETS,
     BadInput,
     CopyExpectation,
     IsaReport,
@@ -73,12 +77,14 @@ from hicache_fuzz.harness.isa.symbols import (
     KernelResult,
     MemoryAccess,
     ModuleResult,
+    RocmTarget,
     SourceUnavailable,
     TemplateArgument,
     ToolchainUnavailable,
     expectation_for,
     parse_kernel_symbol,
     pick_group_bytes,
+    rocm_target,
 )
 from hicache_fuzz.harness.isa.toolchains import (
     COMPILE_TIMEOUT_S,
@@ -92,6 +98,8 @@ from hicache_fuzz.harness.isa.toolchains import (
     cuda_compile_flags,
     find_cuda_toolchain,
     find_rocm_toolchain,
+    find_rocm_toolchains,
+    pick_rocm_toolchain,
     rocm_compile_flags,
 )
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, EXIT_USAGE
@@ -112,6 +120,7 @@ __all__ = [
     "PLATFORM_CUDA",
     "PLATFORM_ROCM",
     "ROCM_STRICT_FLAGS",
+    "ROCM_TARGETS",
     "TVM_FFI_INCLUDES",
     "BadInput",
     "CopyExpectation",
@@ -123,12 +132,14 @@ __all__ = [
     "ModuleResult",
     "ModuleSpec",
     "Mutant",
+    "RocmTarget",
     "RocmToolchain",
     "SglangSource",
     "SourceUnavailable",
     "TemplateArgument",
     "ToolchainUnavailable",
     "add_arguments",
+    "amdgpu_lds_bytes",
     "amdgpu_nontemporal_modifiers",
     "apply_mutant",
     "check_cuda",
@@ -140,6 +151,7 @@ __all__ = [
     "expectation_for",
     "find_cuda_toolchain",
     "find_rocm_toolchain",
+    "find_rocm_toolchains",
     "find_violations",
     "main",
     "modules_for",
@@ -148,11 +160,14 @@ __all__ = [
     "parse_kernel_symbol",
     "parse_sass",
     "pick_group_bytes",
+    "pick_rocm_toolchain",
     "render_markdown",
     "render_text",
     "resolve_sglang_source",
     "rocm_compile_flags",
+    "rocm_target",
     "run",
+    "skipped_report",
 ]
 
 
@@ -216,6 +231,13 @@ def _check(
             )
             if outcome.error:
                 report.errors.append(f"module {outcome.module.name} did not compile: {outcome.error}")
+            elif report.platform == PLATFORM_ROCM:
+                limit = rocm_target(report.arch).lds_bytes
+                for symbol, lds in amdgpu_lds_bytes(outcome.listing).items():
+                    if lds > limit:
+                        report.errors.append(
+                            f"{symbol} uses {lds} B of LDS, more than {report.arch}'s {limit} B per work-group"
+                        )
             report.kernels.extend(kernels)
     report.seconds = round(time.monotonic() - started, 2)
     return report
@@ -241,7 +263,7 @@ def check_rocm(
     hint = " ".join(sorted(amdgpu_nontemporal_modifiers(arch)))
     selected = _select_modules(PLATFORM_ROCM, modules)
     source = _as_source(source_dir, cache_dir)
-    tools = toolchain or find_rocm_toolchain(cache_dir)
+    tools = toolchain or pick_rocm_toolchain(arch, *find_rocm_toolchains(cache_dir))
     report = IsaReport(
         platform=PLATFORM_ROCM,
         arch=arch,
@@ -261,6 +283,21 @@ def check_rocm(
         work_dir,
         jobs,
         progress,
+    )
+
+
+def skipped_report(platform: str, arch: str, strict: bool, source: SglangSource | None, reason: str) -> IsaReport:
+    """The report of a target that was not checked (no compiler for it): never passed."""
+    return IsaReport(
+        platform=platform,
+        arch=arch,
+        strict=strict,
+        sglang_source=source.origin if source else "",
+        sglang_version=source.version if source else "",
+        mutant="",
+        compiler="",
+        compile_flags=[],
+        skipped=reason,
     )
 
 
@@ -319,6 +356,10 @@ def render_text(report: IsaReport) -> list[str]:
     if report.mutant:
         title += f" [mutant {report.mutant}]"
     lines = [f"== {title}: sglang {report.sglang_version} ({report.sglang_source})"]
+    if report.skipped:
+        lines.append(f"  SKIPPED (not checked): {report.skipped}")
+        return lines
+    lines.append(f"  compiler: {report.compiler}")
     for module in report.modules:
         state = f"{module.kernels_found} kernels" if module.compiled else "COMPILE FAILED"
         lines.append(f"  module {module.name}: {state}, {module.seconds:.1f} s")
@@ -338,19 +379,24 @@ def render_text(report: IsaReport) -> list[str]:
 
 def render_markdown(reports: Sequence[IsaReport], command: str) -> str:
     lines = ["# HiCache ISA check", "", f"Command: `{command}`", ""]
-    lines += ["| platform | arch | strict | mutant | sglang | kernels | failing | result | seconds |"]
-    lines += ["|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| platform | arch | strict | mutant | sglang | compiler | kernels | failing | result | seconds |"]
+    lines += ["|---|---|---|---|---|---|---|---|---|---|"]
     for report in reports:
         checked = sum(1 for kernel in report.kernels if kernel.symbol)
         failed = sum(1 for kernel in report.kernels if not kernel.passed)
+        result = "SKIPPED" if report.skipped else ("PASS" if report.passed else "FAIL")
+        compiler = report.compiler.split(";")[0] or "-"
         lines.append(
             f"| {report.platform} | {report.arch} | {'yes' if report.strict else 'no'} "
             f"| {report.mutant or '-'} "
-            f"| {report.sglang_version} | {checked} | {failed} | {'PASS' if report.passed else 'FAIL'} "
+            f"| {report.sglang_version} | {compiler} | {checked} | {failed} | {result} "
             f"| {report.seconds:.1f} |"
         )
     for report in reports:
         lines += ["", f"## {report.platform} {report.arch}{' strict' if report.strict else ''}", ""]
+        if report.skipped:
+            lines += [f"SKIPPED, not checked: {report.skipped}"]
+            continue
         lines += ["| kernel | expected | accesses | result |", "|---|---|---|---|"]
         for kernel in report.kernels:
             expected = f"{kernel.expected_width_bits}-bit, {kernel.expected_accesses_per_element}/element"
@@ -377,8 +423,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="ARCH",
-        help="target, repeatable: gfx90a, gfx942, gfx942:sramecc+:xnack- (ROCm), sm_90a (CUDA); "
-        "default gfx90a + gfx942 for rocm, sm_90a for cuda",
+        help="target, repeatable: gfx90a, gfx942, gfx950, gfx942:sramecc+:xnack- (ROCm), sm_90a (CUDA); "
+        "default gfx90a + gfx942 + gfx950 for rocm, sm_90a for cuda",
     )
     parser.add_argument(
         "--strict",
@@ -414,7 +460,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="self-test: check a copy of hicache.cuh with this defect; the check must FAIL (exit 1)",
     )
-    parser.add_argument("--clang", default=None, help="clang for ROCm (default: clang-19)")
+    parser.add_argument(
+        "--clang",
+        default=None,
+        help="clang for ROCm (default: per target the newest of clang-N on PATH / /usr/lib/llvm-N and the "
+        "ziglang wheel's clang 22 that supports it)",
+    )
     parser.add_argument(
         "--rocm-device-lib-path",
         default=None,
@@ -513,8 +564,8 @@ def _run_checks(
         for platform, _arch in plan:
             _select_modules(platform, args.module)
         source = resolve_sglang_source(args.sglang_source, cache_dir)
-        rocm_tools = (
-            find_rocm_toolchain(
+        rocm_tools, rocm_notes = (
+            find_rocm_toolchains(
                 cache_dir,
                 allow_fetch,
                 args.clang,
@@ -523,8 +574,15 @@ def _run_checks(
                 args.rocm_device_lib_path,
             )
             if any(platform == PLATFORM_ROCM for platform, _ in plan)
-            else None
+            else ([], [])
         )
+        if any(platform == PLATFORM_ROCM for platform, _ in plan) and not rocm_tools:
+            raise ToolchainUnavailable(
+                "no usable clang for ROCm: "
+                + "; ".join(rocm_notes)
+                + "; on Debian/Ubuntu: apt-get update && apt-get install -y --no-install-recommends clang-19 "
+                "(or pass --clang PATH to a clang >= 19 with the AMDGPU backend)"
+            )
         cuda_tools = (
             find_cuda_toolchain(cache_dir, allow_fetch, args.nvcc, args.nvdisasm, args.tvm_ffi_include)
             if any(platform == PLATFORM_CUDA for platform, _ in plan)
@@ -567,8 +625,16 @@ def _run_checks(
 
             on_module("compiling")
             if platform == PLATFORM_ROCM:
+                try:
+                    arch_tools = pick_rocm_toolchain(arch, rocm_tools, rocm_notes)
+                except ToolchainUnavailable as error:
+                    report = skipped_report(platform, arch, args.strict, checked_source, str(error))
+                    report.mutant = args.mutant or ""
+                    reports.append(report)
+                    print("\n".join(render_text(report)), flush=True)
+                    continue
                 report = check_rocm(
-                    checked_source, arch, args.strict, modules=args.module, toolchain=rocm_tools,
+                    checked_source, arch, args.strict, modules=args.module, toolchain=arch_tools,
                     work_dir=keep_dir, jobs=args.jobs, cache_dir=cache_dir, progress=on_module,
                 )  # fmt: skip
             else:
@@ -581,8 +647,15 @@ def _run_checks(
             progress.print("\n".join(render_text(report)))
 
     passed = all(report.passed for report in reports) and bool(reports)
-    exit_code = EXIT_CLEAN if passed else EXIT_FAILURES
-    if not passed:
+    skipped = [report for report in reports if report.skipped]
+    failed = [report for report in reports if not report.passed and not report.skipped]
+    # A skipped target is not a pass: with no failure elsewhere the exit says "unavailable" (3).
+    exit_code = EXIT_CLEAN if passed else (EXIT_FAILURES if failed or not skipped else EXIT_UNAVAILABLE)
+    if skipped and not failed:
+        print(f"isa: NOT CHECKED: {len(skipped)} of {len(reports)} targets skipped (no compiler for them)")
+        for report in skipped:
+            print(f"  {report.platform}/{report.arch}: {report.skipped}")
+    elif not passed:
         print("isa: FAIL")
         for report in reports:
             for failure in report.failures():
@@ -602,6 +675,7 @@ def _run_checks(
             "command": command,
             "passed": passed,
             "exit_code": exit_code,
+            "skipped_targets": [f"{report.platform}/{report.arch}" for report in skipped],
             "reports": [report.to_json() for report in reports],
         }
         pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -204,18 +204,28 @@ def ensure_rocm_device_files(cache_dir: pathlib.Path, allow_fetch: bool = True) 
     )
 
 
-def _download_debian_packages(root: pathlib.Path, unpacked: pathlib.Path, packages: Sequence[str]) -> None:
+def _download_debian_packages(
+    root: pathlib.Path,
+    unpacked: pathlib.Path,
+    packages: Sequence[str],
+    suites: dict[str, str] | None = None,
+    proofs: Sequence[tuple[str, str]] = ROCM_DEVICE_PACKAGES,
+) -> None:
+    """Download ``packages`` (each from ``suites[package]``, default trixie) with a private apt
+    configuration and unpack them under ``unpacked``."""
     for tool in ("apt-get", "dpkg"):
         if shutil.which(tool) is None:
             raise FetchError(
                 f"fetching {', '.join(packages)} needs Debian's {tool}, which is not on PATH; on another "
                 "system pass --hip-include DIR and --rocm-device-lib-path DIR"
             )
+    suite_of = {package: (suites or {}).get(package, HIP_DEBIAN_SUITE) for package in packages}
     apt_dir = root / "apt"
     (apt_dir / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (apt_dir / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     source_list = apt_dir / "sources.list"
-    source_list.write_text(f"deb {_debian_mirror()} {HIP_DEBIAN_SUITE} main\n")
+    mirror = _debian_mirror()
+    source_list.write_text("".join(f"deb {mirror} {suite} main\n" for suite in sorted(set(suite_of.values()))))
     # A private list, state and cache: the machine's own apt configuration is never changed.
     apt_options = [
         "-o", f"Dir::Etc::sourcelist={source_list}",
@@ -225,22 +235,105 @@ def _download_debian_packages(root: pathlib.Path, unpacked: pathlib.Path, packag
         # Downloading into a root-owned folder; the _apt sandbox user could not write there.
         "-o", "APT::Sandbox::User=root",
     ]  # fmt: skip
-    _run(["apt-get", *apt_options, "-qq", "update"], f"reading the Debian {HIP_DEBIAN_SUITE} package list")
+    suites_text = "/".join(sorted(set(suite_of.values())))
+    _run(["apt-get", *apt_options, "-qq", "update"], f"reading the Debian {suites_text} package lists")
     for package in packages:
         for old in apt_dir.glob(f"{package}_*.deb"):
             old.unlink()
         _run(
-            ["apt-get", *apt_options, "-qq", "download", f"{package}/{HIP_DEBIAN_SUITE}"],
-            f"downloading {package} from Debian {HIP_DEBIAN_SUITE}",
+            ["apt-get", *apt_options, "-qq", "download", f"{package}/{suite_of[package]}"],
+            f"downloading {package} from Debian {suite_of[package]}",
             cwd=apt_dir,
         )
         debs = sorted(apt_dir.glob(f"{package}_*.deb"))
         if not debs:
             raise FetchError(f"apt-get download left no {package} .deb in {apt_dir}")
         _run(["dpkg", "-x", str(debs[-1]), str(unpacked)], f"unpacking {debs[-1].name}")
-    for package, proof in ROCM_DEVICE_PACKAGES:
+    for package, proof in proofs:
         if package in packages and not (unpacked / proof).is_file():
             raise FetchError(f"{package} unpacked without {proof}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A newer clang for gfx950 (LLVM >= 20)
+
+# Debian bookworm and trixie ship clang 19 at most as an installable compiler (trixie's clang-22 needs
+# glibc >= 2.38). The ziglang wheel on PyPI is a static zig binary that embeds a complete clang with the
+# AMDGPU backend (``zig clang`` is that clang's driver, unchanged); it runs on any x86_64 Linux. It lacks
+# clang's HIP/CUDA wrapper headers, which come from the architecture-independent libclang-common-22-dev
+# (the same 22.1.8 release), and gfx950 needs ROCm device libraries that know it (rocm-device-libs-21,
+# ROCm 7.0, LLVM-21 bitcode, which clang 22 reads).
+ZIGLANG_REQUIREMENT = "ziglang==0.17.0"  # zig 0.17.0 embeds clang 22.1.8
+BUNDLED_CLANG_MAJOR = 22
+BUNDLED_LLVM_PACKAGES = (
+    ("libclang-common-22-dev", "usr/lib/llvm-22/lib/clang/22/include/__clang_hip_runtime_wrapper.h"),
+    ("rocm-device-libs-21", "usr/lib/llvm-21/lib/clang/21/amdgcn/bitcode/oclc_isa_version_950.bc"),
+)
+BUNDLED_LLVM_SUITES = {"libclang-common-22-dev": "trixie", "rocm-device-libs-21": "sid"}
+
+
+@dataclass(frozen=True)
+class BundledClang:
+    """``zig clang`` plus the resource headers and ROCm device libraries it is used with."""
+
+    launcher: tuple[str, ...]  # the command that is clang: (path/to/zig, "clang")
+    resource_dir: pathlib.Path
+    device_lib_dir: pathlib.Path
+    origin: str
+
+
+def installed_zig() -> pathlib.Path | None:
+    """The zig binary of an installed ``ziglang`` package (pip install ziglang), located without importing."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ziglang")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    binary = pathlib.Path(next(iter(spec.submodule_search_locations))) / "zig"
+    return binary if binary.is_file() else None
+
+
+def ensure_bundled_clang(cache_dir: pathlib.Path, allow_fetch: bool = True) -> BundledClang:
+    """clang 22 from the ziglang wheel (installed, or downloaded into the cache) with its HIP headers and
+    ROCm 7.0 device libraries from Debian, fetched once."""
+    root = cache_dir / "llvm-22"
+    zig = installed_zig()
+    origin = "installed ziglang package"
+    if zig is None:
+        zig = root / "ziglang" / "unpacked" / "ziglang" / "zig"
+        origin = f"{ZIGLANG_REQUIREMENT} wheel (cached)"
+        if not zig.is_file():
+            if not allow_fetch:
+                raise FetchError(
+                    f"no clang >= 20: {ZIGLANG_REQUIREMENT} is not installed and fetching is disabled "
+                    f"(pip install {ZIGLANG_REQUIREMENT}, or pass --clang PATH to a clang >= 20)"
+                )
+            wheel = pip_download(ZIGLANG_REQUIREMENT, root / "ziglang" / "download")
+            _extract_members(wheel, root / "ziglang" / "unpacked", lambda name: name.startswith("ziglang/"))
+            if not zig.is_file():
+                raise FetchError(f"{wheel.name} has no ziglang/zig")
+    if not os.access(zig, os.X_OK):
+        try:
+            zig.chmod(zig.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        except OSError as error:
+            raise FetchError(f"{zig} is not executable and cannot be made so: {error}") from error
+    unpacked = root / "unpacked"
+    missing = [package for package, proof in BUNDLED_LLVM_PACKAGES if not (unpacked / proof).is_file()]
+    if missing:
+        if not allow_fetch:
+            raise FetchError(
+                f"{', '.join(missing)} not found under {unpacked} and fetching is disabled; run once without "
+                "--no-fetch"
+            )
+        _download_debian_packages(root, unpacked, missing, BUNDLED_LLVM_SUITES, BUNDLED_LLVM_PACKAGES)
+    return BundledClang(
+        launcher=(str(zig), "clang"),
+        resource_dir=(unpacked / BUNDLED_LLVM_PACKAGES[0][1]).parent.parent,
+        device_lib_dir=(unpacked / BUNDLED_LLVM_PACKAGES[1][1]).parent,
+        origin=(
+            f"zig clang ({origin}) + Debian trixie libclang-common-22-dev + Debian sid rocm-device-libs-21"
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -392,6 +485,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache_dir = pathlib.Path(arguments[0]) if arguments else default_cache_dir()
     try:
         rocm = ensure_rocm_device_files(cache_dir)
+        try:
+            bundled: BundledClang | str = ensure_bundled_clang(cache_dir)
+        except FetchError as error:  # gfx950 is then reported skipped by the check, with this reason
+            bundled = str(error)
         tvm = ensure_tvm_ffi_headers(cache_dir)
         archive = fetch_sglang_archive(cache_dir)
         jit_dir = extract_sglang_kernels(archive, cache_dir)
@@ -399,6 +496,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"isa_fetch: {error}", file=sys.stderr)
         return 3
     print(f"HIP headers: {', '.join(map(str, rocm.include_dirs))}; device libraries: {rocm.device_lib_dir}")
+    if isinstance(bundled, BundledClang):
+        print(f"clang {BUNDLED_CLANG_MAJOR} for gfx950: {' '.join(bundled.launcher)}; {bundled.origin}")
+    else:
+        print(f"clang {BUNDLED_CLANG_MAJOR} for gfx950 unavailable (gfx950 will be skipped): {bundled}")
     print(f"tvm-ffi headers: {', '.join(map(str, tvm))}")
     print(f"sglang {DEFAULT_SGLANG_VERSION}: {archive} -> {jit_dir}")
     return 0

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 from hicache_fuzz.harness.isa.modules import ModuleSpec
 from hicache_fuzz.harness.isa.symbols import (
-    BadInput,
     CopyExpectation,
     KernelResult,
     MemoryAccess,
     expectation_for,
     parse_kernel_symbol,
+    rocm_target,
 )
 
 # ---------------------------------------------------------------------------------------------------------
@@ -38,14 +38,26 @@ _AMDGPU_WIDTHS = (
 
 def amdgpu_nontemporal_modifiers(arch: str) -> frozenset[str]:
     """The cache-policy bits LLVM sets for a nontemporal global access on ``arch``."""
-    base = arch.split(":")[0]
-    if base in ("gfx940", "gfx941", "gfx942"):
-        return frozenset({"nt"})
-    if base in ("gfx90a", "gfx908"):
-        return frozenset({"glc", "slc"})
-    raise BadInput(
-        f"ROCm arch {arch!r} is not supported by this check (supported: gfx90a, gfx908, gfx940-942)"
-    )
+    return rocm_target(arch).nontemporal
+
+
+_AMDHSA_KERNEL = re.compile(r"^\s*\.amdhsa_kernel\s+(\S+)")
+_AMDHSA_LDS = re.compile(r"^\s*\.amdhsa_group_segment_fixed_size\s+(\d+)")
+
+
+def amdgpu_lds_bytes(text: str) -> dict[str, int]:
+    """Static LDS (group segment) bytes per kernel, from the ``.amdhsa_kernel`` descriptors of a listing."""
+    sizes: dict[str, int] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        kernel = _AMDHSA_KERNEL.match(line)
+        if kernel:
+            current = kernel.group(1)
+            continue
+        lds = _AMDHSA_LDS.match(line)
+        if lds and current is not None:
+            sizes[current] = int(lds.group(1))
+    return sizes
 
 
 def _amdgpu_width(suffix: str) -> int:

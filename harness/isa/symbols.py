@@ -13,9 +13,63 @@ PLATFORM_ROCM = "rocm"
 PLATFORM_CUDA = "cuda"
 PLATFORMS = (PLATFORM_ROCM, PLATFORM_CUDA)
 DEFAULT_ARCHES: dict[str, tuple[str, ...]] = {
-    PLATFORM_ROCM: ("gfx90a", "gfx942"),
+    PLATFORM_ROCM: ("gfx90a", "gfx942", "gfx950"),
     PLATFORM_CUDA: ("sm_90a",),
 }
+
+
+@dataclass(frozen=True)
+class RocmTarget:
+    """What the check needs to know about one AMDGPU target.
+
+    ``nontemporal`` is the set of cache-policy bits LLVM sets on a nontemporal global access;
+    ``llvm_majors`` the upstream clang major versions that can compile for the target (gfx950 arrived in
+    LLVM 20, gfx940/gfx941 were removed in LLVM 20); ``fp8_define`` is sglang's FP8 flavour (FNUZ on
+    gfx94x, OCP E4M3 elsewhere). ``wavefront_size`` is passed to HIP's headers as
+    ``__AMDGCN_WAVEFRONT_SIZE`` (clang 22 no longer predefines it); ``lds_bytes`` is the LDS per work-group,
+    an upper bound the copy kernels (which use no LDS) are checked against.
+    """
+
+    arch: str
+    products: str
+    nontemporal: frozenset[str]
+    llvm_majors: tuple[int, int | None]  # (first, last) upstream LLVM major; None: still supported
+    fp8_define: str
+    wavefront_size: int = 64
+    lds_bytes: int = 64 * 1024
+
+    def llvm_supports(self, major: int) -> bool:
+        first, last = self.llvm_majors
+        return major >= first and (last is None or major <= last)
+
+    def llvm_range(self) -> str:
+        first, last = self.llvm_majors
+        return f"LLVM {first}..{last}" if last is not None else f"LLVM >= {first}"
+
+
+_GFX94X_NT = frozenset({"nt"})
+_GFX90A_NT = frozenset({"glc", "slc"})
+# The check's own floor is clang 19 (the oldest it was validated with), whatever older LLVMs could do.
+ROCM_TARGETS: dict[str, RocmTarget] = {
+    "gfx908": RocmTarget("gfx908", "MI100", _GFX90A_NT, (19, None), "-DHIP_FP8_TYPE_E4M3=1"),
+    "gfx90a": RocmTarget("gfx90a", "MI210/MI250/MI250X", _GFX90A_NT, (19, None), "-DHIP_FP8_TYPE_E4M3=1"),
+    "gfx940": RocmTarget("gfx940", "MI300 (early)", _GFX94X_NT, (19, 19), "-DHIP_FP8_TYPE_FNUZ=1"),
+    "gfx941": RocmTarget("gfx941", "MI300 (early)", _GFX94X_NT, (19, 19), "-DHIP_FP8_TYPE_FNUZ=1"),
+    "gfx942": RocmTarget("gfx942", "MI300X/MI300A/MI325X", _GFX94X_NT, (19, None), "-DHIP_FP8_TYPE_FNUZ=1"),
+    "gfx950": RocmTarget(
+        "gfx950", "MI350X/MI355X", _GFX94X_NT, (20, None), "-DHIP_FP8_TYPE_E4M3=1", lds_bytes=160 * 1024
+    ),
+}
+
+
+def rocm_target(arch: str) -> RocmTarget:
+    """The target of ``arch`` (``gfx942`` or ``gfx942:sramecc+:xnack-``); BadInput when unknown."""
+    base = arch.split(":")[0]
+    if base not in ROCM_TARGETS:
+        raise BadInput(
+            f"ROCm arch {arch!r} is not supported by this check (supported: {', '.join(ROCM_TARGETS)})"
+        )
+    return ROCM_TARGETS[base]
 
 # Mirrors of sglang 0.5.23's kernels/ops/kvcache/hicache.py: the logical copy group and the copy-round widths
 # pick_group_bytes() tries (widest first) and the default block quota are the shared copy rules; the block
@@ -110,18 +164,22 @@ class IsaReport:
     kernels: list[KernelResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    skipped: str = ""  # why this target was not checked (no compiler for it); never counts as passed
 
     @property
     def passed(self) -> bool:
         # Never green on an empty check: no kernels means nothing was verified.
         return (
-            not self.errors
+            not self.skipped
+            and not self.errors
             and bool(self.kernels)
             and all(module.compiled for module in self.modules)
             and all(kernel.passed for kernel in self.kernels)
         )
 
     def failures(self) -> list[str]:
+        if self.skipped:
+            return [f"{self.platform}/{self.arch}: SKIPPED, not checked: {self.skipped}"]
         lines = [f"{self.platform}/{self.arch}: {error}" for error in self.errors]
         for kernel in self.kernels:
             lines.extend(f"{self.platform}/{self.arch} {kernel.kernel}: {v}" for v in kernel.violations)
@@ -132,6 +190,7 @@ class IsaReport:
     def to_json(self) -> dict[str, object]:
         data = dataclasses.asdict(self)
         data["passed"] = self.passed
+        data["status"] = "skipped" if self.skipped else ("passed" if self.passed else "failed")
         for kernel_data, kernel in zip(data["kernels"], self.kernels, strict=True):
             kernel_data["passed"] = kernel.passed
         return data

@@ -117,6 +117,22 @@ def test_a_different_broken_rule_is_a_different_bug() -> None:
     assert identify(other).bug != entry.bug
 
 
+def test_a_valid_input_rejected_is_one_bug_per_path_whatever_check_fired() -> None:
+    """zoo-first-index-of-page's remapped indices trip its duplicate check or (rarely) its bounds check: one
+    bug. The error text stays in the variant; another path, or a crash, stays apart."""
+    def rejected(error: str, path: str = "zoo-first-index-of-page") -> Result:
+        return Result("x", path, Outcome.WRONGLY_REJECTED, path, "none", "accept", error)
+
+    duplicate = identify(rejected("BackendRejected: duplicate destination indices"))
+    out_of_range = identify(rejected("BackendRejected: host index 4 out of range [0, 4)"))
+    assert duplicate.bug == out_of_range.bug and duplicate.bug_key.endswith("|wrongly_rejected|valid")
+    assert duplicate.variant != out_of_range.variant
+    assert identify(rejected("BackendRejected: duplicate destination indices", "jit-staged")).bug != duplicate.bug
+    crash = [Result("x", "sglang-jit", Outcome.CRASH, "jit-register", "", "accept", error)
+             for error in ("CUDA error: misaligned address", "CUDA error: invalid argument")]
+    assert identify(crash[0]).bug != identify(crash[1]).bug  # a crash keeps its error text
+
+
 # ---- zoo mutants: same bug, two seeds ----------------------------------------------------------------------------
 
 def _bugs(backend_name: str, seed: int, cases: int) -> set[str]:

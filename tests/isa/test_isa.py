@@ -304,6 +304,56 @@ def test_empty_report_is_never_green() -> None:
     assert report.failures() == ["rocm/gfx942: no kernel was checked"]
 
 
+def _fake_toolchain(tmp_path: pathlib.Path, major: int, isa_versions: tuple[str, ...]) -> isa.RocmToolchain:
+    libs = tmp_path / f"libs-{major}"
+    libs.mkdir()
+    for version in isa_versions:
+        (libs / f"oclc_isa_version_{version}.bc").write_bytes(b"")
+    return isa.RocmToolchain(pathlib.Path(f"/opt/clang-{major}"), f"clang version {major}.1.0", (), libs, (), "test",
+                             clang_major=major)
+
+
+def test_gfx950_is_a_default_target_with_its_own_rules() -> None:
+    assert isa.DEFAULT_ARCHES["rocm"] == ("gfx90a", "gfx942", "gfx950")
+    gfx950 = isa.rocm_target("gfx950:sramecc+:xnack-")
+    assert gfx950.nontemporal == frozenset({"nt"}) and gfx950.wavefront_size == 64
+    assert gfx950.lds_bytes == 160 * 1024 and isa.rocm_target("gfx942").lds_bytes == 64 * 1024
+    assert gfx950.fp8_define == "-DHIP_FP8_TYPE_E4M3=1" and isa.rocm_target("gfx942").fp8_define.endswith("FNUZ=1")
+    assert not gfx950.llvm_supports(19) and gfx950.llvm_supports(20) and gfx950.llvm_supports(22)
+    assert isa.rocm_target("gfx940").llvm_supports(19) and not isa.rocm_target("gfx940").llvm_supports(20)
+    with pytest.raises(isa.BadInput, match="gfx1100"):
+        isa.rocm_target("gfx1100")
+
+
+def test_each_target_gets_the_newest_clang_that_supports_it(tmp_path: pathlib.Path) -> None:
+    old = _fake_toolchain(tmp_path, 19, ("90a", "940", "942"))
+    new = _fake_toolchain(tmp_path, 22, ("90a", "940", "942", "950"))
+    assert isa.pick_rocm_toolchain("gfx942", [old, new]) is new
+    assert isa.pick_rocm_toolchain("gfx950", [old, new]) is new
+    assert isa.pick_rocm_toolchain("gfx940", [old, new]) is old  # removed in LLVM 20
+    with pytest.raises(isa.ToolchainUnavailable) as missing:
+        isa.pick_rocm_toolchain("gfx950", [old], ["clang 22 (ziglang==0.17.0): fetching is disabled"])
+    message = str(missing.value)
+    assert "is LLVM 19, gfx950 needs LLVM >= 20" in message and "fetching is disabled" in message
+    assert "pip install ziglang" in message
+    # A new enough clang whose device libraries do not know the target does not fit either.
+    no_libs = _fake_toolchain(tmp_path, 21, ("942",))
+    assert "no oclc_isa_version_950.bc" in no_libs.unsupported_reason("gfx950")
+
+
+def test_a_skipped_target_is_never_green() -> None:
+    report = isa.skipped_report("rocm", "gfx950", True, None, "no compiler for gfx950")
+    assert not report.passed and report.to_json()["status"] == "skipped"
+    assert report.failures() == ["rocm/gfx950: SKIPPED, not checked: no compiler for gfx950"]
+    assert "SKIPPED" in isa.render_markdown([report], "cmd") and "SKIPPED" in "\n".join(isa.render_text(report))
+
+
+def test_lds_sizes_are_read_from_the_kernel_descriptors() -> None:
+    listing = "\t.amdhsa_kernel _Zk1\n\t\t.amdhsa_group_segment_fixed_size 0\n\t.end_amdhsa_kernel\n" \
+              "\t.amdhsa_kernel _Zk2\n\t\t.amdhsa_group_segment_fixed_size 98304\n\t.end_amdhsa_kernel\n"
+    assert isa.amdgpu_lds_bytes(listing) == {"_Zk1": 0, "_Zk2": 98304}
+
+
 def test_mutant_on_foreign_source_is_bad_input() -> None:
     with pytest.raises(isa.BadInput, match="rocm-scalarized"):
         isa.mutate_hicache_source("#pragma once\nint main() {}\n", isa.MUTANTS["rocm-scalarized"])
@@ -398,6 +448,15 @@ def rocm_toolchain(isa_cache_dir: pathlib.Path) -> isa.RocmToolchain:
         return isa.find_rocm_toolchain(isa_cache_dir)
     except isa.ToolchainUnavailable as error:
         pytest.skip(f"ROCm headers/device libraries unavailable: {error}")
+
+
+@pytest.fixture(scope="session")
+def gfx950_toolchain(isa_cache_dir: pathlib.Path) -> isa.RocmToolchain:
+    """The newest clang that supports gfx950 (clang 22 of the ziglang wheel unless the machine has one)."""
+    try:
+        return isa.pick_rocm_toolchain("gfx950", *isa.find_rocm_toolchains(isa_cache_dir))
+    except isa.ToolchainUnavailable as error:
+        pytest.skip(f"no compiler for gfx950: {error}")
 
 
 @pytest.fixture(scope="session")
@@ -521,3 +580,16 @@ def test_cuda_fails_on_mutant(
     report = isa.check_cuda(mutated, "sm_90a", modules=["hicache-e256-u4"], toolchain=cuda_toolchain)
     assert report.kernels and all(not kernel.passed for kernel in report.kernels)
     assert all(any(expected_message in v for v in kernel.violations) for kernel in report.kernels)
+
+
+@pytest.mark.network
+def test_gfx950_passes_on_sglang_0_5_23_and_strict_catches_the_scalarized_mutant(
+    sglang_source: isa.SglangSource, gfx950_toolchain: isa.RocmToolchain, tmp_path: pathlib.Path
+) -> None:
+    report = isa.check_rocm(sglang_source, "gfx950", True, modules=["hicache-e256-u4"], toolchain=gfx950_toolchain)
+    assert report.passed, "\n".join(report.failures())
+    assert all(kernel.counts.get("global_store.128.nt", 0) + kernel.counts.get("flat_store.128.nt", 0)
+               for kernel in report.kernels)
+    mutated = _mutated(sglang_source, "rocm-scalarized", tmp_path)
+    broken = isa.check_rocm(mutated, "gfx950", True, modules=["hicache-e256-u4"], toolchain=gfx950_toolchain)
+    assert broken.kernels and all(not kernel.passed for kernel in broken.kernels)
