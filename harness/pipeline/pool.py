@@ -9,6 +9,9 @@ worker, in order), and each member takes the next group as soon as it is free: t
 group costs. Each member keeps its own journal entries, crash handling and replay (a lost group costs that
 group, replayed case by case as in WorkerExecutor); the results are put back in case order.
 
+Start-up: the first member is waited for; the others start in the background and join from the next batch on,
+so cases begin as soon as one worker can run them.
+
 One campaign parent (one feed, one set of probes, one report) instead of one per worker, which is what
 ``fuzz --workers`` does (a campaign per worker, merged): no extra imports of sglang in parents, no merge.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +67,17 @@ class WorkerPool:
                                        **worker_options) for i in range(size)]
         self.log_path = self.members[0].log_path
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="hicache-fuzz-pool")
+        self._starter = ThreadPoolExecutor(max_workers=size, thread_name_prefix="hicache-fuzz-pool-start")
+        self._starting: list[Future[None]] = []  # background starts of members 1.. (after start())
+        self.unavailable: list[str] = []  # members that could not start (the others go on)
 
     # ---- executor API ----------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:
         return self.members[0].run(case)
 
     def run_batch(self, cases: Sequence[Case]) -> list[Result]:
+        if not self._starting and self.size > 1:
+            self.start()
         if len(cases) == 1:
             # A lone case is the scale tier's (the campaign sends those alone): always the first worker, so
             # that one process, not every one, keeps the tier's multi-GiB host and device arenas.
@@ -97,7 +105,7 @@ class WorkerPool:
                 if failures:
                     return
 
-        list(self._threads.map(serve, self.members))
+        list(self._threads.map(serve, self._ready_members()))
         if failures:
             prefix = []
             for result in results:
@@ -108,10 +116,26 @@ class WorkerPool:
         return [r for r in results if r is not None]
 
     def start(self) -> None:
-        """Start every member (in parallel: each imports sglang and loads modules)."""
+        """Start the first member and wait for it; the others start in the background and take work from the
+        first batch after they are ready. So cases begin as soon as one worker can run them (start-up is that
+        of one worker), and the pool ramps up while they run."""
         for member in self.members:
             member.spawn_early()
-        list(self._threads.map(lambda m: m.start(), self.members))
+        self.members[0].start()
+        if not self._starting:
+            self._starting = [self._starter.submit(member.start) for member in self.members[1:]]
+
+    def _ready_members(self) -> list[WorkerExecutor]:
+        ready = [self.members[0]]
+        for member, starting in zip(self.members[1:], self._starting, strict=False):
+            if not starting.done():
+                continue
+            problem = starting.exception()
+            if problem is None:
+                ready.append(member)
+            elif str(problem) not in self.unavailable:  # it could not start: the others go on without it
+                self.unavailable.append(str(problem))
+        return ready
 
     def spawn_early(self) -> None:
         for member in self.members:
@@ -122,7 +146,12 @@ class WorkerPool:
             member.enable_storage_reuse()
 
     def close(self) -> None:
-        for member in self.members:
+        for starting in self._starting:
+            starting.cancel()
+        for member in self.members:  # a member still starting sees its process killed and its start fail
+            member.close()
+        self._starter.shutdown(wait=True)
+        for member in self.members:  # and anything a start that was finishing meanwhile left running
             member.close()
         self._threads.shutdown(wait=True)
 
@@ -167,12 +196,13 @@ class WorkerPool:
 
     @property
     def startup_seconds(self) -> float:
-        """The wait for the slowest member (they start together)."""
-        return max(member.startup_seconds for member in self.members)
+        """What the campaign waited for: the first member (the others start while cases run), and its restarts."""
+        return self.members[0].startup_seconds
 
     @property
     def background_startup_seconds(self) -> float:
-        return float(self._sum("background_startup_seconds"))
+        """Members 1.. starting while cases ran, and every member's spares."""
+        return float(self._sum("background_startup_seconds")) + sum(m.startup_seconds for m in self.members[1:])
 
     @property
     def restarts(self) -> int:

@@ -73,3 +73,22 @@ def test_pool_size_options() -> None:
     for bad in ("0", "-2", "many"):
         with pytest.raises(argparse.ArgumentTypeError):
             worker_process_count(bad)
+
+
+def test_a_pool_starts_with_one_worker_and_ramps_up(tmp_path: Path) -> None:
+    """Cases begin once the first worker is up; the others join later batches as they become ready."""
+    import time
+
+    cases = [case("reference", seed).replace(layers=1 + seed % 4) for seed in range(8)]
+    with WorkerPool(3, ["reference"], tmp_path) as pool:
+        pool.start()
+        assert pool.members[0].started == 1  # waited for
+        deadline = time.monotonic() + 120
+        while len(pool._ready_members()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(pool._ready_members()) == 3 and not pool.unavailable
+        assert all(r.outcome is Outcome.PASS for r in pool.run_batch(cases))
+    early = WorkerPool(2, ["reference"], tmp_path / "closed-early")
+    early.start()
+    early.close()  # closing while the second member may still be starting leaves nothing running
+    assert all(m._proc is None and m._early is None for m in early.members)
