@@ -42,7 +42,14 @@ from typing import Any
 
 from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.mix import DEFAULT_MIX, Mix, TransferProfile, mixed_case
-from hicache_fuzz.harness.campaign.scale import DEFAULT_SCALE_SHARE, PRODUCTION, SIMULATED, ScaleTargets, scale_case
+from hicache_fuzz.harness.campaign.scale import (
+    DEFAULT_SCALE_SHARE,
+    PRODUCTION,
+    SHAPES,
+    SIMULATED,
+    ScaleTargets,
+    scale_case,
+)
 from hicache_fuzz.harness.campaign.variants import index_variants
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -50,6 +57,7 @@ from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
 
 DEFAULT_BATCH = 64
+FIRST_CYCLE_SPACING = 8.0  # seconds between the first scale cases of each shape, whatever the tier's share
 # Index variants per generated case on a GPU: a generated case costs milliseconds of Python, a variant about
 # what the kernel and the byte compare cost, so 15 variants per case put most of the time into kernels while
 # a new geometry still comes every 16 cases.
@@ -229,7 +237,13 @@ class ScaleTier:
     skipped: list[str] = field(default_factory=list)  # "backend/shape" with no accepted candidate
 
     def due(self, elapsed: float) -> bool:
-        return self.seconds <= self.share * elapsed
+        """A scale case is due when the tier is under its share of the elapsed time, and in any case for each
+        shape of the first cycle (one every FIRST_CYCLE_SPACING seconds): so every campaign of a minute
+        reaches every shape (the largest device pool, the host offset past 2^32, the deep pools with a page
+        size that is not a power of two) even when contention makes scale cases slow."""
+        if self.seconds <= self.share * elapsed:
+            return True
+        return self.number < len(SHAPES) and elapsed >= FIRST_CYCLE_SPACING * (self.number + 1)
 
     def next_case(self, clock: FeedClock) -> tuple[Backend, Case, int] | None:
         started = time.perf_counter()

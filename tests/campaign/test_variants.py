@@ -179,3 +179,16 @@ def test_scale_tier_shards_draw_different_scale_cases() -> None:
         picked = [tier.next_case(FeedClock()) for _ in range(2)]
         drawn.append([p[2] for p in picked if p is not None])
     assert drawn == [[0, 2], [1, 3]]
+
+
+def test_the_first_cycle_of_scale_shapes_runs_whatever_the_share() -> None:
+    from hicache_fuzz.harness.campaign.feed import FIRST_CYCLE_SPACING, ScaleTier
+    from hicache_fuzz.harness.campaign.scale import SHAPES, SIMULATED
+
+    tier = ScaleTier(1, [], {}, CPU, SIMULATED, 0.15, {})
+    tier.seconds = 1000.0  # far over its share
+    due = []
+    for drawn in range(len(SHAPES) + 1):
+        tier.number = drawn
+        due.append((tier.due(FIRST_CYCLE_SPACING * (drawn + 1) - 0.1), tier.due(FIRST_CYCLE_SPACING * (drawn + 1))))
+    assert due == [(False, True)] * len(SHAPES) + [(False, False)]
