@@ -36,8 +36,16 @@ GROUP_LIMIT = 64  # cases per round trip to one member (a group longer than this
 def auto_pool_size(cpu_count: int | None = None) -> int:
     """Worker processes for one GPU campaign: two cores per worker (the worker and its share of the parent's
     feed and bookkeeping), four cores left for the parent and the spares, at most 6."""
-    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    cores = cpu_count if cpu_count is not None else usable_cores()
     return max(1, min(6, (cores - 4) // 2))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container's share, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def geometry_groups(cases: Sequence[Case], limit: int = GROUP_LIMIT) -> list[range]:
