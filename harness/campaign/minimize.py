@@ -1,7 +1,8 @@
 """Minimize a failing case: domain-aware greedy reduction that keeps the failure's *signature*.
 
 "Still fails" is not enough: a reduction may drift to a different bug (oss-fuzz #452), so a candidate is
-kept only if ``signature(result, candidate)`` equals the original's. Passes, each a generator of smaller
+kept only if its bug identity equals the original's (and, for a rejection of valid input, the check that fired:
+``kept_key``). Passes, each a generator of smaller
 candidates, run in order and repeat until none makes progress (a fixpoint) or the budget (runs, seconds) is
 spent:
 
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache_fuzz.harness.campaign.identity import signature
+from hicache_fuzz.harness.campaign.identity import normalize_error, signature
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
@@ -44,7 +45,7 @@ from hicache_fuzz.harness.model.case import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.oracles import layouts
 
 RunCase = Callable[[Case], Result]
@@ -370,6 +371,17 @@ class Minimized:
         }
 
 
+def kept_key(result: Result, case: Case) -> str:
+    """What a reduction must keep: the bug identity, and for a rejection of valid input also which check fired
+    (its normalized error text). The identity of such a rejection is one per path (identity.py), so without the
+    text a smaller case could show another check of the same path: the reproducer would no longer show the
+    rejection it was saved for."""
+    key = signature(result, case)
+    if result.outcome is Outcome.WRONGLY_REJECTED:
+        key += "|" + normalize_error(result.error)
+    return key
+
+
 class NotFailing(ValueError):
     """The case to minimize does not fail (there is no signature to keep)."""
 
@@ -389,8 +401,8 @@ def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: i
         result = run(case)
     if not result.outcome.is_failure:
         raise NotFailing(f"case {case.case_id} does not fail ({result.outcome.value}); nothing to minimize")
-    target = signature(result, case)
-    state = Minimized(case, case, result, target, case_size(case), case_size(case))
+    target = kept_key(result, case)
+    state = Minimized(case, case, result, signature(result, case), case_size(case), case_size(case))
     tried: set[str] = {case.case_id}
 
     def budget_left() -> bool:
@@ -428,7 +440,7 @@ def _first_kept(reduction: Reduction, state: Minimized, run: RunCase, target: st
         tried.add(candidate.case_id)
         state.runs += 1
         outcome = run(candidate)
-        if outcome.outcome.is_failure and signature(outcome, candidate) == target:
+        if outcome.outcome.is_failure and kept_key(outcome, candidate) == target:
             state.case, state.result = candidate, outcome
             state.accepted += 1
             state.accepted_by_pass[reduction.__name__] = state.accepted_by_pass.get(reduction.__name__, 0) + 1

@@ -7,9 +7,13 @@ geometry matches: the sources are filled afresh for the new case (its own seed, 
 the destinations keep their content. Nothing about the check changes: the runner still takes its "before" copy
 of every storage, applies the oracle to it and compares every byte of every storage.
 
-What can differ from a fresh run is only what a destination held before the call. A failure seen on reused
-storages is therefore run again on fresh ones (runner.py) before it is reported, so reproducers, damage
-classes and bug identities are those of the case alone.
+What can differ from a fresh run is only what a destination held before the call. Two rules keep that from
+hiding a bug. The storages are reused only for a case whose fill seed they have not seen: a case with a seed
+they have seen (the same case for the next backend: the feed sends index i to every backend) would move
+source bytes a destination may already hold, so a write the kernel skipped would go unnoticed (CPU test:
+`tests/campaign/test_variants.py`). And a failure seen on reused storages is run again on fresh ones
+(runner.py) before it is reported, so reproducers, damage classes and bug identities are those of the case
+alone.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class StorageReuse:
     def __init__(self) -> None:
         self._kept: Materialized | None = None
         self._key: GeometryKey | None = None
+        self._seeds: set[int] = set()  # fill seeds of every case run on the kept storages
         self.reused = 0  # cases that ran on kept storages
         self.fresh = 0  # cases that needed new ones
 
@@ -42,7 +47,8 @@ class StorageReuse:
         """Buffers for `case` and whether they are reused. The caller gives them back with :meth:`keep` or
         releases them (after a device error, or when it will not reuse them)."""
         key = geometry_key(case)
-        if self._kept is not None and key == self._key and self._kept.device == device:
+        if (self._kept is not None and key == self._key and self._kept.device == device
+                and case.seed not in self._seeds):
             kept, self._kept = self._kept, None
             try:
                 buffers = rematerialize(kept, case)
@@ -56,10 +62,13 @@ class StorageReuse:
         return materialize(case, device, memory), False
 
     def keep(self, buffers: Materialized) -> None:
+        """Keep `buffers` (the storages the last case ran on) for the next case of their geometry."""
+        key = geometry_key(buffers.case)
+        seeds = self._seeds if key == self._key else set()
         self.drop()
-        self._kept, self._key = buffers, geometry_key(buffers.case)
+        self._kept, self._key, self._seeds = buffers, key, seeds | {buffers.case.seed}
 
     def drop(self) -> None:
         if self._kept is not None:
             self._kept.release()
-        self._kept, self._key = None, None
+        self._kept, self._key, self._seeds = None, None, set()

@@ -136,10 +136,12 @@ def test_storage_reuse_takes_kept_storages_only_for_the_same_geometry() -> None:
     case = next(c for i in range(50) if (c := case_for_index(8, i, CaseSpace())).n >= 4)
     other = next(c for i in range(50, 100) if geometry_key(c := case_for_index(8, i, CaseSpace()))
                  != geometry_key(case))
-    for c in (case, index_variant(case, 1), index_variant(case, 2), other):
+    # The same case again (another backend's turn at index i has the same seed): its sources would repeat
+    # bytes a destination may hold, hiding a skipped write, so it gets fresh storages.
+    for c in (case, index_variant(case, 1), index_variant(case, 2), case, other):
         assert run_case(c, backend, CPU, machine.device, reuse=reuse).outcome in (
             Outcome.PASS, Outcome.REJECTED_AS_PREDICTED)
-    assert (reuse.fresh, reuse.reused) == (2, 2)
+    assert (reuse.fresh, reuse.reused) == (3, 2)
     reuse.drop()
 
 
