@@ -78,6 +78,7 @@ class WorkerPool:
         self._starter = ThreadPoolExecutor(max_workers=size, thread_name_prefix="hicache-fuzz-pool-start")
         self._starting: list[Future[None]] = []  # background starts of members 1.. (after start())
         self.unavailable: list[str] = []  # members that could not start (the others go on)
+        self._seconds_per_case: dict[str, float] = {}  # backend -> moving average (orders a batch's groups)
 
     # ---- executor API ----------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:
@@ -92,7 +93,10 @@ class WorkerPool:
             return self.members[0].run_batch(cases)
         groups = geometry_groups(cases)
         results: list[Result | None] = [None] * len(cases)
-        queue = list(reversed(groups))
+        # Longest groups first (by each backend's seconds per case so far): the batch ends when its last group
+        # does, so a slow group started last would leave the other workers idle (sglang-pool's cases cost
+        # several times the JIT backends' on the H200).
+        queue = sorted(groups, key=lambda g: len(g) * self._seconds_per_case.get(cases[g.start].backend, 0.0))
         lock = threading.Lock()
         failures: list[WorkerError] = []
 
@@ -110,6 +114,9 @@ class WorkerPool:
                         failures.append(exc)
                 for position, result in zip(group, done, strict=False):
                     results[position] = result
+                if done:
+                    with lock:
+                        self._learn(cases[group.start].backend, done)
                 if failures:
                     return
 
@@ -122,6 +129,12 @@ class WorkerPool:
                 prefix.append(result)
             raise WorkerError(str(failures[0]), partial_results=prefix)
         return [r for r in results if r is not None]
+
+    def _learn(self, backend: str, done: Sequence[Result]) -> None:
+        """Track `backend`'s seconds per case (a moving average) for ordering groups."""
+        spent = sum(r.seconds for r in done) / len(done)
+        before = self._seconds_per_case.get(backend)
+        self._seconds_per_case[backend] = spent if before is None else 0.8 * before + 0.2 * spent
 
     def start(self) -> None:
         """Start the first member and wait for it; the others start in the background and take work from the

@@ -12,7 +12,8 @@ from hicache_fuzz.harness.campaign.feed import EngineOptions
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
 from hicache_fuzz.harness.campaign.variants import index_variant
 from hicache_fuzz.harness.commands.common import worker_process_count
-from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.harness.pipeline.pool import WorkerPool, auto_pool_size, geometry_groups
 from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
@@ -92,3 +93,30 @@ def test_a_pool_starts_with_one_worker_and_ramps_up(tmp_path: Path) -> None:
     early.start()
     early.close()  # closing while the second member may still be starting leaves nothing running
     assert all(m._proc is None and m._early is None for m in early.members)
+
+
+class _RecordingMember:
+    """Stands in for a WorkerExecutor: records the groups it is given, passes every case."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seen: list[str] = []
+        self.seconds = seconds
+
+    def run_batch(self, cases: list[Case]) -> list[Result]:
+        self.seen.append(cases[0].backend)
+        return [Result(c.case_id, c.backend, Outcome.PASS, seconds=self.seconds[c.backend]) for c in cases]
+
+
+def test_a_batch_runs_its_slowest_groups_first(tmp_path: Path) -> None:
+    """The batch ends with its last group: groups of the backend measured slowest go first."""
+    pool = WorkerPool(2, ["reference"], tmp_path)
+    member = _RecordingMember({"slow": 0.02, "fast": 0.001})
+    pool.members = [member]  # type: ignore[list-item]
+    pool._starting = [object()]  # type: ignore[list-item]  # started: no worker processes in this test
+    cases = [case("fast", 1).replace(layers=1 + i) for i in range(3)] + [case("slow", 1).replace(layers=9)]
+    pool.run_batch(cases)  # nothing known yet: case order, last group first
+    member.seen.clear()
+    results = pool.run_batch(cases)
+    assert member.seen[0] == "slow"
+    assert [r.case_id for r in results] == [c.case_id for c in cases]
+    pool._threads.shutdown()
