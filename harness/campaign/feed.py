@@ -14,7 +14,7 @@ Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 * ``scale``: the scale tier (:mod:`hicache_fuzz.harness.campaign.scale`; auto: production sizes on a GPU,
   off on the CPU; ``simulated`` runs the scaled-down tier anywhere) and its time share (default 15 %);
 * ``variants``: index variants after each generated case (:mod:`hicache_fuzz.harness.campaign.variants`;
-  auto: 15 on a GPU, none on the CPU platform). A variant is a case like any other, run on the storages its
+  auto: 3 on a GPU, none on the CPU platform). A variant is a case like any other, run on the storages its
   case left behind; the slots of one index are its case and then its variants, for every backend in turn.
 
 The command-line form of these options is harness/campaign/engine_cli.py (no torch import: fast --help).
@@ -58,10 +58,12 @@ from hicache_fuzz.oracles.contract import Platform
 
 DEFAULT_BATCH = 64
 FIRST_CYCLE_SPACING = 8.0  # seconds between the first scale cases of each shape, whatever the tier's share
-# Index variants per generated case on a GPU: a generated case costs milliseconds of Python, a variant about
-# what the kernel and the byte compare cost, so 15 variants per case put most of the time into kernels while
-# a new geometry still comes every 16 cases.
-DEFAULT_GPU_VARIANTS = 15
+# Index variants per generated case on a GPU. Measured on the H200 (docs/engine.md): with 15 the campaign ran
+# 286 cases/s but only 18 new geometries a second (the old engine: 74), and a variant cost ~70 % of a fresh
+# case (the rest of a case's Python does not shrink), so most bug classes, which need a geometry, a knob
+# setting or a token count, were drawn 4x less often. 3 keeps a quarter of the cases freshly generated, and
+# keeps the feed thread (~10 ms a generated case on the H200 host) off the critical path of a worker pool.
+DEFAULT_GPU_VARIANTS = 3
 
 
 @dataclass

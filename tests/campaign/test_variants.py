@@ -100,7 +100,7 @@ def test_the_feed_puts_each_case_before_its_variants() -> None:
 
 def test_engine_variants_resolve_per_platform() -> None:
     assert EngineOptions().resolved_variants(CPU) == 0
-    assert EngineOptions().resolved_variants(H200) == 15
+    assert EngineOptions().resolved_variants(H200) == 3
     assert EngineOptions(variants=4).resolved_variants(CPU) == 4
 
 
