@@ -121,6 +121,10 @@ def _targets(args: argparse.Namespace) -> list[Target]:
     targets: list[Target] = []
     if "campaign" in kinds:
         fuzz_args = [*args.fuzz_arg, *args.fuzz_passthrough, *(a for path in args.known for a in ("--known", path))]
+        if args.jobs_per_gpu > 1 and not any(a.startswith("--worker-processes") for a in fuzz_args):
+            # Several mutants share a GPU: each campaign runs one worker (a default GPU campaign starts a pool
+            # of several, docs/engine.md), or K campaigns would start K pools on the same cores.
+            fuzz_args += ["--worker-processes", "1"]
         targets.append(CampaignTarget("campaign", args.platform, args.campaign_seconds, args.campaign_seed,
                                       fuzz_args, args.build_error_pattern))
     if "test-cmd" in kinds:

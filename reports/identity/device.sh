@@ -79,15 +79,15 @@ phase() {  # phase NAME FIRST_SEED SEEDS JOBS START_DEADLINE KILL_AFTER GPUS [fu
 if [ "$ngpu" -ge 4 ]; then
   jobs=$(( 3 * ngpu < SEEDS ? 3 * ngpu : SEEDS ))
   left=$(( LIMIT - $(elapsed) ))
-  phase false-alarms 1 "$SEEDS" "$jobs" $(( left - 160 )) $(( left - 15 )) "$ngpu"
+  phase false-alarms 1 "$SEEDS" "$jobs" $(( left - 160 )) $(( left - 15 )) "$ngpu" --worker-processes 1
 else
   left=$(( LIMIT - $(elapsed) ))
   # phase 1's campaigns start until 160 s (one campaign's wall under load, ~110-130 s, plus packing) before the
   # end; phase 2 then runs only if >= 140 s are left
-  phase false-alarms 1 "$SEEDS" "${JOBS:-10}" $(( left - 160 )) $(( left - 15 )) none --scale off
+  phase false-alarms 1 "$SEEDS" "${JOBS:-10}" $(( left - 160 )) $(( left - 15 )) none --scale off --worker-processes 1
   left=$(( LIMIT - $(elapsed) ))
   if [ "$left" -ge 140 ]; then
-    phase false-alarms-scale $(( SEEDS + 1 )) 3 3 5 $(( left - 15 )) none
+    phase false-alarms-scale $(( SEEDS + 1 )) 3 3 5 $(( left - 15 )) none --worker-processes 1
   else
     echo "false-alarms-scale: skipped, only ${left} s left" >> "$rcs"
   fi

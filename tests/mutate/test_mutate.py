@@ -293,6 +293,27 @@ def test_fuzz_arguments_reach_the_campaign_command() -> None:
     assert tail == ["--isolate", "yes", "--workers", "2", "--known", "corpus/sglang"]
 
 
+def test_mutants_sharing_a_gpu_run_one_worker_each() -> None:
+    """A default GPU campaign starts a pool of workers; K mutants per GPU get one worker each, unless asked."""
+    import argparse
+
+    from hicache_fuzz.harness.commands import mutate as commands_mutate
+
+    parser = argparse.ArgumentParser()
+    commands_mutate.add_parser(parser.add_subparsers(dest="command"))
+
+    def campaign_args(*extra: str) -> list[str]:
+        (campaign,) = commands_mutate._targets(parser.parse_args(["mutate", *extra]))
+        assert isinstance(campaign, commands_mutate.CampaignTarget)
+        return campaign.fuzz_args
+
+    assert campaign_args("--jobs-per-gpu", "3")[-2:] == ["--worker-processes", "1"]
+    assert "--worker-processes" not in campaign_args()
+    assert campaign_args("--jobs-per-gpu", "3", "--fuzz-arg=--worker-processes=2").count(
+        "--worker-processes=2") == 1
+    assert "--worker-processes" not in campaign_args("--jobs-per-gpu", "3", "--fuzz-arg=--worker-processes=2")
+
+
 def test_list_and_show(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _run("--sglang-src", tree, "--list") == 0
     listed = capsys.readouterr().out
