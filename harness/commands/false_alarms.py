@@ -74,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--start-deadline must be >= 0")
     devices = device_ids(args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     extra = [a for a in args.fuzz_args if a != "--"]
+    if args.jobs > 1 and not any(a.startswith("--worker-processes") for a in extra):
+        # Concurrent campaigns run one worker each: a default GPU campaign starts a pool of several
+        # (docs/engine.md), and --jobs of them would crowd the same cores.
+        extra += ["--worker-processes", "1"]
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     started = time.perf_counter()
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         outcomes = list(pool.map(one, range(len(seeds))))
     runs = [r for r in outcomes if r is not None]
     not_run = [seed for seed, r in zip(seeds, outcomes, strict=True) if r is None]
-    summary = summarize(runs, time.perf_counter() - started, args)
+    summary = summarize(runs, time.perf_counter() - started, args, extra)
     summary["seeds_not_run"] = not_run
     print_summary(summary)
     if args.json:
@@ -155,7 +159,9 @@ def run_campaign(seed: int, seconds: float, known: list[Path], out: Path, extra:
     return outcome
 
 
-def summarize(runs: list[CampaignRun], seconds: float, args: argparse.Namespace) -> dict[str, Any]:
+def summarize(runs: list[CampaignRun], seconds: float, args: argparse.Namespace,
+              fuzz_args: list[str]) -> dict[str, Any]:
+    """The run's summary; `fuzz_args` are the options every campaign was given."""
     new = Counter(identity for r in runs for identity in set(r.new_identities))
     known = Counter(identity for r in runs for identity in set(r.known_identities))
     return {
@@ -164,7 +170,7 @@ def summarize(runs: list[CampaignRun], seconds: float, args: argparse.Namespace)
         "campaigns": len(runs),
         "seconds_per_campaign": args.seconds,
         "known": [str(p) for p in args.known],
-        "fuzz_args": [a for a in args.fuzz_args if a != "--"],
+        "fuzz_args": fuzz_args,
         # A campaign's exit code says it too (fuzz --known exits 1 on a new failure only): either counts.
         "campaigns_with_new_identities": sum(1 for r in runs if r.new_identities or r.exit_code == EXIT_FAILURES),
         "campaigns_failed_to_run": sum(1 for r in runs if r.exit_code not in (EXIT_CLEAN, EXIT_FAILURES)),

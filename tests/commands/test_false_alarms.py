@@ -19,6 +19,8 @@ def test_clean_reference_raises_nothing(tmp_path: Path) -> None:
     code, summary = run(tmp_path, "clean", "--platform", "cpu", "--backend", "reference")
     assert code == 0 and summary["campaigns"] == 2 and summary["campaigns_with_new_identities"] == 0
     assert summary["total_cases"] > 0 and summary["campaigns_failed_to_run"] == 0
+    # concurrent campaigns run one worker each (a default GPU campaign would start a pool)
+    assert summary["fuzz_args"][-2:] == ["--worker-processes", "1"]
 
 
 def test_a_bug_raises_its_identity_in_every_campaign(tmp_path: Path) -> None:
