@@ -34,7 +34,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -302,25 +301,21 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
     isolate = needs_worker([registry.get(name) for name in job.backends], job.isolate)
     started = time.perf_counter()
     executor: Executor
-    starting: list[BaseException] = []
     if isolate:
         # The isolating worker imports sglang (~12 s) and loads the JIT modules prepare compiled (warm_up), in
-        # its own process: start it now, so that it overlaps the probes below (which import sglang here too)
-        # and so that the campaign's clock, and its cases/s, start only when cases can run.
+        # its own process: launch it now, so that it overlaps the probes below (which import sglang here too),
+        # and wait for it before the campaign's clock, and its cases/s, start.
         worker = WorkerExecutor(job.backends, job.plugins, machine.platform.kind, job.case_timeout, job.journal,
                                 startup_timeout_s=600, warm_up=job.warm_up,
                                 spares=GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0)
-        starter = threading.Thread(target=_start_worker, args=(worker, starting))
-        starter.start()
+        worker.spawn_early()
         executor = worker
     else:
         executor = InProcessExecutor(registry, machine)
     try:
         backends = [available_backend(registry, name, machine) for name in job.backends]
         if isolate:
-            starter.join()
-            if starting:
-                raise starting[0]
+            worker.start()
         startup_seconds = time.perf_counter() - started
         max_cases = (None if job.runs_total is None else worker_case_budget(
             job.runs_total, len(backends), job.shard, job.worker, job.workers, job.start_index))
@@ -329,8 +324,6 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
                                   should_stop=stop.requested)
     finally:
         stop.restore()
-        if isolate:
-            starter.join()
         executor.close()
     data = report.to_dict()
     if stop.signal_name:
@@ -341,13 +334,6 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
         data.update(compile_seconds=round(executor.compile_seconds, 3), worker_restarts=executor.restarts,
                     spare_takeovers=executor.spares_used)
     return data
-
-
-def _start_worker(worker: Any, errors: list[BaseException]) -> None:
-    try:
-        worker.start()
-    except BaseException as exc:  # handed to the main thread, which raises it
-        errors.append(exc)
 
 
 def _worker_main(argv: list[str] | None = None) -> int:
