@@ -17,9 +17,9 @@ unrelated rule violations of their cases. The identity key is
   - wrongly rejected: a valid input rejected is one bug per path ("valid"): which of the path's own checks
     fired (its error text) depends on the case and is part of the variant;
   - crash, hang (and a rejection of an input the contract did not call valid): the normalized error (first
-    line; numbers, addresses, paths and quoted values replaced) and what the contract said of the input
-    ("valid", or its primary broken rule): the same CUDA error ends a zero-length launch and a grid past its
-    limit;
+    line; numbers, addresses, paths and quoted values replaced; a GPU runtime error reduced to the runtime's
+    own message, see ``error_cause``) and what the contract said of the input ("valid", or its primary
+    broken rule): the same CUDA error ends a zero-length launch and a grid past its limit;
   - mismatch: the family of the damage (``pipeline/damage.py``): missing (stale or truncated rows),
     misplaced (bytes of the wrong row, page, layer, component or pool, or written out of range), corrupt
     (bytes from no storage of the case) or source-modified; the exact classes (shifted, swapped, ...) are
@@ -51,6 +51,8 @@ _PATHS = re.compile(r"(?:/[\w.+-]+){2,}")
 _NUMBERS = re.compile(r"[-+]?\d+(?:\.\d+)?")
 _QUOTED = re.compile(r"'[^']*'")
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+# "CUDA error: invalid argument", "HIP error: invalid device function": the runtime's message after it.
+_GPU_RUNTIME_ERROR = re.compile(r"\b(?:CUDA|HIP) error: *(?P<message>.*)$")
 
 
 def normalize_error(error: str) -> str:
@@ -60,6 +62,23 @@ def normalize_error(error: str) -> str:
     text = _PATHS.sub("PATH", text)
     text = _QUOTED.sub("'S'", text)
     return _NUMBERS.sub("N", text)[:160]
+
+
+def error_cause(error: str) -> str:
+    """The part of an error that names its cause, for the identity.
+
+    A GPU runtime error is named by the runtime's own message alone ("GPU error: invalid argument"). The
+    same error code reaches the harness wrapped in different ways, depending on which call noticed it
+    first: the kernel launcher's own check ("RuntimeError: Failed at hicache.cuh:532: CUDA error: ...") or
+    the next torch call on the stream ("AcceleratorError: CUDA error: ..."). Which one wins varies with
+    timing, so the wrapper, the exception type and the source line are not part of the bug. CUDA and HIP
+    name the same code the same way ("invalid argument"), so a bug seen on both platforms has one cause.
+    Any other error: ``normalize_error``."""
+    first_line = error.strip().splitlines()[0] if error.strip() else ""
+    gpu_error = _GPU_RUNTIME_ERROR.search(first_line)
+    if gpu_error:
+        return "GPU error: " + normalize_error(gpu_error.group("message"))
+    return normalize_error(error)
 
 
 @dataclass(frozen=True)
@@ -113,7 +132,7 @@ def _cause(result: Result, case: Case | None) -> str:
     if result.outcome in (Outcome.WRONGLY_REJECTED, Outcome.CRASH, Outcome.HANG):
         # The same error text can end different bugs (CUDA's "invalid argument" ends both a zero-length
         # launch and a grid past its limit): what the contract said of the input tells them apart.
-        return f"{normalize_error(result.error)}|{_input_rule(result.prediction)}"
+        return f"{error_cause(result.error)}|{_input_rule(result.prediction)}"
     if result.outcome is Outcome.MISMATCH:
         return _damage_cause(result, case)
     return ""  # unexpected path: the location says it all
@@ -164,7 +183,7 @@ def _variant_detail(result: Result, case: Case | None) -> str:
     if result.outcome is Outcome.WRONGLY_ACCEPTED:
         return ",".join(sorted(set(rules_of(_reasons(result.prediction)))))
     if result.outcome is Outcome.WRONGLY_REJECTED:
-        return normalize_error(result.error)
+        return error_cause(result.error)
     if result.outcome is not Outcome.MISMATCH:
         return ""
     damage = result.diff.get("damage") or {}

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache_fuzz.harness.campaign.identity import normalize_error, signature
+from hicache_fuzz.harness.campaign.identity import error_cause, signature
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
@@ -378,7 +378,7 @@ def kept_key(result: Result, case: Case) -> str:
     rejection it was saved for."""
     key = signature(result, case)
     if result.outcome is Outcome.WRONGLY_REJECTED:
-        key += "|" + normalize_error(result.error)
+        key += "|" + error_cause(result.error)
     return key
 
 

@@ -13,7 +13,7 @@ import torch
 
 from hicache_fuzz.harness.campaign.corpus import load_corpus, load_entry
 from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.identity import identify, normalize_error
+from hicache_fuzz.harness.campaign.identity import error_cause, identify, normalize_error
 from hicache_fuzz.harness.model.case import IndexDevice, IndexDtype, IndexSpec
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Platform
@@ -26,6 +26,7 @@ from hicache_fuzz.oracles.contract import RULE_PRIORITY, EntryPoint, predict, pr
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "corpus" / "sglang"
+GPU_REPRODUCERS = Path(__file__).resolve().parent / "gpu_reproducers"
 CUDA = Platform("cuda", (9, 0))
 
 
@@ -131,6 +132,37 @@ def test_a_valid_input_rejected_is_one_bug_per_path_whatever_check_fired() -> No
     crash = [Result("x", "sglang-jit", Outcome.CRASH, "jit-register", "", "accept", error)
              for error in ("CUDA error: misaligned address", "CUDA error: invalid argument")]
     assert identify(crash[0]).bug != identify(crash[1]).bug  # a crash keeps its error text
+
+
+def test_a_gpu_error_is_named_by_the_runtime_message_whatever_noticed_it() -> None:
+    """Measured on the H200 (session 5): the zero-length launch of sglang's JIT kernels reached the harness as
+    torch's "AcceleratorError: CUDA error: invalid argument" when the corpus entries were recorded, and as the
+    launcher's own "RuntimeError: Failed at .../hicache.cuh:532: CUDA error: invalid argument" in a later run:
+    the same bug, which must keep its identity (else the gate's replay and every campaign call it new)."""
+    wordings = [
+        "device error escaped the case: AcceleratorError: CUDA error: invalid argument\nSearch for ...",
+        "device error escaped the case: RuntimeError: Failed at /x/sglang/kernels/jit/csrc/kvcacheio/"
+        "hicache.cuh:532: CUDA error: invalid argument",
+        "device error escaped the case: RuntimeError: Failed at /y/hicache.cuh:594: CUDA error: invalid argument",
+        "HIP error: invalid argument",
+    ]
+    assert {error_cause(w) for w in wordings} == {"GPU error: invalid argument"}
+    assert error_cause("CUDA error: misaligned address") != error_cause("CUDA error: invalid argument")
+    assert error_cause("BackendRejected: host index 4 out of range") == normalize_error(
+        "BackendRejected: host index 4 out of range")
+
+
+def test_gpu_reproducers_with_the_launchers_wording_are_the_known_zero_length_bugs() -> None:
+    """The three reproducers of that run (one per backend, launcher wording) have the identity of the
+    committed finding of their backend (torch wording), so `--known corpus/sglang` knows them."""
+    known = {e.case.backend: e.bug for e in _findings()
+             if e.observed is not None and "zero-length" in identify(e.observed, e.case).bug_key}
+    reproducers = sorted(GPU_REPRODUCERS.glob("zero-length-launch-*.json"))
+    assert len(reproducers) == 3
+    for path in reproducers:
+        entry = load_entry(path)
+        assert entry.observed is not None and "Failed at" in entry.observed.error
+        assert known[entry.case.backend] == identify(entry.observed, entry.case).bug, path.name
 
 
 # ---- zoo mutants: same bug, two seeds ----------------------------------------------------------------------------
