@@ -57,6 +57,10 @@ class Backend(ABC):
     #: required coverage buckets ("dimension=bucket", see harness/campaign/coverage.py) this backend cannot reach by
     #: design, with the reason; campaign reports list them instead of a coverage gap
     coverage_exemptions: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    #: index variants per generated case this backend needs at least where a campaign runs variants
+    #: (harness/campaign/feed.py): a backend that pays a set-up per geometry (pool objects, pinned buffers)
+    #: amortizes it over the variants, which keep the geometry. 0: the campaign's default is enough
+    geometry_setup_variants: ClassVar[int] = 0
 
     @abstractmethod
     def probe(self, platform: Platform) -> Availability: ...

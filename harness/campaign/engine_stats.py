@@ -102,7 +102,8 @@ class EngineStats:
                 "cases_replayed_alone": getattr(executor, "replayed", 0),
                 "first_result_unix": round(self.first_result_unix, 3),
                 "worker_processes": int(getattr(executor, "size", 1)),
-                "variants_per_case": getattr(feed, "variants", 0),
+                "variants_per_case": getattr(feed, "variants", 0),  # the most any backend got
+                "variants_by_backend": dict(getattr(feed, "variants_by_backend", {})),
                 "storages_reused": getattr(executor, "storages_reused", 0),
             },
             "byte_compared_transfers": self.byte_compared,
@@ -128,7 +129,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"  engine: {report['byte_compared_transfers']} byte-compared transfers "
         f"({report['transfer_share']:.0%} of cases, {report['byte_compared_per_second']:,.1f}/s), "
         f"{report['rejections_checked']} rejections checked, verified {report['verified_gb_per_second']:.2f} GB/s; "
-        f"batch {report['engine']['batch']}, {report['engine'].get('variants_per_case', 0)} index variants per "
+        f"batch {report['engine']['batch']}, {_variants_text(report['engine'])} index variants per "
         f"generated case, {report['engine'].get('storages_reused', 0)} cases on reused storages",
         f"  stages (s): {stages}",
         "  ms per case by backend (worker clock, scale cases apart): "
@@ -141,3 +142,14 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"{scale['scale_seconds']:.1f} s",
     ]
     return lines
+
+
+def _variants_text(engine: dict[str, Any]) -> str:
+    """"3", or "3 (sglang-pool 15)" where backends got different counts."""
+    by_backend: dict[str, int] = engine.get("variants_by_backend") or {}
+    counts = sorted(set(by_backend.values()))
+    if len(counts) <= 1:
+        return str(counts[0] if counts else engine.get("variants_per_case", 0))
+    common = min(counts, key=lambda n: (-list(by_backend.values()).count(n), n))
+    others = ", ".join(f"{name} {n}" for name, n in sorted(by_backend.items()) if n != common)
+    return f"{common} ({others})"

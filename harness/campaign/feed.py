@@ -14,8 +14,9 @@ Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 * ``scale``: the scale tier (:mod:`hicache_fuzz.harness.campaign.scale`; auto: production sizes on a GPU,
   off on the CPU; ``simulated`` runs the scaled-down tier anywhere) and its time share (default 15 %);
 * ``variants``: index variants after each generated case (:mod:`hicache_fuzz.harness.campaign.variants`;
-  auto: 3 on a GPU, none on the CPU platform). A variant is a case like any other, run on the storages its
-  case left behind; the slots of one index are its case and then its variants, for every backend in turn.
+  auto: 3 on a GPU, raised for a backend to its ``geometry_setup_variants``, none on the CPU platform;
+  ``--variants N`` gives every backend N). A variant is a case like any other, run on the storages its case
+  left behind; the slots of one index are its case and then its variants, for every backend in turn.
 
 The command-line form of these options is harness/campaign/engine_cli.py (no torch import: fast --help).
 
@@ -34,7 +35,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,14 @@ class EngineOptions:
         if self.variants is not None:
             return max(0, self.variants)
         return 0 if platform.kind == "cpu" else DEFAULT_GPU_VARIANTS
+
+    def resolved_variants_by_backend(self, platform: Platform, backends: Sequence[Backend]) -> dict[str, int]:
+        """Variants per generated case, by backend: N for all with ``variants=N``; else the platform's default,
+        raised to a backend's ``geometry_setup_variants`` where the default runs variants at all."""
+        default = self.resolved_variants(platform)
+        if self.variants is not None or default == 0:
+            return {backend.name: default for backend in backends}
+        return {backend.name: max(default, backend.geometry_setup_variants) for backend in backends}
 
     def resolved_mix(self, platform: Platform) -> Mix | None:
         if self.mix == "none" or (self.mix == "auto" and platform.kind == "cpu"):
@@ -154,9 +163,12 @@ class CaseFeed:
 
     def __init__(self, seed: int, start_index: int, shard: tuple[int, int], backends: list[Backend],
                  spaces: dict[str, CaseSpace], platform: Platform, mix: Mix | None, batch: int,
-                 before_index: Any = None, variants: int = 0) -> None:
+                 before_index: Any = None, variants: int | Mapping[str, int] = 0) -> None:
         self.seed, self.step = seed, shard[1]
-        self.variants = variants
+        # variants by backend name (an int: the same for every backend); `variants` is the most any gets
+        self.variants_by_backend = (dict(variants) if isinstance(variants, Mapping)
+                                    else {backend.name: variants for backend in backends})
+        self.variants = max(self.variants_by_backend.values(), default=0)
         self.backends, self.spaces, self.platform, self.mix, self.batch = backends, spaces, platform, mix, batch
         self.before_index = before_index  # MenuGrowth.before(backend, index), called in campaign order
         self.clock = FeedClock()
@@ -185,7 +197,8 @@ class CaseFeed:
                 case = mixed_case(self.seed, index, space, backend, self.platform, self.mix,
                                   self.profiles[backend.name])
             last = self._position == len(self.backends) - 1
-            variants = self.variants if case.host_indices and case.device_indices else 0
+            has_indices = bool(case.host_indices and case.device_indices)
+            variants = self.variants_by_backend.get(backend.name, 0) if has_indices else 0
             out.append(Slot(backend, index, case, last and not variants))
             for number, variant in enumerate(index_variants(case, variants), start=1):
                 out.append(Slot(backend, index, variant, last and number == variants, variant=number))

@@ -234,7 +234,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     engine = config.engine
     feed = CaseFeed(config.seed, index, config.shard, backends, growth.spaces, platform,
                     engine.resolved_mix(platform), engine.resolved_batch(executor), growth.before,
-                    engine.resolved_variants(platform))
+                    engine.resolved_variants_by_backend(platform, backends))
     enable_reuse = getattr(executor, "enable_storage_reuse", None)
     if feed.variants and enable_reuse is not None:  # variants run on the storages of the case before them
         enable_reuse()
