@@ -52,6 +52,9 @@ class CampaignConfig:
     start_index: int = 0
     space: CaseSpace = field(default_factory=CaseSpace)
     stop_on_first_failure: bool = False
+    # Stop at the first failure that no known entry accounts for (mutation runs: the first new bug decides a
+    # mutant's verdict; known sglang bugs met on the way do not end the campaign).
+    stop_on_new_failure: bool = False
     # bug identity -> reproducer file of known, unfixed failures that apply here (campaign/known.py
     # known_bugs): a failure with one of these identities is counted and marked known, and not saved again.
     known_signatures: dict[str, str] = field(default_factory=dict)
@@ -316,8 +319,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                     resume = (slot.index + n, 0) if slot.last_of_index else (slot.index, 0)
                 if result.outcome.is_failure:
                     failures_seen += 1
-                    _record_failure(config, classes, case, result, slot.index, report)
-                    if config.stop_on_first_failure or report.storage_error:
+                    new = _record_failure(config, classes, case, result, slot.index, report)
+                    if config.stop_on_first_failure or (new and config.stop_on_new_failure) or report.storage_error:
                         done = True  # a corpus that cannot take failures ends the campaign; what was found is kept
                 timeline(report.cases, failures_seen)
                 if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
@@ -346,7 +349,9 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
 
 
 def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], case: Case, result: Result,
-                    index: int, report: CampaignReport) -> None:
+                    index: int, report: CampaignReport) -> bool:
+    """Count `result` under its bug identity (and save a reproducer per new variant); True if no known entry
+    accounts for it."""
     identity = identify(result, case)
     sig = identity.bug
     known = match_known(config.known_signatures, sig, result.backend)
@@ -356,7 +361,7 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
         else:
             classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
                                         _summary(result), known, known, [identity.variant])
-        return
+        return False
     if sig in classes:
         failure = classes[sig]
         failure.count += 1
@@ -364,7 +369,7 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
             failure.variants.append(identity.variant)  # one example per variant of the bug, not thousands
             if config.corpus_dir is not None:
                 _save(config.corpus_dir, case, result, {}, report)
-        return
+        return True
     extra: dict[str, Any] = {}
     if config.minimizer is not None:
         case, result, extra = config.minimizer(case, result)
@@ -374,6 +379,7 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
     classes[sig] = failure
     if config.corpus_dir is not None:
         failure.file = _save(config.corpus_dir, case, result, extra, report)
+    return True
 
 
 def _save(corpus_dir: Path, case: Case, result: Result, extra: dict[str, Any], report: CampaignReport) -> str:

@@ -46,6 +46,7 @@ class CampaignOptions:
     minimize: bool = False  # minimize the first case of each new signature before saving it
     record_case_ids: bool = False
     engine: EngineOptions = field(default_factory=EngineOptions)  # batches, case mix, scale tier ("auto")
+    stop_on_new_failure: bool = False  # stop at the first failure no known entry accounts for
     # CaseSpace fields changed by --space / --set, in plain JSON form (see harness/campaign/space_file.py)
     space_overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -56,7 +57,8 @@ class CampaignOptions:
     def config(self, backend_names: list[str], executor: Executor) -> CampaignConfig:
         config = CampaignConfig(list(backend_names), self.seed, self.max_cases, self.max_seconds, self.corpus,
                                 self.shard, self.start_index, self.space(), self.stop_on_first_failure,
-                                known_signatures=dict(self.known_signatures), engine=self.engine)
+                                known_signatures=dict(self.known_signatures), engine=self.engine,
+                                stop_on_new_failure=self.stop_on_new_failure)
         if self.minimize:
             from hicache_fuzz.harness.campaign.minimize import campaign_minimizer
 

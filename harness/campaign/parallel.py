@@ -221,6 +221,7 @@ class ShardJob:
     isolate: str = "auto"
     case_timeout: float = 60.0
     stop_on_failure: bool = False
+    stop_on_new_failure: bool = False
     record_case_ids: bool = False
     minimize: bool = False
     warm_up: bool = True
@@ -248,6 +249,7 @@ def shard_job(kind: str, backends: list[str], options: CampaignOptions, executio
                     start_index=options.start_index, byte_budget=options.byte_budget,
                     space_overrides=dict(options.space_overrides), isolate=execution.isolate,
                     case_timeout=execution.case_timeout, stop_on_failure=options.stop_on_first_failure,
+                    stop_on_new_failure=options.stop_on_new_failure,
                     record_case_ids=record_case_ids, minimize=options.minimize, warm_up=warm_up,
                     known_signatures=dict(options.known_signatures))
 
@@ -259,7 +261,8 @@ def _campaign_options(job: ShardJob, max_cases: int | None) -> CampaignOptions:
     return CampaignOptions(job.seed, max_cases, job.max_seconds, Path(job.corpus),
                            worker_shard(job.shard, job.worker, job.workers), job.start_index, job.byte_budget,
                            job.stop_on_failure, job.known_signatures, job.minimize, job.record_case_ids,
-                           space_overrides=dict(job.space_overrides))
+                           space_overrides=dict(job.space_overrides),
+                           stop_on_new_failure=job.stop_on_new_failure)
 
 
 # ---- worker side: prepare and shard ------------------------------------------------------------------------

@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_space_arguments(parser)
     add_isolation(parser)
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
+    parser.add_argument("--stop-on-new-failure", action="store_true",
+                        help="stop at the first failure that no --known entry accounts for (known failures met "
+                             "on the way are counted and the campaign goes on)")
     parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
                         help="corpus files or folders whose expected failures (\"expect\": \"fail\") are known: "
                              "failures with their signatures are counted and marked known, and only new ones "
@@ -76,7 +79,8 @@ def campaign_options(args: argparse.Namespace, seed: int, machine: Machine) -> C
                            args.byte_budget, args.stop_on_failure,
                            load_known_failures(args.known, detect_environment(machine)),
                            minimize=args.minimize, record_case_ids=args.record_case_ids, engine=engine,
-                           space_overrides=space_from_args(args))
+                           space_overrides=space_from_args(args),
+                           stop_on_new_failure=getattr(args, "stop_on_new_failure", False))
 
 
 def _check_budget(args: argparse.Namespace) -> None:

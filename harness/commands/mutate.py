@@ -63,6 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a shell command; non-zero exit kills the mutant (repeatable, at most 2)")
     p.add_argument("--platform", default="auto", help="campaign platform (passed to fuzz --platform)")
     p.add_argument("--campaign-seconds", type=float, default=60.0, help="campaign length (default 60)")
+    p.add_argument("--campaign-full", action="store_true",
+                   help="run each mutant's campaign for its whole clock (default: it ends at its first new "
+                        "failure, which decides the verdict; the full clock lists every identity a mutant raises)")
     p.add_argument("--campaign-seed", type=int, default=1, help="campaign seed, the same for every mutant")
     p.add_argument("--fuzz-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `hicache-fuzz fuzz` (repeatable; write --fuzz-arg=--option)")
@@ -126,7 +129,7 @@ def _targets(args: argparse.Namespace) -> list[Target]:
             # of several, docs/engine.md), or K campaigns would start K pools on the same cores.
             fuzz_args += ["--worker-processes", "1"]
         targets.append(CampaignTarget("campaign", args.platform, args.campaign_seconds, args.campaign_seed,
-                                      fuzz_args, args.build_error_pattern))
+                                      fuzz_args, args.build_error_pattern, stop_at_kill=not args.campaign_full))
     if "test-cmd" in kinds:
         for k, command in enumerate(args.test_cmd, start=1):
             name = "test-cmd" if len(args.test_cmd) == 1 else f"test-cmd-{k}"

@@ -109,7 +109,7 @@ def run_baseline(config: RunConfig, workspaces: list[Workspace]) -> dict[str, An
         slot = index % len(workspaces)
         env = _environment(config, workspaces[slot], config.slots[slot], "baseline")
         check_resolution(env, workspaces[slot])
-        result = target.run(env, config.out / "runs" / "baseline", config.timeout(target))
+        result = target.run(env, config.out / "runs" / "baseline", config.timeout(target), baseline=True)
         with lock:
             results[target.name] = result.to_dict()
 

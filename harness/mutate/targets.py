@@ -168,7 +168,7 @@ class CommandTarget:
     def describe(self) -> dict[str, Any]:
         return {"kind": "test-cmd", "command": self.command}
 
-    def run(self, env: dict[str, str], run_dir: Path, timeout: float) -> TargetResult:
+    def run(self, env: dict[str, str], run_dir: Path, timeout: float, baseline: bool = False) -> TargetResult:
         done = run_process(self.command, env, timeout, run_dir / f"{self.name}.log", cwd=Path.cwd())
         tail = done.output[-_TAIL_CHARS:]
         log = str(run_dir / f"{self.name}.log")
@@ -189,8 +189,12 @@ class CampaignTarget:
     """`hicache-fuzz fuzz` on the mutated sglang: killed = exit 1 with a new failure on an sglang backend."""
 
     def __init__(self, name: str, platform: str, seconds: float, seed: int, fuzz_args: list[str],
-                 build_pattern: str = DEFAULT_BUILD_ERROR_PATTERN) -> None:
+                 build_pattern: str = DEFAULT_BUILD_ERROR_PATTERN, stop_at_kill: bool = True) -> None:
         self.name = name
+        # A mutant's campaign ends at its first new failure (fuzz --stop-on-new-failure): that failure decides
+        # the verdict, and the rest of the clock would only burn the cores other mutants need. The unmutated
+        # baseline always runs its whole clock: every failure clean sglang shows must be found there.
+        self.stop_at_kill = stop_at_kill
         self.platform = platform
         self.seconds = seconds
         self.seed = seed
@@ -201,23 +205,24 @@ class CampaignTarget:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "campaign", "platform": self.platform, "seconds": self.seconds, "seed": self.seed,
-                "fuzz_args": self.fuzz_args}
+                "fuzz_args": self.fuzz_args, "stop_at_kill": self.stop_at_kill}
 
-    def command(self, report: Path, corpus: Path) -> list[str]:
+    def command(self, report: Path, corpus: Path, baseline: bool = False) -> list[str]:
+        stop = ["--stop-on-new-failure"] if self.stop_at_kill and not baseline else []
         return [sys.executable, "-m", "hicache_fuzz", "fuzz", "--platform", self.platform,
                 "--max-total-time", str(self.seconds), "--seed", str(self.seed), "--json", str(report),
-                "--corpus", str(corpus), *self.fuzz_args,
+                "--corpus", str(corpus), *stop, *self.fuzz_args,
                 *(a for path in self.extra_known for a in ("--known", str(path)))]
 
-    def run(self, env: dict[str, str], run_dir: Path, timeout: float) -> TargetResult:
-        result = self._run(env, run_dir, timeout)
+    def run(self, env: dict[str, str], run_dir: Path, timeout: float, baseline: bool = False) -> TargetResult:
+        result = self._run(env, run_dir, timeout, baseline)
         result.paths = _paths_run(_read_json(run_dir / f"{self.name}.json")) if result.outcome != "timeout" else {}
         return result
 
-    def _run(self, env: dict[str, str], run_dir: Path, timeout: float) -> TargetResult:
+    def _run(self, env: dict[str, str], run_dir: Path, timeout: float, baseline: bool) -> TargetResult:
         report_path = run_dir / f"{self.name}.json"
         report_path.unlink(missing_ok=True)
-        done = run_process(self.command(report_path, run_dir / f"{self.name}-corpus"), env, timeout,
+        done = run_process(self.command(report_path, run_dir / f"{self.name}-corpus", baseline), env, timeout,
                            run_dir / f"{self.name}.log")
         log = str(run_dir / f"{self.name}.log")
         tail = done.output[-_TAIL_CHARS:]

@@ -65,3 +65,26 @@ def test_fuzz_known_from_another_seed_exits_0(tmp_path: Path) -> None:
                  "--known", str(first), "--json", str(tmp_path / "second.json")]) == 0
     report = json.loads((tmp_path / "second.json").read_text())
     assert report["unique_failures"] and all(f["known"] for f in report["unique_failures"])
+
+
+def test_stop_on_new_failure_ends_at_the_first_unknown_bug_and_goes_past_known_ones(tmp_path: Path) -> None:
+    """fuzz --stop-on-new-failure (what a mutant's campaign runs under `mutate`): the first failure no known
+    entry accounts for ends the campaign; known failures are counted and the campaign goes on."""
+    name = "zoo-last-page-dropped"
+    backend = REGISTRY.get(name)
+    space = backend.case_space(CaseSpace(backend=name), CPU)
+
+    def run(known: dict[str, str]):  # type: ignore[no-untyped-def]
+        config = CampaignConfig([name], 3, max_cases=300, corpus_dir=tmp_path / "c", space=space,
+                                known_signatures=known, stop_on_new_failure=True)
+        return run_campaign(config, [backend], CPU, InProcessExecutor(REGISTRY, require("cpu")))
+
+    known: dict[str, str] = {}
+    for _ in range(10):  # the zoo bug shows a few identities (damage families); each run adds the one it met
+        report = run(known)
+        if not report.new_failures:
+            break
+        assert len(report.new_failures) == 1 and report.new_failures[0].count == 1 and report.cases < 300
+        known[report.new_failures[0].signature] = "known.json"
+    assert known and not report.new_failures
+    assert report.cases == 300 and report.failure_count > len(known)  # went past every known failure

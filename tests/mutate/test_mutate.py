@@ -290,7 +290,28 @@ def test_fuzz_arguments_reach_the_campaign_command() -> None:
     assert command[1:4] == ["-m", "hicache_fuzz", "fuzz"]
     assert command[command.index("--max-total-time") + 1] == "20.0"
     tail = command[command.index("--corpus") + 2:]
-    assert tail == ["--isolate", "yes", "--workers", "2", "--known", "corpus/sglang"]
+    assert tail == ["--stop-on-new-failure", "--isolate", "yes", "--workers", "2", "--known", "corpus/sglang"]
+
+
+def test_a_mutants_campaign_stops_at_its_first_new_failure_and_the_baseline_never_does() -> None:
+    """The first new failure decides a mutant's verdict, so its campaign ends there (cores for the other
+    mutants); the unmutated baseline runs its whole clock, or a failure of clean sglang it stopped before
+    would later count as a kill. --campaign-full runs every mutant's whole clock too."""
+    import argparse
+
+    from hicache_fuzz.harness.commands import mutate as commands_mutate
+
+    parser = argparse.ArgumentParser()
+    commands_mutate.add_parser(parser.add_subparsers(dest="command"))
+    (campaign,) = commands_mutate._targets(parser.parse_args(["mutate"]))
+    assert isinstance(campaign, commands_mutate.CampaignTarget)
+    assert "--stop-on-new-failure" in campaign.command(Path("r.json"), Path("c"))
+    assert "--stop-on-new-failure" not in campaign.command(Path("r.json"), Path("c"), baseline=True)
+    assert campaign.describe()["stop_at_kill"] is True
+    (full,) = commands_mutate._targets(parser.parse_args(["mutate", "--campaign-full"]))
+    assert isinstance(full, commands_mutate.CampaignTarget)
+    assert "--stop-on-new-failure" not in full.command(Path("r.json"), Path("c"))
+    assert full.describe()["stop_at_kill"] is False
 
 
 def test_mutants_sharing_a_gpu_run_one_worker_each() -> None:

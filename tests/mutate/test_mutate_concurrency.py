@@ -103,7 +103,8 @@ class FakeCampaign(CampaignTarget):
         super().__init__("campaign", "cuda", 60.0, 2026, ["--known", "corpus/sglang"])
         self.commands: list[list[str]] = []
 
-    def run(self, env: dict[str, str], run_dir: Path, timeout: float) -> TargetResult:
+    def run(self, env: dict[str, str], run_dir: Path, timeout: float, baseline: bool = False) -> TargetResult:
+        assert baseline == (run_dir.name == "baseline")  # the runner says which run is the baseline
         failure = {"signature": "sglang-staged-wrongly_accepted-0123456789", "backend": "sglang-staged"}
         if run_dir.name == "baseline":
             case = run_dir / "campaign-corpus" / failure["signature"] / "c-1.json"
