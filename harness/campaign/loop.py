@@ -260,19 +260,26 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 report.stopped_early = True
                 break
             limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - report.cases)
+            scale_slot: Slot | None = None
             if scale is not None and report.cases and scale.due(time.perf_counter() - started):
                 picked = scale.next_case(feed.clock)
-                slots = [] if picked is None else [Slot(picked[0], resume[0], picked[1], False, picked[2])]
                 if picked is None:
                     scale = None  # no backend has an accepted case of any shape: the tier ends
                     continue
-            else:
-                slots = feed.take(limit)
+                scale_slot = Slot(picked[0], resume[0], picked[1], False, picked[2])
+                limit -= 1
+            # A scale case leads its batch and runs alone on the first worker; a pool's other workers take the
+            # rest of the batch meanwhile (executor.run_batch, lone_first).
+            slots = feed.take(limit) if limit > 0 else []
             order = suspects_last(slots, known_crashes)
+            if scale_slot is not None:
+                slots = [scale_slot, *slots]
+                order = [0, *(position + 1 for position in order)]
             stop_after_batch = False
             ran = time.perf_counter()
             try:
-                results_in_order = run_batch(executor, [slots[i].case for i in order])
+                results_in_order = run_batch(executor, [slots[i].case for i in order],
+                                             lone_first=int(scale_slot is not None))
             except WorkerError as exc:  # the machine failed us (no worker can start): stop, keep the report
                 first = slots[order[len(exc.partial_results)]] if len(exc.partial_results) < len(slots) else None
                 report.environment_error = (f"case {first.case.case_id} at index {first.index}: {exc}" if first
@@ -296,10 +303,10 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             results: list[Result] = [Result("", "", Outcome.PASS)] * len(slots)
             for position, result in zip(order, results_in_order, strict=True):
                 results[position] = result
-            if slots and slots[0].scale_number is not None and scale is not None:
-                scale.seconds += spent
+            if scale_slot is not None and scale is not None and 0 in order:
+                scale.seconds += results[0].seconds  # the scale case's own time (the batch's ran beside it)
                 stats.scale_cases += 1
-                stats.scale_shapes[slots[0].case.note] = stats.scale_shapes.get(slots[0].case.note, 0) + 1
+                stats.scale_shapes[scale_slot.case.note] = stats.scale_shapes.get(scale_slot.case.note, 0) + 1
             recorded = time.perf_counter()
             executed = set(order)
             for position, (slot, result) in enumerate(zip(slots, results, strict=True)):

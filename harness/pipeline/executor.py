@@ -21,6 +21,7 @@ from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.harness.pipeline.reuse import StorageReuse
 from hicache_fuzz.harness.pipeline.runner import DEVICE_CRASH_PREFIX, DeviceContextLost, run_case
+from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.buffers import HostMemory
 from hicache_fuzz.kernels.registry import Registry
 
@@ -30,12 +31,30 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-def run_batch(executor: Executor, cases: Sequence[Case]) -> list[Result]:
-    """The executor's batch entry point where it has one, else one case at a time."""
+def run_batch(executor: Executor, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
+    """The executor's batch entry point where it has one, else one case at a time.
+
+    The first `lone_first` cases are the scale tier's: each runs as a batch of its own on the executor's first
+    worker (the one process that keeps the tier's multi-GiB arenas). A worker pool runs them there while its
+    other workers take the rest of the batch (WorkerPool.runs_lone_cases_aside); any other executor runs them
+    first, one by one, then the rest."""
     batch = getattr(executor, "run_batch", None)
-    if batch is not None:
+    if batch is None:
+        return [executor.run(case) for case in cases]
+    if not lone_first:
         return list(batch(cases))
-    return [executor.run(case) for case in cases]
+    if getattr(executor, "runs_lone_cases_aside", False):
+        return list(batch(cases, lone_first=lone_first))
+    results: list[Result] = []
+    for case in cases[:lone_first]:
+        results += batch([case])
+    rest = cases[lone_first:]
+    if not rest:
+        return results
+    try:
+        return results + list(batch(rest))
+    except WorkerError as exc:  # keep the lone cases' results in front of what the batch produced
+        raise WorkerError(str(exc), partial_results=results + list(exc.partial_results)) from None
 
 
 class InProcessExecutor:

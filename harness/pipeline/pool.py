@@ -9,6 +9,11 @@ worker, in order), and each member takes the next group as soon as it is free: t
 group costs. Each member keeps its own journal entries, crash handling and replay (a lost group costs that
 group, replayed case by case as in WorkerExecutor); the results are put back in case order.
 
+Scale-tier cases (``run_batch(..., lone_first=k)``: the first k cases) run one at a time on the first member,
+the one process that keeps the tier's multi-GiB arenas, while the other members take the batch's groups; the
+first member joins them when its lone cases are done. Before, a scale case was a batch of its own and the other
+members waited for it (stalls of 5-10 s in a 60-s H200 campaign).
+
 Start-up: the first member is waited for; the others start in the background and join from the next batch on,
 so cases begin as soon as one worker can run them.
 
@@ -84,14 +89,17 @@ class WorkerPool:
     def run(self, case: Case) -> Result:
         return self.members[0].run(case)
 
-    def run_batch(self, cases: Sequence[Case]) -> list[Result]:
+    runs_lone_cases_aside = True  # run_batch(..., lone_first=k): see the module docstring
+
+    def run_batch(self, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
         if not self._starting and self.size > 1:
             self.start()
         if len(cases) == 1:
             # A lone case is the scale tier's (the campaign sends those alone): always the first worker, so
             # that one process, not every one, keeps the tier's multi-GiB host and device arenas.
             return self.members[0].run_batch(cases)
-        groups = geometry_groups(cases)
+        groups = [range(lone_first + g.start, lone_first + g.stop) for g in geometry_groups(cases[lone_first:])]
+        lone = self.members[0]
         results: list[Result | None] = [None] * len(cases)
         # Longest groups first (by each backend's seconds per case so far): the batch ends when its last group
         # does, so a slow group started last would leave the other workers idle (sglang-pool's cases cost
@@ -101,6 +109,14 @@ class WorkerPool:
         failures: list[WorkerError] = []
 
         def serve(member: WorkerExecutor) -> None:
+            if member is lone:  # the scale tier's cases first, each alone, on the first member
+                for position in range(lone_first):
+                    try:
+                        (results[position],) = member.run_batch([cases[position]])
+                    except WorkerError as exc:
+                        with lock:
+                            failures.append(exc)
+                        return
             while True:
                 with lock:
                     if not queue or failures:

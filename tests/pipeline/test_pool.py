@@ -120,3 +120,63 @@ def test_a_batch_runs_its_slowest_groups_first(tmp_path: Path) -> None:
     assert member.seen[0] == "slow"
     assert [r.case_id for r in results] == [c.case_id for c in cases]
     pool._threads.shutdown()
+
+
+class _SlowFirstMember(_RecordingMember):
+    """A stand-in member whose cases of backend "scale" take a while; records when each case started."""
+
+    def __init__(self, name: str, log: list[tuple[str, str, float]]) -> None:
+        super().__init__({"scale": 0.0, "fast": 0.0})
+        self.name, self.log = name, log
+
+    def run_batch(self, cases: list[Case]) -> list[Result]:
+        import time
+
+        for c in cases:
+            self.log.append((self.name, c.backend, time.monotonic()))
+            if c.backend == "scale":
+                time.sleep(0.3)
+        return super().run_batch(cases)
+
+
+def test_a_scale_case_runs_on_the_first_worker_while_the_others_take_the_batch(tmp_path: Path) -> None:
+    """run_batch(cases, lone_first=1): the scale tier's case runs alone on the first member (the one that keeps
+    the tier's arenas); the second member works through the batch meanwhile instead of waiting for it."""
+    pool = WorkerPool(2, ["reference"], tmp_path)
+    log: list[tuple[str, str, float]] = []
+    first, second = _SlowFirstMember("first", log), _SlowFirstMember("second", log)
+    pool.members = [first, second]  # type: ignore[list-item]
+    pool._starting = [_Done()]  # type: ignore[list-item]  # both "started": no worker processes in this test
+    cases = [case("scale", 1).replace(layers=7)] + [case("fast", 1).replace(layers=1 + i) for i in range(4)]
+    results = pool.run_batch(cases, lone_first=1)
+    pool._threads.shutdown()
+    assert [r.case_id for r in results] == [c.case_id for c in cases]
+    assert first.seen[0] == "scale" and "scale" not in second.seen
+    scale_started = next(t for name, backend, t in log if backend == "scale")
+    during = [t for name, backend, t in log if name == "second" and scale_started <= t < scale_started + 0.3]
+    assert during, "the second worker took groups while the scale case ran"
+
+
+class _Done:
+    """A finished start-up future (WorkerPool._ready_members reads .done() and .exception())."""
+
+    def done(self) -> bool:
+        return True
+
+    def exception(self) -> None:
+        return None
+
+
+def test_a_campaign_with_the_scale_tier_runs_through_a_pool(tmp_path: Path) -> None:
+    """Scale cases lead their batch (lone_first); every case is recorded once, in order, and the tier is
+    counted."""
+    registry = load_registry()
+    machine = require("cpu")
+    backend = registry.get("reference")
+    config = CampaignConfig(["reference"], seed=2, max_cases=300,
+                            engine=EngineOptions(batch=16, mix="auto", scale="simulated", scale_share=0.5))
+    with WorkerPool(2, ["reference"], tmp_path) as pool:
+        report = run_campaign(config, [backend], machine.platform, pool, record_case_ids=True)
+    data = report.to_dict()
+    assert report.cases == 300 and len(report.case_ids) == 300 and not report.failures
+    assert data["scale"]["scale_cases"] >= 2
