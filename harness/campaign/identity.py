@@ -16,10 +16,11 @@ unrelated rule violations of their cases. The identity key is
     the implementation forgot;
   - wrongly rejected: a valid input rejected is one bug per path ("valid"): which of the path's own checks
     fired (its error text) depends on the case and is part of the variant;
-  - crash, hang (and a rejection of an input the contract did not call valid): the normalized error (first
-    line; numbers, addresses, paths and quoted values replaced; a GPU runtime error reduced to the runtime's
-    own message, see ``error_cause``) and what the contract said of the input ("valid", or its primary
-    broken rule): the same CUDA error ends a zero-length launch and a grid past its limit;
+  - crash, hang on input the contract rejects: "unchecked" and the primary broken rule (the path lacks that
+    check; the error, which depends on the runtime, is part of the variant);
+  - crash, hang on valid input (and a rejection of an input the contract did not call valid): the
+    normalized error (first line; numbers, addresses, paths and quoted values replaced; a GPU runtime error
+    reduced to the runtime's own message, see ``error_cause``) and "valid";
   - mismatch: the family of the damage (``pipeline/damage.py``): missing (stale or truncated rows),
     misplaced (bytes of the wrong row, page, layer, component or pool, or written out of range), corrupt
     (bytes from no storage of the case) or source-modified; the exact classes (shifted, swapped, ...) are
@@ -129,6 +130,11 @@ def _cause(result: Result, case: Case | None) -> str:
         # remaps indices trips its bounds check or its duplicate check, depending on where the remapped
         # run lands), so the error text is part of the variant, not of the identity.
         return "valid"
+    if result.outcome in (Outcome.CRASH, Outcome.HANG) and _input_rule(result.prediction) != "valid":
+        # A crash or hang on input the contract rejects: the path lacks the check of that rule. How the
+        # missing check ends depends on the runtime (CUDA says "invalid argument" for a zero-length grid,
+        # HIP may name it otherwise), so the error is part of the variant, as for a wrongly accepted input.
+        return f"unchecked|{_input_rule(result.prediction)}"
     if result.outcome in (Outcome.WRONGLY_REJECTED, Outcome.CRASH, Outcome.HANG):
         # The same error text can end different bugs (CUDA's "invalid argument" ends both a zero-length
         # launch and a grid past its limit): what the contract said of the input tells them apart.
@@ -182,7 +188,7 @@ def _family_from_first_byte(result: Result, case: Case | None) -> str:
 def _variant_detail(result: Result, case: Case | None) -> str:
     if result.outcome is Outcome.WRONGLY_ACCEPTED:
         return ",".join(sorted(set(rules_of(_reasons(result.prediction)))))
-    if result.outcome is Outcome.WRONGLY_REJECTED:
+    if result.outcome in (Outcome.WRONGLY_REJECTED, Outcome.CRASH, Outcome.HANG):
         return error_cause(result.error)
     if result.outcome is not Outcome.MISMATCH:
         return ""

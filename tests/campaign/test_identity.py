@@ -152,6 +152,25 @@ def test_a_gpu_error_is_named_by_the_runtime_message_whatever_noticed_it() -> No
         "BackendRejected: host index 4 out of range")
 
 
+def test_a_crash_on_input_the_contract_rejects_names_the_unchecked_rule_not_the_error() -> None:
+    """A path that crashes on a zero-length list lacks that check, whatever the runtime calls the failed launch
+    (CUDA: "invalid argument"; HIP may say "invalid configuration argument"): one bug, the error in the
+    variant. On valid input the error still tells bugs apart."""
+    def crash(error: str, prediction: str) -> Result:
+        return Result("x", "sglang-jit", Outcome.CRASH, "", "", prediction, error)
+
+    zero = "reject: zero-length launch (num_blocks == 0)"
+    cuda = identify(crash("device error escaped the case: RuntimeError: Failed at a.cuh:1: CUDA error: invalid "
+                          "argument", zero))
+    hip = identify(crash("device error escaped the case: HIP error: invalid configuration argument", zero))
+    assert cuda.bug == hip.bug and cuda.bug_key.endswith("|crash|unchecked|zero-length")
+    assert cuda.variant != hip.variant
+    out_of_range = identify(crash("CUDA error: invalid argument", "reject: host index 9 out of range [0, 8)"))
+    assert out_of_range.bug != cuda.bug  # another unchecked rule, another bug
+    valid = [identify(crash(f"CUDA error: {m}", "accept")) for m in ("misaligned address", "invalid argument")]
+    assert valid[0].bug != valid[1].bug
+
+
 def test_gpu_reproducers_with_the_launchers_wording_are_the_known_zero_length_bugs() -> None:
     """The three reproducers of that run (one per backend, launcher wording) have the identity of the
     committed finding of their backend (torch wording), so `--known corpus/sglang` knows them."""
