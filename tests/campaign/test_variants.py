@@ -231,3 +231,12 @@ def test_the_first_cycle_of_scale_shapes_runs_whatever_the_share() -> None:
         tier.number = drawn
         due.append((tier.due(FIRST_CYCLE_SPACING * (drawn + 1) - 0.1), tier.due(FIRST_CYCLE_SPACING * (drawn + 1))))
     assert due == [(False, True)] * len(SHAPES) + [(False, False)]
+
+
+def test_the_report_line_names_backends_with_their_own_variant_count() -> None:
+    from hicache_fuzz.harness.campaign.engine_stats import _variants_text
+
+    assert _variants_text({"variants_per_case": 3, "variants_by_backend": {"a": 3, "b": 3}}) == "3"
+    assert _variants_text({"variants_per_case": 15, "variants_by_backend": {
+        "sglang-jit": 3, "sglang-pool": 15, "sglang-tma": 3}}) == "3 (sglang-pool 15)"
+    assert _variants_text({"variants_per_case": 4}) == "4"  # a report from before the per-backend counts
