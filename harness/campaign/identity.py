@@ -124,21 +124,22 @@ def _location(result: Result) -> str:
 def _cause(result: Result, case: Case | None) -> str:
     if result.outcome is Outcome.WRONGLY_ACCEPTED:
         return primary_rule(_reasons(result.prediction))
-    if result.outcome is Outcome.WRONGLY_REJECTED and _input_rule(result.prediction) == "valid":
+    input_rule = _input_rule(result.prediction)
+    if result.outcome is Outcome.WRONGLY_REJECTED and input_rule == "valid":
         # A valid input rejected: the bug is that this path refuses inputs the contract accepts. Which of
         # its own checks fired depends on the case, as the damage class of a mismatch does (a mutant that
         # remaps indices trips its bounds check or its duplicate check, depending on where the remapped
         # run lands), so the error text is part of the variant, not of the identity.
         return "valid"
-    if result.outcome in (Outcome.CRASH, Outcome.HANG) and _input_rule(result.prediction) != "valid":
+    if result.outcome in (Outcome.CRASH, Outcome.HANG) and input_rule != "valid":
         # A crash or hang on input the contract rejects: the path lacks the check of that rule. How the
         # missing check ends depends on the runtime (CUDA says "invalid argument" for a zero-length grid,
         # HIP may name it otherwise), so the error is part of the variant, as for a wrongly accepted input.
-        return f"unchecked|{_input_rule(result.prediction)}"
+        return f"unchecked|{input_rule}"
     if result.outcome in (Outcome.WRONGLY_REJECTED, Outcome.CRASH, Outcome.HANG):
         # The same error text can end different bugs (CUDA's "invalid argument" ends both a zero-length
         # launch and a grid past its limit): what the contract said of the input tells them apart.
-        return f"{error_cause(result.error)}|{_input_rule(result.prediction)}"
+        return f"{error_cause(result.error)}|{input_rule}"
     if result.outcome is Outcome.MISMATCH:
         return _damage_cause(result, case)
     return ""  # unexpected path: the location says it all

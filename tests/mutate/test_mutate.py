@@ -69,16 +69,6 @@ def load_pages(host_indices, device_indices):
 SYNC_PRESENT = f'grep -q "__syncthreads();" "$HICACHE_MUTATE_SGLANG_ROOT/{CUH}"'
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    root = tmp_path / "site"
-    for rel, text in ((CUH, CUH_TEXT), (PY, PY_TEXT), ("sglang/srt/managers/cache_controller.py", CONTROLLER_TEXT),
-                      ("sglang/__init__.py", "")):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
-
-
 def _mutants(root: Path) -> list[Mutant]:
     return sources.generate_all(root, sources.default_sources(root))
 

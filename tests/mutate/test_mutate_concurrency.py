@@ -15,19 +15,7 @@ from hicache_fuzz.harness.mutate import runner, sources
 from hicache_fuzz.harness.mutate.targets import CampaignTarget, TargetResult
 from hicache_fuzz.harness.mutate.workspace import tree_digest
 
-from .test_mutate import CONTROLLER_TEXT, CUH, CUH_TEXT, PY, PY_TEXT, SYNC_PRESENT, _run
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    """The synthetic sglang tree of test_mutate.py."""
-    root = tmp_path / "site"
-    for rel, text in ((CUH, CUH_TEXT), (PY, PY_TEXT), ("sglang/srt/managers/cache_controller.py", CONTROLLER_TEXT),
-                      ("sglang/__init__.py", "")):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
-
+from .test_mutate import CUH, SYNC_PRESENT, _run
 
 # Each target writes "<mutant> <slot root> <start> <end>" so a test can see which ran at the same time.
 STAMP = ('s=$(python3 -c "import time; print(time.time())"); sleep {sleep}; '
