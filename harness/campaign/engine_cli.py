@@ -22,8 +22,8 @@ def add_engine_arguments(parser: Any) -> None:
                         help="scale tier (auto: production sizes on a GPU, off on the CPU)")
     parser.add_argument("--variants", type=int, metavar="N",
                         help="index variants run after each generated case, on its storages, for every backend "
-                             "(default: 3 on a GPU, more for a backend with a per-geometry set-up: 15 for "
-                             "sglang-pool; 0 on the CPU)")
+                             "(default: 7 on a GPU, more for a backend that asks for it, none does today; 0 on "
+                             "the CPU)")
     parser.add_argument("--scale-share", type=float, default=DEFAULT_SCALE_SHARE, metavar="F",
                         help="share of the campaign's time for the scale tier (default: %(default)s)")
 

@@ -14,7 +14,7 @@ Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 * ``scale``: the scale tier (:mod:`hicache_fuzz.harness.campaign.scale`; auto: production sizes on a GPU,
   off on the CPU; ``simulated`` runs the scaled-down tier anywhere) and its time share (default 15 %);
 * ``variants``: index variants after each generated case (:mod:`hicache_fuzz.harness.campaign.variants`;
-  auto: 3 on a GPU, raised for a backend to its ``geometry_setup_variants``, none on the CPU platform;
+  auto: 7 on a GPU, raised for a backend to its ``geometry_setup_variants``, none on the CPU platform;
   ``--variants N`` gives every backend N). A variant is a case like any other, run on the storages its case
   left behind; the slots of one index are its case and then its variants, for every backend in turn.
 
@@ -59,12 +59,12 @@ from hicache_fuzz.oracles.contract import Platform
 
 DEFAULT_BATCH = 64
 FIRST_CYCLE_SPACING = 8.0  # seconds between the first scale cases of each shape, whatever the tier's share
-# Index variants per generated case on a GPU. Measured on the H200 (docs/engine.md): with 15 the campaign ran
-# 286 cases/s but only 18 new geometries a second (the old engine: 74), and a variant cost ~70 % of a fresh
-# case (the rest of a case's Python does not shrink), so most bug classes, which need a geometry, a knob
-# setting or a token count, were drawn 4x less often. 3 keeps a quarter of the cases freshly generated, and
-# keeps the feed thread (~10 ms a generated case on the H200 host) off the critical path of a worker pool.
-DEFAULT_GPU_VARIANTS = 3
+# Index variants per generated case on a GPU. Measured side by side on the H200, warm JIT cache, same seed
+# (reports/gpu-engine/session6): every backend at 7 ran 272.9 cases/s and ~34 new geometries a second; the
+# earlier default (3, sglang-pool raised to 15) ran 155.8 cases/s and ~26 new geometries a second. A pool case
+# costs ~44 ms whatever its variant count, so raising the pool's count only bought expensive cases; a variant
+# of the cheap backends costs a fraction of a generated case, and the freed worker time goes to new cases.
+DEFAULT_GPU_VARIANTS = 7
 
 
 @dataclass

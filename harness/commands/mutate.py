@@ -18,7 +18,14 @@ from typing import Any
 from hicache_fuzz.harness.mutate import report, sources
 from hicache_fuzz.harness.mutate.mutant import Mutant
 from hicache_fuzz.harness.mutate.operators import OPERATORS
-from hicache_fuzz.harness.mutate.runner import BaselineFailed, RunConfig, finished, run_all, write_json_atomic
+from hicache_fuzz.harness.mutate.runner import (
+    BaselineFailed,
+    RunConfig,
+    finished,
+    result_path,
+    run_all,
+    write_json_atomic,
+)
 from hicache_fuzz.harness.mutate.targets import (
     DEFAULT_BUILD_ERROR_PATTERN,
     CampaignTarget,
@@ -287,6 +294,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.report_only:
         described = {t.name: t.describe() for t in targets}
         records = {m.id: r for m in mutants if (r := finished(args.out, m.id, described)) is not None}
+        other = [m.id for m in mutants if m.id not in records and result_path(args.out, m.id).is_file()]
+        if other:
+            # A result made with other target options (another --jobs-per-gpu adds or drops the campaign's
+            # --worker-processes 1, for instance) is not mixed in; say so rather than report it unfinished
+            # without a word.
+            print(f"mutate: {len(other)} result(s) under {args.out / 'mutants'} were made with other target "
+                  f"options and are left out (pass the options of the run that made them): {', '.join(other[:8])}"
+                  f"{' ...' if len(other) > 8 else ''}", file=sys.stderr)
     else:
         records = run_all(config, log=lambda line: print(line, flush=True))
     meta["unfinished"] = [m.id for m in mutants if m.id not in records]

@@ -123,8 +123,9 @@ timeout --signal=TERM --kill-after=25 $(( left - 40 )) \
     --out "$res" > "$work/mutate.log" 2>&1
 echo "mutate rc=$? at $(elapsed) s" >> "$rcs"
 
-# (C) a call cut by the time limit leaves no summary: write it from what finished (no baseline, nothing runs)
-timeout 60 python3 -m hicache_fuzz mutate "${select[@]}" "${targets[@]}" --out "$res" --report-only \
+# (C) a call cut by the time limit leaves no summary: write it from what finished (no baseline, nothing runs);
+# the same --jobs-per-gpu, which decides the campaign's --worker-processes and so the stored target options
+timeout 60 python3 -m hicache_fuzz mutate "${select[@]}" "${targets[@]}" --jobs-per-gpu "$JOBS_PER_GPU" --out "$res" --report-only \
     >> "$work/mutate.log" 2>&1
 echo "report rc=$? at $(elapsed) s" >> "$rcs"
 cp "$work/mutate.log" "$out/mutate.log"
