@@ -410,6 +410,24 @@ def test_report_only_reports_finished_mutants_without_running(tree: Path, tmp_pa
     assert not list(out.glob("mutants/*.json")) or removed not in list(out.glob("mutants/*.json"))
 
 
+def test_report_only_names_results_made_with_other_target_options(
+        tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stored result whose target options differ is left out of the report, and named on stderr: the device
+    call of session 6 reported 0 of 6 finished mutants without a word (its report step lacked --jobs-per-gpu)."""
+    out = tmp_path / "out"
+    base = ["--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement", "--out", out]
+    assert _run(*base, "--test-cmd", SYNC_PRESENT) == 0
+    stored = sorted(p.stem for p in out.glob("mutants/*.json"))
+    assert stored
+    capsys.readouterr()
+    assert _run(*base, "--test-cmd", SYNC_PRESENT + " # another command", "--report-only") == 0
+    err = capsys.readouterr().err
+    assert f"{len(stored)} result(s)" in err and "other target options" in err
+    assert all(mutant_id in err for mutant_id in stored[:8])
+    again = json.loads((out / "summary.json").read_text())
+    assert sorted(again["meta"]["unfinished"]) == stored
+
+
 def test_two_slots_pin_one_device_each_and_share_the_work(tree: Path, tmp_path: Path) -> None:
     out, seen = tmp_path / "out", tmp_path / "seen"
     seen.mkdir()
