@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="when the unmutated campaign raises new failures: abort (exit 3, default) or known (they "
                         "become known failures of every mutant's campaign, listed in the baseline and the report; "
                         "a mutant is then killed only by a failure the unmutated sglang did not show)")
+    p.add_argument("--start-deadline", type=float, metavar="S",
+                   help="start no mutant later than S seconds after this command began; those running finish "
+                        "and the rest stay unfinished for a rerun (a time-boxed call keeps its slots' work)")
     p.add_argument("--report-only", action="store_true",
                    help="no baseline, no runs: write the reports from the results already under --out")
 
@@ -252,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    started = time.monotonic()  # --start-deadline counts from here
     root = sources.find_sglang_root(args.sglang_src)
     mutants = _mutants(args, root)
     if args.show:
@@ -273,6 +278,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--jobs-per-gpu must be >= 1")
     if args.test_cmd_timeout is not None and not args.test_cmd_timeout > 0:
         raise UsageError("--test-cmd-timeout must be positive")
+    if args.start_deadline is not None and not args.start_deadline >= 0:
+        raise UsageError("--start-deadline must be >= 0")
     slots = [None] if args.report_only else _per_gpu(_slots(args.gpus, device_env), args.jobs_per_gpu)
     meta = {"sglang_root": str(root), "sample": args.sample, "seed": args.seed,
             "targets": {t.name: t.describe() for t in targets}, "slots": slots,
@@ -290,7 +297,8 @@ def _run(args: argparse.Namespace) -> int:
     config = RunConfig(root=root, mutants=mutants, targets=targets, out=args.out, slots=slots,
                        device_env=device_env, timeout=timeout, jit_cache=args.jit_cache,
                        keep_workspace=args.keep_workspace, reuse_baseline=args.reuse_baseline,
-                       parallel_targets=args.parallel_targets, baseline_failures=args.baseline_failures)
+                       parallel_targets=args.parallel_targets, baseline_failures=args.baseline_failures,
+                       start_deadline=None if args.start_deadline is None else started + args.start_deadline)
     if args.report_only:
         described = {t.name: t.describe() for t in targets}
         records = {m.id: r for m in mutants if (r := finished(args.out, m.id, described)) is not None}

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class RunConfig:
     # "known": new failures of the unmutated campaign become known failures of every mutant's campaign (the
     # baseline passes with them listed) instead of aborting the run; a test command's baseline must still pass
     baseline_failures: str = "abort"
+    # time.monotonic() after which no mutant is started (those running finish): a time-boxed device call then
+    # ends with its slots' work recorded instead of killing the mutants in flight (session 6 lost 6 a call)
+    start_deadline: float | None = None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -272,6 +276,8 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
 
         def worker(index: int) -> None:
             while not errors:
+                if config.start_deadline is not None and time.monotonic() > config.start_deadline:
+                    return  # the rest stay unfinished: a rerun picks them up
                 try:
                     mutant = pending.get_nowait()
                 except queue.Empty:
@@ -297,6 +303,9 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
             thread.join()
         if errors:
             raise errors[0]
+        if not pending.empty():
+            log(f"mutate: {pending.qsize()} mutant(s) not started before --start-deadline (unfinished; rerun to "
+                f"resume)")
     finally:
         if not config.keep_workspace:
             for workspace in workspaces:

@@ -20,6 +20,8 @@
 # the campaign's limit, a hang guard only: the campaign turns a hung kernel into a failure itself), TEST_TIMEOUT
 # (the tests' limit, 240 s with >= 4 GPUs, else 300: sglang's tests have no timeout of their own, so a mutant that
 # hangs a kernel is a `timeout` here; a slow rebuild near the limit would be too: see README);
+# START_MARGIN (180 s: no mutant starts later than this before the SIGTERM; in session 6 a mutant held its slot
+# 90-300 s under load, and the 6 in flight at each call's end were lost);
 # for a dry run of the plumbing without a GPU only: PLATFORM (cuda) and SGLANG_SRC (default: the installed sglang).
 set -u
 out=${OUT:?}
@@ -120,6 +122,7 @@ echo "mutate: $SAMPLE mutants, targets [$TARGETS], $ngpu GPU(s) x $JOBS_PER_GPU,
 timeout --signal=TERM --kill-after=25 $(( left - 40 )) \
   python3 -m hicache_fuzz mutate "${select[@]}" "${targets[@]}" --parallel-targets \
     --timeout "${MUTANT_TIMEOUT:-420}" --test-cmd-timeout "${TEST_TIMEOUT:-$tt_default}" --gpus auto --jobs-per-gpu "$JOBS_PER_GPU" --reuse-baseline \
+    --start-deadline $(( left - 40 - ${START_MARGIN:-180} > 0 ? left - 40 - ${START_MARGIN:-180} : 0 )) \
     --out "$res" > "$work/mutate.log" 2>&1
 echo "mutate rc=$? at $(elapsed) s" >> "$rcs"
 

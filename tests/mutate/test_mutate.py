@@ -428,6 +428,26 @@ def test_report_only_names_results_made_with_other_target_options(
     assert sorted(again["meta"]["unfinished"]) == stored
 
 
+def test_start_deadline_starts_no_mutant_after_it_and_a_rerun_finishes_them(
+        tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--start-deadline 0: the baseline runs, no mutant starts, all stay unfinished and are named as such; the
+    rerun without it runs them all (the time-boxed device call keeps what its slots finished)."""
+    out = tmp_path / "out"
+    base = ["--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
+            "--test-cmd", SYNC_PRESENT, "--out", out]
+    capsys.readouterr()
+    assert _run(*base, "--start-deadline", "0") == 0
+    printed = capsys.readouterr().out
+    first = json.loads((out / "summary.json").read_text())
+    assert first["mutants"] == 0 and first["meta"]["unfinished"]
+    assert f"{len(first['meta']['unfinished'])} mutant(s) not started before --start-deadline" in printed
+    assert not list(out.glob("mutants/*.json"))
+    assert _run(*base, "--reuse-baseline") == 0
+    again = json.loads((out / "summary.json").read_text())
+    assert again["mutants"] == len(first["meta"]["unfinished"]) and not again["meta"]["unfinished"]
+    assert _run(*base, "--start-deadline", "-1") == 2
+
+
 def test_two_slots_pin_one_device_each_and_share_the_work(tree: Path, tmp_path: Path) -> None:
     out, seen = tmp_path / "out", tmp_path / "seen"
     seen.mkdir()
