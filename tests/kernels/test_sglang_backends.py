@@ -416,3 +416,52 @@ def test_aot_spy_wraps_imported_ops() -> None:
 def test_warm_up_skips_unavailable_backends() -> None:
     backends_module = importlib.import_module("hicache_fuzz.kernels.sglang_backends")
     assert backends_module.warm_up(CaseSpace(), CPU) == 0.0
+
+
+def _stand_in_pool(components: tuple[str, ...], layers: int, rows: int, row_bytes: int,
+                   seed: int) -> types.SimpleNamespace:
+    """What _copy_in/_copy_out read of a materialized pool: its spec's components, the case's layers and
+    device rows, per-layer uint8 views of one device payload (layer-major per component), and a host payload."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    device = torch.randint(0, 256, (len(components) * layers * rows * row_bytes,), dtype=torch.uint8,
+                           generator=generator)
+    host = torch.randint(0, 256, (3 * rows * row_bytes,), dtype=torch.uint8, generator=generator)
+
+    def device_layer(component: str, layer: int) -> torch.Tensor:
+        start = (components.index(component) * layers + layer) * rows * row_bytes
+        return device[start:start + rows * row_bytes].view(rows, row_bytes)
+
+    return types.SimpleNamespace(spec=types.SimpleNamespace(components=components),
+                                 case=types.SimpleNamespace(layers=layers, device_rows=rows),
+                                 device_layer=device_layer, device=device, host=types.SimpleNamespace(payload=host))
+
+
+@pytest.mark.parametrize("attention", [Attention.MHA, Attention.MLA])
+def test_pool_copies_move_every_layer_byte_exactly_both_ways(attention: Attention) -> None:
+    """The batched layer copies (one _foreach_copy_ a direction) put each of our device layers into sglang's
+    per-layer tensor of the same component and layer, and back; and the host payload whole, both ways."""
+    import torch
+
+    components = ("kv",) if attention is Attention.MLA else ("k", "v")
+    layers, rows, heads, head_dim = 5, 7, 2, 8
+    row_bytes = heads * head_dim * 2  # bf16
+    ours = _stand_in_pool(components, layers, rows, row_bytes, seed=1)
+    ours.spec.attention = attention
+    sglang_layers = {c: [torch.zeros(rows, heads, head_dim, dtype=torch.bfloat16) for _ in range(layers)]
+                     for c in components}
+    device_pool = types.SimpleNamespace(kv_buffer=sglang_layers.get("kv"), k_buffer=sglang_layers.get("k"),
+                                        v_buffer=sglang_layers.get("v"))
+    host_pool = types.SimpleNamespace(kv_buffer=torch.zeros(3 * rows * row_bytes // 2, dtype=torch.bfloat16))
+
+    sglang_pool._copy_in(ours, device_pool, host_pool)
+    for c in components:
+        for layer in range(layers):
+            assert torch.equal(sglang_layers[c][layer].view(torch.uint8).view(rows, -1), ours.device_layer(c, layer))
+    assert torch.equal(host_pool.kv_buffer.view(torch.uint8), ours.host.payload)
+
+    back = _stand_in_pool(components, layers, rows, row_bytes, seed=2)  # other bytes everywhere
+    back.spec.attention = attention
+    sglang_pool._copy_out(back, device_pool, host_pool)
+    assert torch.equal(back.device, ours.device) and torch.equal(back.host.payload, ours.host.payload)
