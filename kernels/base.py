@@ -61,6 +61,10 @@ class Backend(ABC):
     #: (harness/campaign/feed.py): a backend that pays a set-up per geometry (pool objects, pinned buffers)
     #: amortizes it over the variants, which keep the geometry. 0: the campaign's default is enough
     geometry_setup_variants: ClassVar[int] = 0
+    #: worker time of one case of this backend, relative to a JIT kernel case (measured, rounded). A GPU campaign
+    #: gives such a backend every k-th campaign index instead of every index (harness/campaign/feed.py,
+    #: ``EngineOptions.backend_every``), so each backend gets a similar share of the workers' time
+    relative_case_cost: ClassVar[int] = 1
 
     @abstractmethod
     def probe(self, platform: Platform) -> Availability: ...

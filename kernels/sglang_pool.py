@@ -135,6 +135,10 @@ class SglangPoolBackend(SglangBackend):
     # No geometry_setup_variants of its own. Session 5 raised it to 15 (its pool objects are built once per
     # geometry); session 6 measured a pool case at ~44 ms with 15 variants as with 7 (reports/gpu-engine/
     # session6): the per-case work, not the build, is the cost, so more pool variants only slowed campaigns.
+    # A pool case took 44-45 ms of worker time on the H200 with six workers (11.6 alone), a JIT backend's 5-8 ms
+    # (1.4-1.9 alone): reports/gpu-engine/session6. With every index, its cases held ~85 % of the workers' busy
+    # time for a sixth of the cases; every 6th index gives it about the time each other backend gets.
+    relative_case_cost = 6
     coverage_exemptions: ClassVar[Mapping[str, str]] = MappingProxyType({
         "index_dtype=int32": "the pools are fuzzed with production-shaped inputs (reference contract: a "
         "rejection is a finding) and the controller only ever gets int64 indices: the allocators hand out "
@@ -255,6 +259,7 @@ class SglangPoolBackend(SglangBackend):
                         else:
                             for layer in case.moved_layers:
                                 host_pool.load_to_device_per_layer(device_pool, host_idx, dev_idx, layer, "kernel")
+                            _load_foreign_layers(case, device_pool, host_pool, host_idx, dev_idx)
                 finally:
                     torch.cuda.synchronize(buffers.device)
                     for pool, device_pool, host_pool in built:
@@ -284,6 +289,20 @@ class SglangPoolBackend(SglangBackend):
             _destroy(pairs)
             raise
         return pairs
+
+
+# A load-back of a layer the host pool does not hold (a draft/MTP layer past the target model's, or another pool's
+# layer in a hybrid group) must return without touching anything (docs/semantics.md, 4.1). The controller makes
+# such calls in production; the ids just outside the pool's range are the ones an off-by-one guard lets through,
+# and Python would take -1 as the last layer. The whole-storage compare then shows any write, and an exception
+# is a failure of a valid case. (The mutation run of session 6 found the guard's `<` -> `<=` unseen.)
+def foreign_layers(case: Case) -> tuple[int, ...]:
+    return (-1, case.layers)
+
+
+def _load_foreign_layers(case: Case, device_pool: Any, host_pool: Any, host_idx: Any, dev_idx: Any) -> None:
+    for layer in foreign_layers(case):
+        host_pool.load_to_device_per_layer(device_pool, host_idx, dev_idx, layer, "kernel")
 
 
 def _objects_key(case: Case, buffers: Materialized) -> tuple[object, ...]:

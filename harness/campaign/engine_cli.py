@@ -24,6 +24,14 @@ def add_engine_arguments(parser: Any) -> None:
                         help="index variants run after each generated case, on its storages, for every backend "
                              "(default: 7 on a GPU, more for a backend that asks for it, none does today; 0 on "
                              "the CPU)")
+    parser.add_argument("--backend-every", default="auto", metavar="auto|none|NAME=K,...",
+                        help="which campaign indices each backend runs: auto (on a GPU a backend whose cases cost "
+                             "several times a kernel case runs every K-th index, K its measured relative cost: "
+                             "sglang-pool 6; every index on the CPU), none (every backend every index), or "
+                             "NAME=K,... for those backends")
+    parser.add_argument("--batches-ahead", type=int, default=1, metavar="N",
+                        help="batches a worker pool is given before the oldest is recorded (default: %(default)s; "
+                             "0: one batch at a time, every worker waits for the batch's last group)")
     parser.add_argument("--scale-share", type=float, default=DEFAULT_SCALE_SHARE, metavar="F",
                         help="share of the campaign's time for the scale tier (default: %(default)s)")
 
@@ -45,5 +53,14 @@ def engine_options(args: Any) -> Any:
     variants = getattr(args, "variants", None)
     if variants is not None and variants < 0:
         raise ValueError(f"--variants {variants}: need 0 or more")
+    ahead = getattr(args, "batches_ahead", 1)
+    if not 0 <= ahead <= 4:
+        raise ValueError(f"--batches-ahead {ahead}: need 0 to 4")
+    every = getattr(args, "backend_every", "auto")
+    if every not in ("auto", "none"):
+        from hicache_fuzz.harness.campaign.feed import parse_backend_every
+
+        parse_backend_every(every)  # raises ValueError naming the problem
     return EngineOptions(batch=batch, mix=mix, scale=getattr(args, "scale", "auto"), scale_share=share,
-                         variants=variants)
+                         variants=variants, backend_every=every,
+                         batches_ahead=ahead)

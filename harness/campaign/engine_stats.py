@@ -77,7 +77,7 @@ class EngineStats:
         else:
             self.classes[result.outcome.value] += 1
 
-    def to_dict(self, seconds: float, feed: Any, scale: Any, executor: Any) -> dict[str, Any]:
+    def to_dict(self, seconds: float, feed: Any, scale: Any, executor: Any, batches_ahead: int = 0) -> dict[str, Any]:
         cases = sum(self.classes.values())
         stages = {
             "generate": feed.clock.generate_seconds,
@@ -104,6 +104,9 @@ class EngineStats:
                 "worker_processes": int(getattr(executor, "size", 1)),
                 "variants_per_case": getattr(feed, "variants", 0),  # the most any backend got
                 "variants_by_backend": dict(getattr(feed, "variants_by_backend", {})),
+                # K per backend: it ran every K-th campaign index (EngineOptions.backend_every)
+                "backend_every": dict(getattr(feed, "every", {})),
+                "batches_ahead": batches_ahead,
                 "storages_reused": getattr(executor, "storages_reused", 0),
             },
             "byte_compared_transfers": self.byte_compared,
@@ -130,7 +133,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"({report['transfer_share']:.0%} of cases, {report['byte_compared_per_second']:,.1f}/s), "
         f"{report['rejections_checked']} rejections checked, verified {report['verified_gb_per_second']:.2f} GB/s; "
         f"batch {report['engine']['batch']}, {_variants_text(report['engine'])} index variants per "
-        f"generated case, {report['engine'].get('storages_reused', 0)} cases on reused storages",
+        f"generated case, {report['engine'].get('storages_reused', 0)} cases on reused storages"
+        f"{_every_text(report['engine'])}",
         f"  stages (s): {stages}",
         "  ms per case by backend (worker clock, scale cases apart): "
         + ", ".join(f"{k} {v:.2f}" for k, v in report.get("backend_ms_per_case", {}).items()),
@@ -153,3 +157,11 @@ def _variants_text(engine: dict[str, Any]) -> str:
     common = min(counts, key=lambda n: (-list(by_backend.values()).count(n), n))
     others = ", ".join(f"{name} {n}" for name, n in sorted(by_backend.items()) if n != common)
     return f"{common} ({others})"
+
+
+def _every_text(engine: dict[str, Any]) -> str:
+    """"; sglang-pool every 6th index" for the backends that did not run every index ("" if all did)."""
+    sparse = {name: k for name, k in sorted((engine.get("backend_every") or {}).items()) if k > 1}
+    if not sparse:
+        return ""
+    return "; " + ", ".join(f"{name} every {k}th index" for name, k in sparse.items())

@@ -74,6 +74,14 @@ class EngineOptions:
     scale: str = "auto"  # "auto", "off", "production", "simulated"
     scale_share: float = DEFAULT_SCALE_SHARE
     variants: int | None = None  # None: auto
+    # Which campaign indices each backend runs: "auto" (a GPU: every relative_case_cost-th index of a backend
+    # whose cases cost several times a kernel case; the CPU platform: every index), "none" (every backend every
+    # index), or "NAME=K,..." (those backends every K-th index, the others as auto).
+    backend_every: str = "auto"
+    # Batches handed to a worker pool before the campaign records the oldest one (loop.py): with 1, the pool's
+    # members take batch i + 1 while batch i is recorded, so none waits at a batch boundary; 0 runs a batch at a
+    # time (the engine before session 7).
+    batches_ahead: int = 1
 
     def resolved_variants(self, platform: Platform) -> int:
         if self.variants is not None:
@@ -87,6 +95,15 @@ class EngineOptions:
         if self.variants is not None or default == 0:
             return {backend.name: default for backend in backends}
         return {backend.name: max(default, backend.geometry_setup_variants) for backend in backends}
+
+    def resolved_backend_every(self, platform: Platform, backends: Sequence[Backend]) -> dict[str, int]:
+        """K per backend: the backend runs the campaign indices i with (i // shard count) % K == 0."""
+        gpu = platform.kind != "cpu"
+        every = {b.name: (max(1, b.relative_case_cost) if gpu and self.backend_every != "none" else 1)
+                 for b in backends}
+        if self.backend_every not in ("auto", "none"):
+            every.update(parse_backend_every(self.backend_every))
+        return every
 
     def resolved_mix(self, platform: Platform) -> Mix | None:
         if self.mix == "none" or (self.mix == "auto" and platform.kind == "cpu"):
@@ -107,6 +124,18 @@ class EngineOptions:
             return max(1, self.batch)
         # A worker pool shares a batch among its workers: a batch per worker per round trip.
         return DEFAULT_BATCH * int(getattr(executor, "size", 1)) if hasattr(executor, "run_batch") else 1
+
+
+def parse_backend_every(text: str) -> dict[str, int]:
+    """`NAME=K,...` (K >= 1); ValueError names a bad entry."""
+    out: dict[str, int] = {}
+    for item in text.split(","):
+        name, sep, value = item.strip().partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"--backend-every {text!r}: expected auto, none or NAME=K,... with K >= 1, "
+                             f"not {item.strip()!r}")
+        out[name.strip()] = int(value)
+    return out
 
 
 @dataclass
@@ -163,8 +192,11 @@ class CaseFeed:
 
     def __init__(self, seed: int, start_index: int, shard: tuple[int, int], backends: list[Backend],
                  spaces: dict[str, CaseSpace], platform: Platform, mix: Mix | None, batch: int,
-                 before_index: Any = None, variants: int | Mapping[str, int] = 0) -> None:
+                 before_index: Any = None, variants: int | Mapping[str, int] = 0,
+                 every: Mapping[str, int] | None = None) -> None:
         self.seed, self.step = seed, shard[1]
+        # backend name -> K: the backend runs the indices i with (i // step) % K == 0 (EngineOptions.backend_every)
+        self.every = {backend.name: max(1, (every or {}).get(backend.name, 1)) for backend in backends}
         # variants by backend name (an int: the same for every backend); `variants` is the most any gets
         self.variants_by_backend = (dict(variants) if isinstance(variants, Mapping)
                                     else {backend.name: variants for backend in backends})
@@ -188,6 +220,10 @@ class CaseFeed:
         while len(out) < count:
             backend = self.backends[self._position]
             index = self._index
+            runs_here = self._runs_at(index)
+            if backend not in runs_here:
+                self._advance(backend is self.backends[-1])
+                continue
             if self.before_index is not None:
                 self.before_index(backend, index)
             space = self.spaces[backend.name]
@@ -196,18 +232,26 @@ class CaseFeed:
             else:
                 case = mixed_case(self.seed, index, space, backend, self.platform, self.mix,
                                   self.profiles[backend.name])
-            last = self._position == len(self.backends) - 1
+            last = backend is runs_here[-1]  # the index's last slot comes from its last backend that runs it
             has_indices = bool(case.host_indices and case.device_indices)
             variants = self.variants_by_backend.get(backend.name, 0) if has_indices else 0
             out.append(Slot(backend, index, case, last and not variants))
             for number, variant in enumerate(index_variants(case, variants), start=1):
                 out.append(Slot(backend, index, variant, last and number == variants, variant=number))
-            self._position += 1
-            if last:
-                self._position = 0
-                self._index += self.step
+            self._advance(backend is self.backends[-1])
         self.clock.generate_seconds += time.perf_counter() - started
         return out
+
+    def _runs_at(self, index: int) -> list[Backend]:
+        """The backends that run campaign index `index` (every backend runs index 0 of its schedule)."""
+        ordinal = index // self.step
+        return [b for b in self.backends if ordinal % self.every[b.name] == 0]
+
+    def _advance(self, was_last_backend: bool) -> None:
+        self._position += 1
+        if was_last_backend:
+            self._position = 0
+            self._index += self.step
 
     def take(self, limit: int) -> list[Slot]:
         """Up to `limit` slots in campaign order (blocks only if the feed is behind)."""

@@ -7,6 +7,7 @@ Every failure is written to the corpus directory as soon as it is classified, be
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections import Counter, defaultdict
@@ -34,7 +35,7 @@ from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.harness.pipeline.executor import Executor, run_batch
+from hicache_fuzz.harness.pipeline.executor import Executor, SubmittedBatch, submit_batch
 from hicache_fuzz.harness.pipeline.runner import explain_crash
 from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.base import Backend
@@ -237,7 +238,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     engine = config.engine
     feed = CaseFeed(config.seed, index, config.shard, backends, growth.spaces, platform,
                     engine.resolved_mix(platform), engine.resolved_batch(executor), growth.before,
-                    engine.resolved_variants_by_backend(platform, backends))
+                    engine.resolved_variants_by_backend(platform, backends),
+                    engine.resolved_backend_every(platform, backends))
     enable_reuse = getattr(executor, "enable_storage_reuse", None)
     if feed.variants and enable_reuse is not None:  # variants run on the storages of the case before them
         enable_reuse()
@@ -249,37 +251,58 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     resume = (index, 0)  # (index, backend position) of the first slot not processed
     timeline = Timeline(started)
     failures_seen = 0
-    done = False
+    # A pool takes batch i + 1 while batch i is recorded here (submit_batch): one batch in flight ahead. Not with
+    # a minimizer, which runs cases on the same executor while it records; not for an executor that runs a
+    # batch as it is submitted (it would only run the next batch before recording this one).
+    ahead = engine.batches_ahead if config.minimizer is None and hasattr(executor, "submit_batch") else 0
+    submitted = 0  # cases submitted so far (recorded or in flight)
+    done = False  # nothing more is submitted
+    halt = False  # nothing more is recorded either (a stop at a failure, a corpus that cannot be written)
+    in_flight: list[_Submitted] = []
     try:
-        while not done:
-            if config.max_cases is not None and report.cases >= config.max_cases:
+        while True:
+            if not done and len(in_flight) <= ahead:
+                stop = _budget_spent(config, report, submitted, started)
+                if stop == "signal":
+                    report.stopped_early = True
+                if stop:
+                    done = True
+            if not done and len(in_flight) <= ahead:
+                limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - submitted)
+                scale_slot: Slot | None = None
+                if scale is not None and report.cases and scale.due(time.perf_counter() - started):
+                    picked = scale.next_case(feed.clock)
+                    if picked is None:
+                        scale = None  # no backend has an accepted case of any shape: the tier ends
+                        continue
+                    scale_slot = Slot(picked[0], resume[0], picked[1], False, picked[2])
+                    limit -= 1
+                # A scale case leads its batch and runs alone on the first worker; a pool's other workers take
+                # the rest of the batch meanwhile (executor.run_batch, lone_first).
+                slots = feed.take(limit) if limit > 0 else []
+                order = suspects_last(slots, known_crashes)
+                if scale_slot is not None:
+                    slots = [scale_slot, *slots]
+                    order = [0, *(position + 1 for position in order)]
+                if not slots:
+                    done = True
+                else:
+                    submitted += len(slots)
+                    ran = time.perf_counter()  # an executor without a queue runs the batch here
+                    handle = submit_batch(executor, [slots[i].case for i in order],
+                                          lone_first=int(scale_slot is not None))
+                    stats.execute_seconds += time.perf_counter() - ran
+                    in_flight.append(_Submitted(slots, order, scale_slot, handle))
+                    if len(in_flight) <= ahead:
+                        continue  # submit the next batch before recording this one
+            if not in_flight:
                 break
-            if config.max_seconds is not None and time.perf_counter() - started >= config.max_seconds:
-                break
-            if config.should_stop is not None and config.should_stop():
-                report.stopped_early = True
-                break
-            limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - report.cases)
-            scale_slot: Slot | None = None
-            if scale is not None and report.cases and scale.due(time.perf_counter() - started):
-                picked = scale.next_case(feed.clock)
-                if picked is None:
-                    scale = None  # no backend has an accepted case of any shape: the tier ends
-                    continue
-                scale_slot = Slot(picked[0], resume[0], picked[1], False, picked[2])
-                limit -= 1
-            # A scale case leads its batch and runs alone on the first worker; a pool's other workers take the
-            # rest of the batch meanwhile (executor.run_batch, lone_first).
-            slots = feed.take(limit) if limit > 0 else []
-            order = suspects_last(slots, known_crashes)
-            if scale_slot is not None:
-                slots = [scale_slot, *slots]
-                order = [0, *(position + 1 for position in order)]
+            batch = in_flight.pop(0)
+            slots, order, scale_slot = batch.slots, batch.order, batch.scale_slot
             stop_after_batch = False
-            ran = time.perf_counter()
+            waited = time.perf_counter()
             try:
-                results_in_order = run_batch(executor, [slots[i].case for i in order],
-                                             lone_first=int(scale_slot is not None))
+                results_in_order = batch.handle.result()
             except WorkerError as exc:  # the machine failed us (no worker can start): stop, keep the report
                 first = slots[order[len(exc.partial_results)]] if len(exc.partial_results) < len(slots) else None
                 report.environment_error = (f"case {first.case.case_id} at index {first.index}: {exc}" if first
@@ -292,14 +315,14 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 first = slots[0] if slots else None
                 report.storage_error = (f"case {first.case.case_id} at index {first.index} not run: "
                                         f"{_os_reason(exc)}" if first else _os_reason(exc))
-                break
+                halt = True
+                results_in_order, order = [], []
             except Exception:
                 # A harness bug: keep the cases that exposed it before the exception ends the campaign.
                 for slot in slots:
                     _keep_harness_error_case(config, slot.case)
                 raise
-            spent = time.perf_counter() - ran
-            stats.execute_seconds += spent
+            stats.execute_seconds += time.perf_counter() - waited
             results: list[Result] = [Result("", "", Outcome.PASS)] * len(slots)
             for position, result in zip(order, results_in_order, strict=True):
                 results[position] = result
@@ -328,7 +351,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                     failures_seen += 1
                     new = _record_failure(config, classes, case, result, slot.index, report)
                     if config.stop_on_first_failure or (new and config.stop_on_new_failure) or report.storage_error:
-                        done = True  # a corpus that cannot take failures ends the campaign; what was found is kept
+                        halt = True  # a corpus that cannot take failures ends the campaign; what was found is kept
                 timeline(report.cases, failures_seen)
                 if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
                     report.seconds = time.perf_counter() - started
@@ -336,11 +359,18 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                     report.timeline = timeline.samples
                     report.next_index = resume[0]
                     on_result(case, result, report)
-                if done:
+                if halt:
                     break
             stats.record_seconds += time.perf_counter() - recorded
-            if stop_after_batch:
-                break
+            # The budget running out still records the batch in flight (it ran within the campaign); a stop at a
+            # failure, a corpus that cannot be written or a pool that cannot start a worker ends at this batch, as
+            # without a batch ahead: the one behind it is waited for (the workers finish it) and not counted.
+            if halt or stop_after_batch:
+                done = True
+                for pending in in_flight:
+                    with contextlib.suppress(Exception):
+                        pending.handle.result()
+                in_flight.clear()
     finally:
         feed.close()
     report.next_index = resume[0]
@@ -351,8 +381,29 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}
     report.paths = {b: dict(c) for b, c in path_counts.items()}
     report.failures = list(classes.values())
-    report.extra.update(stats.to_dict(report.seconds, feed, scale, executor))
+    report.extra.update(stats.to_dict(report.seconds, feed, scale, executor, ahead))
     return report
+
+
+@dataclass
+class _Submitted:
+    """A batch handed to the executor and not yet recorded."""
+
+    slots: list[Slot]
+    order: list[int]  # execution order (positions into slots)
+    scale_slot: Slot | None
+    handle: SubmittedBatch
+
+
+def _budget_spent(config: CampaignConfig, report: CampaignReport, submitted: int, started: float) -> str:
+    """Why no further batch is submitted ("cases", "time", "signal"), or "" while the budget lasts."""
+    if config.max_cases is not None and submitted >= config.max_cases:
+        return "cases"
+    if config.max_seconds is not None and time.perf_counter() - started >= config.max_seconds:
+        return "time"
+    if config.should_stop is not None and config.should_stop():
+        return "signal"
+    return ""
 
 
 def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], case: Case, result: Result,

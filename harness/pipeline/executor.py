@@ -57,6 +57,50 @@ def run_batch(executor: Executor, cases: Sequence[Case], lone_first: int = 0) ->
         raise WorkerError(str(exc), partial_results=results + list(exc.partial_results)) from None
 
 
+class SubmittedBatch(Protocol):
+    def result(self) -> list[Result]: ...
+
+
+class _Finished:
+    """A batch run at submission (executors that run one batch at a time): its results or its exception."""
+
+    def __init__(self, executor: Executor, cases: Sequence[Case], lone_first: int) -> None:
+        self._results: list[Result] = []
+        self._error: BaseException | None = None
+        try:
+            self._results = run_batch(executor, cases, lone_first)
+        except Exception as exc:
+            self._error = exc
+
+    def result(self) -> list[Result]:
+        if self._error is not None:
+            raise self._error
+        return self._results
+
+
+class _SubmitFailed:
+    def __init__(self, error: BaseException) -> None:
+        self._error = error
+
+    def result(self) -> list[Result]:
+        raise self._error
+
+
+def submit_batch(executor: Executor, cases: Sequence[Case], lone_first: int = 0) -> SubmittedBatch:
+    """Start `cases` and return a handle whose ``result()`` gives what ``run_batch`` would (or raises what it
+    would). A worker pool queues the batch and returns at once, so the caller can submit the next batch before
+    it records this one (the pool's members then never wait at a batch boundary); any other executor runs the
+    batch here, before returning."""
+    submit = getattr(executor, "submit_batch", None)
+    if submit is None:
+        return _Finished(executor, cases, lone_first)
+    try:
+        handle: SubmittedBatch = submit(cases, lone_first=lone_first)
+    except Exception as exc:  # e.g. the first worker cannot start: raised where run_batch would raise it
+        return _SubmitFailed(exc)
+    return handle
+
+
 class InProcessExecutor:
     def __init__(self, registry: Registry, machine: Machine) -> None:
         self.registry = registry

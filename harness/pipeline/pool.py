@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +37,47 @@ from hicache_fuzz.harness.pipeline.reuse import geometry_key
 from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 
 GROUP_LIMIT = 64  # cases per round trip to one member (a group longer than this is cut)
+
+
+class PendingBatch:
+    """A batch queued on the pool: its results fill in as the members finish its groups."""
+
+    def __init__(self, cases: list[Case], groups: int) -> None:
+        self.cases = cases
+        self.results: list[Result | None] = [None] * len(cases)
+        self.failure: WorkerError | None = None
+        self.harness_error: BaseException | None = None
+        self._left = groups
+        self._done = threading.Event()
+        if groups == 0:
+            self._done.set()
+
+    def group_done(self) -> None:
+        self._left -= 1
+        if self._left <= 0:
+            self._done.set()
+
+    def fail(self, failure: WorkerError) -> None:
+        """Mark the batch failed; its groups still queued are skipped (each still counts as done)."""
+        if self.failure is None:
+            self.failure = failure
+        if self._left <= 0:
+            self._done.set()
+
+    def result(self) -> list[Result]:
+        """Every result in case order; raises the batch's WorkerError with the results in front of the first
+        missing one, or the harness error a member met."""
+        self._done.wait()
+        if self.harness_error is not None:
+            raise self.harness_error
+        if self.failure is not None:
+            prefix = []
+            for result in self.results:
+                if result is None:
+                    break
+                prefix.append(result)
+            raise WorkerError(str(self.failure), partial_results=prefix)
+        return [r for r in self.results if r is not None]
 
 
 def auto_pool_size(cpu_count: int | None = None) -> int:
@@ -84,6 +126,14 @@ class WorkerPool:
         self._starting: list[Future[None]] = []  # background starts of members 1.. (after start())
         self.unavailable: list[str] = []  # members that could not start (the others go on)
         self._seconds_per_case: dict[str, float] = {}  # backend -> moving average (orders a batch's groups)
+        # Queued work: (batch, positions) groups for any member, lone cases for the first; one serving thread
+        # per started member takes them in order (submit_batch).
+        self._work: deque[tuple[PendingBatch, range]] = deque()
+        self._lone: deque[tuple[PendingBatch, range]] = deque()
+        self._work_ready = threading.Condition()
+        self._serving: set[int] = set()  # members with a serving thread
+        self._closing = False
+        self._broken: WorkerError | None = None  # a member could not start a worker: the pool runs nothing more
 
     # ---- executor API ----------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:
@@ -92,59 +142,87 @@ class WorkerPool:
     runs_lone_cases_aside = True  # run_batch(..., lone_first=k): see the module docstring
 
     def run_batch(self, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
+        return self.submit_batch(cases, lone_first).result()
+
+    def submit_batch(self, cases: Sequence[Case], lone_first: int = 0) -> PendingBatch:
+        """Queue `cases` and return at once; ``result()`` waits for them. The members take a batch's groups
+        after those of the batches queued before it, so a campaign that submits batch i + 1 before it records
+        batch i keeps every member busy across the boundary (no member waits for a batch's last group, nor for
+        the parent's recording). A lone case (a batch of one, or the first `lone_first`: the scale tier's)
+        runs on the first member, before it takes groups."""
         if not self._starting and self.size > 1:
             self.start()
         if len(cases) == 1:
-            # A lone case is the scale tier's (the campaign sends those alone): always the first worker, so
-            # that one process, not every one, keeps the tier's multi-GiB host and device arenas.
-            return self.members[0].run_batch(cases)
+            lone_first = 1
         groups = [range(lone_first + g.start, lone_first + g.stop) for g in geometry_groups(cases[lone_first:])]
-        lone = self.members[0]
-        results: list[Result | None] = [None] * len(cases)
         # Longest groups first (by each backend's seconds per case so far): the batch ends when its last group
         # does, so a slow group started last would leave the other workers idle (sglang-pool's cases cost
         # several times the JIT backends' on the H200).
         queue = sorted(groups, key=lambda g: len(g) * self._seconds_per_case.get(cases[g.start].backend, 0.0))
-        lock = threading.Lock()
-        failures: list[WorkerError] = []
+        with self._work_ready:
+            if self._broken is not None:
+                refused = PendingBatch(list(cases), 0)
+                refused.fail(self._broken)
+                return refused
+            batch = PendingBatch(list(cases), lone_first + len(queue))
+            self._lone.extend((batch, range(position, position + 1)) for position in range(lone_first))
+            self._work.extend((batch, group) for group in reversed(queue))
+            self._work_ready.notify_all()
+        self._serve_ready_members()
+        return batch
 
-        def serve(member: WorkerExecutor) -> None:
-            if member is lone:  # the scale tier's cases first, each alone, on the first member
-                for position in range(lone_first):
-                    try:
-                        (results[position],) = member.run_batch([cases[position]])
-                    except WorkerError as exc:
-                        with lock:
-                            failures.append(exc)
-                        return
-            while True:
-                with lock:
-                    if not queue or failures:
-                        return
-                    group = queue.pop()
+    def _serve_ready_members(self) -> None:
+        """One serving thread per member that has started (members join as their start-up finishes)."""
+        for member in self._ready_members():
+            number = next(i for i, m in enumerate(self.members) if m is member)
+            if number not in self._serving:
+                self._serving.add(number)
+                self._threads.submit(self._serve, member, number == 0)
+
+    def _next_item(self, first: bool) -> tuple[PendingBatch, range] | None:
+        with self._work_ready:
+            while not self._closing and not self._work and not (first and self._lone):
+                self._work_ready.wait()
+            if self._closing:
+                return None
+            return (self._lone if first and self._lone else self._work).popleft()
+
+    def _drop_queued(self, failure: WorkerError) -> None:
+        """Fail every queued group (the caller holds the lock): their batches end without running them."""
+        for queued, _ in (*self._lone, *self._work):
+            queued.fail(failure)
+            queued.group_done()
+        self._lone.clear()
+        self._work.clear()
+
+    def _serve(self, member: WorkerExecutor, first: bool) -> None:
+        while (item := self._next_item(first)) is not None:
+            batch, group = item
+            failure: WorkerError | None = None
+            if batch.failure is None:
                 try:
-                    done = member.run_batch([cases[i] for i in group])
+                    done = member.run_batch([batch.cases[i] for i in group])
                 except WorkerError as exc:  # this member cannot start a worker: keep what it did produce
-                    done = exc.partial_results
-                    with lock:
-                        failures.append(exc)
+                    done, failure = exc.partial_results, exc
+                except BaseException as exc:  # a harness error: the batch raises it to the campaign
+                    done, failure = [], WorkerError(f"{type(exc).__name__}: {exc}")
+                    batch.harness_error = exc
+            else:
+                done = []  # a group of a batch that already failed is not run
+            with self._work_ready:
                 for position, result in zip(group, done, strict=False):
-                    results[position] = result
+                    batch.results[position] = result
                 if done:
-                    with lock:
-                        self._learn(cases[group.start].backend, done)
-                if failures:
-                    return
-
-        list(self._threads.map(serve, self._ready_members()))
-        if failures:
-            prefix = []
-            for result in results:
-                if result is None:
-                    break
-                prefix.append(result)
-            raise WorkerError(str(failures[0]), partial_results=prefix)
-        return [r for r in results if r is not None]
+                    self._learn(batch.cases[group.start].backend, done)
+                if failure is not None:
+                    # The pool stops: every queued group (of this batch and of those after it) is not run, and
+                    # later batches fail at once, as a lone worker that cannot start does.
+                    self._broken = failure
+                    self._drop_queued(failure)
+                    batch.fail(failure)
+                batch.group_done()
+            if failure is not None:
+                return
 
     def _learn(self, backend: str, done: Sequence[Result]) -> None:
         """Track `backend`'s seconds per case (a moving average) for ordering groups."""
@@ -182,7 +260,18 @@ class WorkerPool:
         for member in self.members:
             member.enable_storage_reuse()
 
+    def stop_serving(self) -> None:
+        """End the serving threads (after the group each is running) and wait for them."""
+        with self._work_ready:
+            self._closing = True
+            self._work_ready.notify_all()
+        self._threads.shutdown(wait=True)
+
     def close(self) -> None:
+        with self._work_ready:
+            self._closing = True
+            self._drop_queued(WorkerError("the worker pool was closed before these cases ran"))
+            self._work_ready.notify_all()
         for starting in self._starting:
             starting.cancel()
         for member in self.members:  # a member still starting sees its process killed and its start fail

@@ -465,3 +465,35 @@ def test_pool_copies_move_every_layer_byte_exactly_both_ways(attention: Attentio
     back.spec.attention = attention
     sglang_pool._copy_out(back, device_pool, host_pool)
     assert torch.equal(back.device, ours.device) and torch.equal(back.host.payload, ours.host.payload)
+
+
+class _GuardedHostPool:
+    """sglang 0.5.23's per-layer load guard (`pool_host/mha.py`: `0 <= layer_id < target_layer_num`, else
+    return), or the mutant of it that lets the layer just past the range through (`<=`); a layer that gets past
+    the guard indexes the pool's per-layer lists, as sglang does."""
+
+    def __init__(self, layers: int, off_by_one: bool = False) -> None:
+        self.target_layer_num, self.off_by_one = layers, off_by_one
+        self.layer_rows: list[list[int]] = [[] for _ in range(layers)]
+
+    def load_to_device_per_layer(self, device_pool: object, host_indices: object, device_indices: object,
+                                 layer_id: int, io_backend: str) -> None:
+        inside = (0 <= layer_id <= self.target_layer_num) if self.off_by_one else (
+            0 <= layer_id < self.target_layer_num)
+        if not inside:
+            return
+        self.layer_rows[layer_id].append(1)  # IndexError past the end, as sglang's device_k_buffers[layer_id]
+
+
+def test_pool_load_back_also_loads_the_layers_just_outside_the_pool_and_expects_nothing() -> None:
+    """Every load-back case of sglang-pool also asks for layers -1 and `layers` (a draft layer, another pool's):
+    sglang's guard skips them; an off-by-one guard lets `layers` through and the case fails (the survivor
+    13cd2b6186b7 of reports/mutate/h200)."""
+    case = pool_case(GROUP[:1], "base", Direction.LOAD_BACK)
+    assert sglang_pool.foreign_layers(case) == (-1, case.layers)
+    assert all(not 0 <= layer < case.layers for layer in sglang_pool.foreign_layers(case))
+    guarded = _GuardedHostPool(case.layers)
+    sglang_pool._load_foreign_layers(case, None, guarded, None, None)
+    assert guarded.layer_rows == [[] for _ in range(case.layers)]
+    with pytest.raises(IndexError):
+        sglang_pool._load_foreign_layers(case, None, _GuardedHostPool(case.layers, off_by_one=True), None, None)

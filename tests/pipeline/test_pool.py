@@ -119,7 +119,7 @@ def test_a_batch_runs_its_slowest_groups_first(tmp_path: Path) -> None:
     results = pool.run_batch(cases)
     assert member.seen[0] == "slow"
     assert [r.case_id for r in results] == [c.case_id for c in cases]
-    pool._threads.shutdown()
+    pool.stop_serving()
 
 
 class _SlowFirstMember(_RecordingMember):
@@ -149,7 +149,7 @@ def test_a_scale_case_runs_on_the_first_worker_while_the_others_take_the_batch(t
     pool._starting = [_Done()]  # type: ignore[list-item]  # both "started": no worker processes in this test
     cases = [case("scale", 1).replace(layers=7)] + [case("fast", 1).replace(layers=1 + i) for i in range(4)]
     results = pool.run_batch(cases, lone_first=1)
-    pool._threads.shutdown()
+    pool.stop_serving()
     assert [r.case_id for r in results] == [c.case_id for c in cases]
     assert first.seen[0] == "scale" and "scale" not in second.seen
     scale_started = next(t for name, backend, t in log if backend == "scale")
@@ -180,3 +180,66 @@ def test_a_campaign_with_the_scale_tier_runs_through_a_pool(tmp_path: Path) -> N
     data = report.to_dict()
     assert report.cases == 300 and len(report.case_ids) == 300 and not report.failures
     assert data["scale"]["scale_cases"] >= 2
+
+
+def test_a_pool_takes_the_next_batch_while_the_caller_records_this_one(tmp_path: Path) -> None:
+    """submit_batch queues and returns: a member that is done with batch 1 takes batch 2's groups while batch 1's
+    slow group still runs on the other member (no member waits at the batch boundary)."""
+    pool = WorkerPool(2, ["reference"], tmp_path)
+    log: list[tuple[str, str, float]] = []
+    first, second = _SlowFirstMember("first", log), _SlowFirstMember("second", log)
+    pool.members = [first, second]  # type: ignore[list-item]
+    pool._starting = [_Done()]  # type: ignore[list-item]
+    batch1 = [case("scale", 1).replace(layers=7), case("fast", 1).replace(layers=1)]
+    batch2 = [case("fast", 2).replace(layers=2 + i) for i in range(3)]
+    import time
+
+    submitted = time.monotonic()
+    pending1, pending2 = pool.submit_batch(batch1), pool.submit_batch(batch2)
+    assert time.monotonic() - submitted < 0.25  # queued, not run, before returning
+    results1, results2 = pending1.result(), pending2.result()
+    pool.stop_serving()
+    assert [r.case_id for r in results1] == [c.case_id for c in batch1]
+    assert [r.case_id for r in results2] == [c.case_id for c in batch2]
+    slow_started = next(t for _, backend, t in log if backend == "scale")
+    batch2_ids = {c.case_id for c in batch2}
+    assert batch2_ids and any(t < slow_started + 0.3 for name, backend, t in log if backend == "fast") and len(
+        [t for _, backend, t in log if backend == "fast" and slow_started <= t < slow_started + 0.3]) >= 2
+
+
+class _BrokenMember(_RecordingMember):
+    def run_batch(self, cases: list[Case]) -> list[Result]:
+        from hicache_fuzz.harness.pipeline.worker import WorkerError
+
+        raise WorkerError("worker did not start: no GPU left", partial_results=[])
+
+
+def test_a_pool_that_cannot_start_a_worker_fails_the_batch_behind_too(tmp_path: Path) -> None:
+    from hicache_fuzz.harness.pipeline.worker import WorkerError
+
+    pool = WorkerPool(1, ["reference"], tmp_path)
+    pool.members = [_BrokenMember({})]  # type: ignore[list-item]
+    pool._starting = [object()]  # type: ignore[list-item]
+    pending1 = pool.submit_batch([case("fast", 1).replace(layers=1 + i) for i in range(2)])
+    pending2 = pool.submit_batch([case("fast", 2).replace(layers=4)])
+    for pending in (pending1, pending2):
+        with pytest.raises(WorkerError, match="no GPU left") as raised:
+            pending.result()
+        assert raised.value.partial_results == []
+    with pytest.raises(WorkerError, match="no GPU left"):
+        pool.submit_batch([case("fast", 3)]).result()  # refused at once, not queued for nobody
+    pool.stop_serving()
+
+
+def test_a_pool_campaign_that_stops_at_its_first_failure_ends_there(tmp_path: Path) -> None:
+    """With a batch in flight ahead, a stop at the first failure still ends the report at that case."""
+    registry = load_registry()
+    machine = require("cpu")
+    backend = registry.get("zoo-last-page-dropped")
+    config = CampaignConfig([backend.name], seed=4, max_cases=400, stop_on_first_failure=True,
+                            engine=EngineOptions(batch=8, mix="none", scale="off"))
+    with WorkerPool(2, [backend.name], tmp_path) as pool:
+        report = run_campaign(config, [backend], machine.platform, pool, record_case_ids=True)
+    assert len(report.failures) == 1
+    assert report.case_ids[-1] == report.failures[0].first_case_id
+    assert report.cases == len(report.case_ids) < 400
