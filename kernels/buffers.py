@@ -86,9 +86,21 @@ def copied_to(raw: torch.Tensor, device: torch.device) -> torch.Tensor:
     through its device mapping, which is contiguous."""
     out = torch.empty(raw.numel(), dtype=raw.dtype, device=device)
     step = register_chunk_bytes() // max(raw.element_size(), 1)
+    # To a GPU the copy is queued on the current stream and not waited for: whatever reads `out` next on the
+    # device runs after it, and a caller that needs it complete on the host synchronizes (snapshot_on). Each
+    # wait costs a round trip through the GPU's time slices when several processes share it (session 6: a
+    # case's wall time grew 3-4x with six workers), so the per-case path waits as few times as it can.
+    non_blocking = device.type != "cpu"
     for start in range(0, raw.numel(), step):
-        out[start : start + step].copy_(raw[start : start + step])
+        out[start : start + step].copy_(raw[start : start + step], non_blocking=non_blocking)
     return out
+
+
+def to_device(values: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small CPU tensor (indices, pointer tables) copied to the GPU `device` without waiting: staged in pinned
+    memory from torch's caching host allocator, which keeps the block until the copy has run, then queued on
+    the current stream. (A copy from pageable memory makes the host wait for the stream.)"""
+    return values.pin_memory().to(device, non_blocking=True)
 
 
 _SHARED_ARENA: HostArena | None = None
@@ -237,7 +249,13 @@ class Materialized:
         image the oracle starts from (a copy, since backends write the storages in place). CPU copies come
         from `scratch` (default: this case's host memory) and share its lifetime (until release)."""
         memory = scratch or self.memory
-        if device.type != "cpu" or memory.arena is None:
+        if device.type != "cpu":
+            # Queued copies; one wait for all of them, so the "before" image is complete before any backend
+            # code runs (a backend may write a host storage from the CPU).
+            copies = {s.key: copied_to(s.raw, device) for s in self.storages()}
+            torch.cuda.current_stream(device).synchronize()
+            return copies
+        if memory.arena is None:
             return {s.key: copied_to(s.raw, device) for s in self.storages()}
         copies = {}
         for s in self.storages():
@@ -248,7 +266,8 @@ class Materialized:
 
     def current_on(self, device: torch.device) -> dict[str, torch.Tensor]:
         """Every raw storage as it is now, on `device`: the storage itself where it already lives there
-        (valid until release), a copy otherwise. The caller synchronizes the device first."""
+        (valid until release), a copy otherwise (queued on the current stream, after the backend's work).
+        The caller synchronizes the device first (the runner's probe)."""
         return {s.key: s.raw if s.raw.device == device else copied_to(s.raw, device) for s in self.storages()}
 
     def release(self) -> None:

@@ -508,7 +508,9 @@ def ptr_table(tensors: Iterable[Any], device: Any) -> Any:
     """A uint64 device tensor of the tensors' device-accessible base addresses (one per layer)."""
     import torch
 
-    return torch.tensor([host_alias(t) for t in tensors], dtype=torch.uint64, device=device)
+    from hicache_fuzz.kernels.buffers import to_device
+
+    return to_device(torch.tensor([host_alias(t) for t in tensors], dtype=torch.uint64), torch.device(device))
 
 
 def host_alias(tensor: Any) -> int:

@@ -146,8 +146,11 @@ def _move_chunks(source: torch.Tensor, source_starts: np.ndarray, destination: t
     device = destination.device
     source_view = source[: source.numel() // unit * unit].view(-1, unit)
     destination_view = destination[: destination.numel() // unit * unit].view(-1, unit)
-    gathered = source_view[torch.from_numpy(source_rows).to(source.device, non_blocking=True)]
-    destination_view[torch.from_numpy(destination_rows).to(device, non_blocking=True)] = gathered.to(device)
+    # Row lists staged in pinned memory (torch's caching host allocator keeps them until the copies ran): a copy
+    # from pageable memory would make the host wait for the GPU.
+    gathered = source_view[torch.from_numpy(source_rows).pin_memory().to(source.device, non_blocking=True)]
+    destination_view[torch.from_numpy(destination_rows).pin_memory().to(device, non_blocking=True)] = (
+        gathered.to(device))
 
 
 def byte_pairs(case: Case, semantics: Semantics) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

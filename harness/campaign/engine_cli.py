@@ -32,6 +32,9 @@ def add_engine_arguments(parser: Any) -> None:
     parser.add_argument("--batches-ahead", type=int, default=1, metavar="N",
                         help="batches a worker pool is given before the oldest is recorded (default: %(default)s; "
                              "0: one batch at a time, every worker waits for the batch's last group)")
+    parser.add_argument("--feed", default="auto", choices=["auto", "process", "thread"],
+                        help="where cases are generated: auto (a process of its own for a worker pool on a GPU, "
+                             "a thread of the campaign otherwise), process or thread; the cases are the same")
     parser.add_argument("--scale-share", type=float, default=DEFAULT_SCALE_SHARE, metavar="F",
                         help="share of the campaign's time for the scale tier (default: %(default)s)")
 
@@ -63,4 +66,4 @@ def engine_options(args: Any) -> Any:
         parse_backend_every(every)  # raises ValueError naming the problem
     return EngineOptions(batch=batch, mix=mix, scale=getattr(args, "scale", "auto"), scale_share=share,
                          variants=variants, backend_every=every,
-                         batches_ahead=ahead)
+                         batches_ahead=ahead, feed=getattr(args, "feed", "auto"))

@@ -82,6 +82,10 @@ class EngineOptions:
     # members take batch i + 1 while batch i is recorded, so none waits at a batch boundary; 0 runs a batch at a
     # time (the engine before session 7).
     batches_ahead: int = 1
+    # Where cases are generated: "auto" (a process of its own for a worker pool on a GPU, where the parent's
+    # interpreter lock is the limit: harness/campaign/feed_process.py; a thread of the campaign otherwise),
+    # "process" or "thread". The slots are the same either way.
+    feed: str = "auto"
 
     def resolved_variants(self, platform: Platform) -> int:
         if self.variants is not None:
@@ -104,6 +108,13 @@ class EngineOptions:
         if self.backend_every not in ("auto", "none"):
             every.update(parse_backend_every(self.backend_every))
         return every
+
+    def resolved_feed(self, platform: Platform, executor: object) -> str:
+        if self.feed not in ("auto", "process", "thread"):
+            raise ValueError(f"feed {self.feed!r}: expected auto, process or thread")
+        if self.feed != "auto":
+            return self.feed
+        return "process" if platform.kind != "cpu" and hasattr(executor, "submit_batch") else "thread"
 
     def resolved_mix(self, platform: Platform) -> Mix | None:
         if self.mix == "none" or (self.mix == "auto" and platform.kind == "cpu"):

@@ -27,6 +27,7 @@ from hicache_fuzz.harness.campaign.feed import (
     known_crash_features,
     suspects_last,
 )
+from hicache_fuzz.harness.campaign.feed_process import ProcessFeed
 from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.identity import identify
 from hicache_fuzz.harness.campaign.known import match_known
@@ -236,10 +237,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     report.first_index = index
     growth = MenuGrowth(backends, config.space, platform)
     engine = config.engine
-    feed = CaseFeed(config.seed, index, config.shard, backends, growth.spaces, platform,
-                    engine.resolved_mix(platform), engine.resolved_batch(executor), growth.before,
-                    engine.resolved_variants_by_backend(platform, backends),
-                    engine.resolved_backend_every(platform, backends))
+    feed, feed_kind = _make_feed(config, index, backends, growth, platform, executor)
     enable_reuse = getattr(executor, "enable_storage_reuse", None)
     if feed.variants and enable_reuse is not None:  # variants run on the storages of the case before them
         enable_reuse()
@@ -382,7 +380,23 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     report.paths = {b: dict(c) for b, c in path_counts.items()}
     report.failures = list(classes.values())
     report.extra.update(stats.to_dict(report.seconds, feed, scale, executor, ahead))
+    report.extra["engine"]["feed"] = feed_kind
     return report
+
+
+def _make_feed(config: CampaignConfig, index: int, backends: list[Backend], growth: MenuGrowth, platform: Platform,
+               executor: Executor) -> tuple[CaseFeed | ProcessFeed, str]:
+    """The campaign's feed and what it is ("thread", "process", or why the process feed could not start)."""
+    engine = config.engine
+    args = (config.seed, index, config.shard, backends, growth.spaces, platform, engine.resolved_mix(platform),
+            engine.resolved_batch(executor), growth.before, engine.resolved_variants_by_backend(platform, backends),
+            engine.resolved_backend_every(platform, backends))
+    if engine.resolved_feed(platform, executor) == "process":
+        try:
+            return ProcessFeed(*args), "process"
+        except Exception as exc:  # e.g. a plugin backend that cannot be sent to another process: same slots here
+            return CaseFeed(*args), f"thread (the feed process did not start: {type(exc).__name__}: {exc})"[:300]
+    return CaseFeed(*args), "thread"
 
 
 @dataclass

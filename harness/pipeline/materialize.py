@@ -25,6 +25,7 @@ from hicache_fuzz.kernels.buffers import (
     PoolBuffers,
     Storage,
     shared_arena,
+    to_device,
 )
 from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.transfer import storage_key
@@ -45,7 +46,7 @@ def index_tensor(values: tuple[int, ...], dtype: IndexDtype, placement: IndexDev
         pinned = memory.allocate(nbytes, HostAllocator.PIN_MEMORY).view(tensor.dtype)
         pinned.copy_(tensor)
         return pinned
-    return tensor.to(device)
+    return to_device(tensor, device)
 
 
 def materialize(case: Case, device: torch.device, memory: HostMemory | None = None) -> Materialized:

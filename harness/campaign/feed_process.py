@@ -1,0 +1,136 @@
+"""The case feed in a process of its own: generation off the campaign parent's interpreter lock.
+
+On a GPU the campaign parent has one core's worth of Python for everything: generating cases (the feed), the
+worker pool's pipe traffic and result decoding (one thread per worker) and recording results. Measured on the
+H200 (reports/gpu-engine/session7): the feed thread alone took 22 of the campaign's 68 s, and the workers were
+busy 59 % of the time. :class:`ProcessFeed` runs the same :class:`~hicache_fuzz.harness.campaign.feed.CaseFeed`
+in a child process started with ``spawn`` and keeps one batch generated ahead there; the parent only unpacks
+the slots. The slots are exactly those of the in-process feed (case i is a pure function of the seed, the index
+and the backend's space), so campaigns, shards and resumes are unchanged.
+
+The child gets its inputs (backends, their spaces, the mix, the platform) from the parent over a
+multiprocessing pipe, and sends back slots as (backend position, index, case, last of index, variant): objects
+of this project only, between the campaign's own processes (nothing read from disk). Menu growth's prefetch
+stays in the parent (it compiles in the parent's background), called in campaign order as slots arrive.
+
+If the child cannot be started, the campaign uses the in-process feed (same slots) and says so in its report
+(``engine.feed``); if it dies mid-campaign, the campaign fails with its exit code (a harness error).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+from hicache_fuzz.harness.campaign.feed import CaseFeed, FeedClock, Slot
+from hicache_fuzz.harness.campaign.mix import Mix, TransferProfile
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.oracles.contract import Platform
+
+START_TIMEOUT_S = 120.0  # the child imports torch and the harness before its first batch
+BATCH_TIMEOUT_S = 300.0  # a batch of generation; longer means the child is stuck
+
+
+class FeedProcessError(RuntimeError):
+    """The feed process died or stopped answering (a harness fault, not a finding)."""
+
+
+PackedSlot = tuple[int, int, Any, bool, int | None, int]  # backend position, index, case, last, scale no., variant
+
+
+def _feed_main(connection: Connection, settings: dict[str, Any]) -> None:
+    """The child: a CaseFeed generating batches on request ("more"), one generated ahead, until "stop"."""
+    backends: list[Backend] = settings["backends"]
+    feed = CaseFeed(settings["seed"], settings["start_index"], settings["shard"], backends, settings["spaces"],
+                    settings["platform"], settings["mix"], settings["batch"], None, settings["variants"],
+                    settings["every"])
+    position = {backend.name: number for number, backend in enumerate(backends)}
+    try:
+        ready = _packed(feed, position)
+        while connection.recv() == "more":
+            connection.send((ready, feed.clock.generate_seconds))
+            ready = _packed(feed, position)
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):  # the parent went away: so does the feed
+        pass
+    finally:
+        feed.close()
+        connection.close()
+
+
+def _packed(feed: CaseFeed, position: Mapping[str, int]) -> list[PackedSlot]:
+    return [(position[s.backend.name], s.index, s.case, s.last_of_index, s.scale_number, s.variant)
+            for s in feed._make(feed.batch)]
+
+
+class ProcessFeed:
+    """CaseFeed's interface (take, close, the report's fields) over a feed process."""
+
+    def __init__(self, seed: int, start_index: int, shard: tuple[int, int], backends: list[Backend],
+                 spaces: dict[str, CaseSpace], platform: Platform, mix: Mix | None, batch: int,
+                 before_index: Callable[[Backend, int], None] | None = None,
+                 variants: int | Mapping[str, int] = 0, every: Mapping[str, int] | None = None) -> None:
+        self.backends, self.mix, self.batch, self.before_index = backends, mix, batch, before_index
+        self.variants_by_backend = (dict(variants) if isinstance(variants, Mapping)
+                                    else {backend.name: variants for backend in backends})
+        self.variants = max(self.variants_by_backend.values(), default=0)
+        self.every = {backend.name: max(1, (every or {}).get(backend.name, 1)) for backend in backends}
+        self.clock = FeedClock()
+        started = time.perf_counter()
+        # The scale tier draws with these in the parent (the child calibrates its own: same inputs, same result).
+        self.profiles = {b.name: TransferProfile.calibrate(b, spaces[b.name], platform) for b in backends}
+        self.clock.calibrate_seconds = time.perf_counter() - started
+        self._ready: deque[Slot] = deque()
+        context = multiprocessing.get_context("spawn")
+        self._connection, child_end = context.Pipe()
+        settings = {"seed": seed, "start_index": start_index, "shard": shard, "backends": backends,
+                    "spaces": spaces, "platform": platform, "mix": mix, "batch": batch, "variants": variants,
+                    "every": dict(self.every)}
+        self._process = context.Process(target=_feed_main, args=(child_end, settings), daemon=True,
+                                        name="hicache-fuzz-feed")
+        self._process.start()  # raises (OSError, pickling errors) if the child cannot be started
+        child_end.close()
+        self._connection.send("more")  # the child sends its first batch as soon as it is generated
+        self._first = True
+
+    def take(self, limit: int) -> list[Slot]:
+        """Up to `limit` slots in campaign order (blocks only if the feed process is behind)."""
+        if not self._ready:
+            waited = time.perf_counter()
+            self._ready.extend(self._receive())
+            self.clock.wait_seconds += time.perf_counter() - waited
+        return [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
+
+    def _receive(self) -> list[Slot]:
+        timeout = START_TIMEOUT_S if self._first else BATCH_TIMEOUT_S
+        if not self._connection.poll(timeout):
+            raise FeedProcessError(f"the feed process sent no cases in {timeout:g} s")
+        try:
+            packed, generate_seconds = self._connection.recv()
+        except (EOFError, OSError) as exc:
+            self._process.join(timeout=5)
+            raise FeedProcessError(f"the feed process died (exit code {self._process.exitcode}): {exc!r}") from None
+        self._first = False
+        self._connection.send("more")  # the next batch is being generated meanwhile
+        self.clock.generate_seconds = generate_seconds
+        slots = []
+        for number, index, case, last, scale_number, variant in packed:
+            backend = self.backends[number]
+            if variant == 0 and self.before_index is not None:
+                self.before_index(backend, index)
+            slots.append(Slot(backend, index, case, last, scale_number, variant))
+        return slots
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):  # the child is gone already
+            self._connection.send("stop")
+        self._process.join(timeout=5)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=5)
+        self._connection.close()

@@ -1,0 +1,99 @@
+"""The feed process (campaign/feed_process.py): the same slots as the in-process feed, a campaign through it
+visits the same cases, a feed that cannot start falls back to the thread feed and says so, and a feed process
+that dies is a harness error naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hicache_fuzz.harness.campaign.feed import CaseFeed, EngineOptions
+from hicache_fuzz.harness.campaign.feed_process import FeedProcessError, ProcessFeed
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.model.platform import Platform, require
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.pool import WorkerPool
+from hicache_fuzz.kernels.registry import load_registry
+
+CPU = Platform("cpu")
+
+
+def _feeds(kind: type) -> object:
+    registry = load_registry()
+    backends = [registry.get("reference"), registry.get("zoo-last-page-dropped")]
+    spaces = {b.name: CaseSpace() for b in backends}
+    return kind(7, 3, (1, 2), backends, spaces, CPU, None, 50, None, {"reference": 2, "zoo-last-page-dropped": 1},
+                {"zoo-last-page-dropped": 2})
+
+
+def _described(feed: object, batches: int) -> list[tuple[object, ...]]:
+    try:
+        out = []
+        for _ in range(batches):
+            out += [(s.backend.name, s.index, s.case, s.last_of_index, s.variant) for s in feed.take(37)]  # type: ignore[attr-defined]
+        return out
+    finally:
+        feed.close()  # type: ignore[attr-defined]
+
+
+def test_the_feed_process_sends_the_slots_of_the_in_process_feed() -> None:
+    assert _described(_feeds(ProcessFeed), 4) == _described(_feeds(CaseFeed), 4)
+
+
+def test_a_campaign_through_the_feed_process_runs_the_cases_of_the_thread_feed(tmp_path: Path) -> None:
+    registry = load_registry()
+    machine = require("cpu")
+    backends = [registry.get("reference"), registry.get("zoo-last-page-dropped")]
+    ids = {}
+    for kind in ("process", "thread"):
+        config = CampaignConfig([b.name for b in backends], seed=21, max_cases=150,
+                                engine=EngineOptions(batch=24, mix="auto", scale="off", variants=3, feed=kind))
+        with WorkerPool(2, [b.name for b in backends], tmp_path / kind) as pool:
+            report = run_campaign(config, backends, machine.platform, pool, record_case_ids=True)
+        assert report.extra["engine"]["feed"] == kind
+        ids[kind] = report.case_ids
+    assert ids["process"] == ids["thread"] and len(ids["process"]) == 150
+
+
+def test_auto_uses_the_process_feed_for_a_pool_on_a_gpu_only() -> None:
+    class Pool:
+        def submit_batch(self) -> None: ...
+
+    assert EngineOptions().resolved_feed(Platform("cuda", (9, 0)), Pool()) == "process"
+    assert EngineOptions().resolved_feed(Platform("rocm"), Pool()) == "process"
+    assert EngineOptions().resolved_feed(Platform("cuda", (9, 0)), object()) == "thread"
+    assert EngineOptions().resolved_feed(CPU, Pool()) == "thread"
+    with pytest.raises(ValueError, match="feed 'x'"):
+        EngineOptions(feed="x").resolved_feed(CPU, Pool())
+
+
+def test_a_feed_process_that_cannot_start_falls_back_to_the_thread_feed(tmp_path: Path) -> None:
+    registry = load_registry()
+    machine = require("cpu")
+    reference = registry.get("reference")
+
+    class Unsendable(type(reference)):  # type: ignore[misc]  # a class defined here cannot be pickled by name
+        name = "reference"
+
+    backends = [Unsendable()]
+    config = CampaignConfig(["reference"], seed=3, max_cases=40,
+                            engine=EngineOptions(batch=8, mix="none", scale="off", feed="process"))
+    with WorkerPool(2, ["reference"], tmp_path) as pool:
+        report = run_campaign(config, backends, machine.platform, pool, record_case_ids=True)
+    assert report.cases == 40
+    assert report.extra["engine"]["feed"].startswith("thread (the feed process did not start:")
+
+
+def test_a_feed_process_that_dies_is_named() -> None:
+    feed = _feeds(ProcessFeed)
+    assert isinstance(feed, ProcessFeed)
+    try:
+        feed.take(10)
+        feed._process.kill()
+        feed._process.join(timeout=10)
+        with pytest.raises(FeedProcessError, match="feed process died|sent no cases"):
+            for _ in range(10):
+                feed.take(50)
+    finally:
+        feed.close()
