@@ -510,7 +510,9 @@ def ptr_table(tensors: Iterable[Any], device: Any) -> Any:
 
     from hicache_fuzz.kernels.buffers import to_device
 
-    return to_device(torch.tensor([host_alias(t) for t in tensors], dtype=torch.uint64), torch.device(device))
+    # Staged as int64 (the same bits): pinning and copying work on every dtype torch has had a while.
+    table = torch.tensor([host_alias(t) for t in tensors], dtype=torch.uint64).view(torch.int64)
+    return to_device(table, torch.device(device)).view(torch.uint64)
 
 
 def host_alias(tensor: Any) -> int:

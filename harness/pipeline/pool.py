@@ -24,6 +24,7 @@ One campaign parent (one feed, one set of probes, one report) instead of one per
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from hicache_fuzz.harness.pipeline.reuse import geometry_key
 from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 
 GROUP_LIMIT = 64  # cases per round trip to one member (a group longer than this is cut)
+POOL_SWITCH_INTERVAL_S = 0.0005  # the interpreter's thread switch interval while a pool runs (see start)
 
 
 class PendingBatch:
@@ -134,6 +136,7 @@ class WorkerPool:
         self._serving: set[int] = set()  # members with a serving thread
         self._closing = False
         self._broken: WorkerError | None = None  # a member could not start a worker: the pool runs nothing more
+        self._switch_interval: float | None = None  # the interpreter's, restored by close()
 
     # ---- executor API ----------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:
@@ -236,6 +239,12 @@ class WorkerPool:
         of one worker), and the pool ramps up while they run."""
         for member in self.members:
             member.spawn_early()
+        # The serving threads hand each member its next group: a member idles until its thread gets the
+        # interpreter lock, which the recording thread holds for up to the switch interval (5 ms by default,
+        # about a group of JIT cases). A shorter interval while the pool runs bounds that wait.
+        if self._switch_interval is None:
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._switch_interval, POOL_SWITCH_INTERVAL_S))
         self.members[0].start()
         if not self._starting:
             self._starting = [self._starter.submit(member.start) for member in self.members[1:]]
@@ -272,6 +281,9 @@ class WorkerPool:
             self._closing = True
             self._drop_queued(WorkerError("the worker pool was closed before these cases ran"))
             self._work_ready.notify_all()
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
         for starting in self._starting:
             starting.cancel()
         for member in self.members:  # a member still starting sees its process killed and its start fail

@@ -243,3 +243,15 @@ def test_a_pool_campaign_that_stops_at_its_first_failure_ends_there(tmp_path: Pa
     assert len(report.failures) == 1
     assert report.case_ids[-1] == report.failures[0].first_case_id
     assert report.cases == len(report.case_ids) < 400
+
+
+def test_a_running_pool_shortens_the_thread_switch_interval_and_restores_it(tmp_path: Path) -> None:
+    import sys
+
+    from hicache_fuzz.harness.pipeline.pool import POOL_SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    with WorkerPool(2, ["reference"], tmp_path) as pool:
+        pool.run_batch([case("reference", seed).replace(layers=1 + seed) for seed in range(3)])
+        assert sys.getswitchinterval() == pytest.approx(min(before, POOL_SWITCH_INTERVAL_S))
+    assert sys.getswitchinterval() == pytest.approx(before)
