@@ -20,6 +20,9 @@ the exemption and its reason are reported instead of a gap, so an exemption is v
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import operator
 from collections import Counter, defaultdict
 from itertools import combinations
 from typing import Any
@@ -75,9 +78,20 @@ def _pages(case: Case) -> int:
     return -(-case.n // case.page_size)
 
 
-def _index_near_power_of_two(indices: set[int], biggest: int, offset: int) -> bool:
-    """True if some index is 2^k + offset (k >= 2): a lookup per power of two, not a pass over the indices."""
-    return any((1 << k) + offset in indices for k in range(2, max(biggest, 1).bit_length() + 1))
+@functools.cache
+def _near_powers_of_two(bits: int) -> tuple[frozenset[int], tuple[frozenset[int], ...]]:
+    """The values 2^k + offset for 2 <= k <= bits, per offset -1, 0, +1, and all of them together."""
+    per_offset = tuple(frozenset((1 << k) + offset for k in range(2, bits + 1)) for offset in (-1, 0, 1))
+    return frozenset().union(*per_offset), per_offset
+
+
+def _indices_near_powers_of_two(case: Case, biggest: int) -> tuple[bool, bool, bool]:
+    """Whether some index (either side) is 2^k - 1, 2^k, 2^k + 1 (k >= 2; `biggest` bounds the indices, so no
+    larger k can match). One pass per side through a small set of targets: cheaper than a set of the indices."""
+    targets, per_offset = _near_powers_of_two(max(biggest, 1).bit_length())
+    hits = targets.intersection(case.host_indices) | targets.intersection(case.device_indices)
+    minus, exact, plus = (not near.isdisjoint(hits) for near in per_offset)
+    return minus, exact, plus
 
 
 def case_values(case: Case) -> dict[str, int]:
@@ -95,19 +109,18 @@ def case_values(case: Case) -> dict[str, int]:
 
 
 def case_edges(case: Case, values: dict[str, int]) -> list[str]:
-    ps, indices = case.page_size, set(case.host_indices).union(case.device_indices)
-    biggest = values["max_index"]
-    host_bytes = max(p.row_bytes(c) for p in case.pools for c in p.components) * case.layers * case.host_slots
-    device_component = max(p.row_bytes(c) for p in case.pools for c in p.components) * case.layers * case.device_rows
+    """The named edges `case` reaches, in :data:`EDGES` order; `values` is ``case_values(case)``."""
+    ps, biggest, widest_row = case.page_size, values["max_index"], values["row_bytes"]
+    host_bytes = widest_row * case.layers * case.host_slots
+    device_component = widest_row * case.layers * case.device_rows
+    near_minus, near_exact, near_plus = _indices_near_powers_of_two(case, biggest)
     checks = {
         "page_size=1": ps == 1, "page_size=npot": not is_power_of_two(ps), "page_size>=128": ps >= 128,
         "heads>8": values["heads"] > 8, "heads>=64": values["heads"] >= 64, "head_dim>=512": values["head_dim"] >= 512,
         "layers>=61": case.layers >= 61, "layers=61": case.layers == 61, "layers=126": case.layers == 126,
         "layers=128": case.layers == 128, "tokens=0": case.n == 0, "tokens>=65536": case.n >= 65536,
         "pages>=129": values["pages"] >= 129, "pool_rows>65536": max(case.host_slots, case.device_rows) > 65536,
-        "index=2^k-1": _index_near_power_of_two(indices, biggest, -1),
-        "index=2^k": _index_near_power_of_two(indices, biggest, 0),
-        "index=2^k+1": _index_near_power_of_two(indices, biggest, 1),
+        "index=2^k-1": near_minus, "index=2^k": near_exact, "index=2^k+1": near_plus,
         "index>=2^16": biggest >= 1 << 16, "partial_page": case.n % ps != 0,
         "row_bytes>32768": values["row_bytes"] > 32768, "host_bytes>=2^20": host_bytes >= 1 << 20,
         "device_component_bytes>=2^24": device_component >= 1 << 24, "pools=3": len(case.pools) >= 3,
@@ -171,15 +184,45 @@ def _legal_coverage_pair(dim_a: str, a: str, dim_b: str, b: str, page_sizes: lis
     return True
 
 
-INCREMENT_CACHE_LIMIT = 50_000  # distinct feature sets remembered (a few MB)
+# (a, b, pair dimension name) of the pair dimensions, and the triple's pair with page bytes
+_PAIR_NAMES = tuple((a, b, pair_name(a, b)) for a, b in combinations(PAIR_DIMENSIONS, 2))
+_TRIPLE_PAIR_NAME = pair_name(TRIPLE, "page_bytes")
+# Distinct feature sets a backend's pending tallies hold (~2 KB each) before add() expands them anyway.
+PENDING_LIMIT = 10_000
+# Geometries whose feature set add() remembers: index variants come right after their case, so a few suffice.
+FEATURE_KEY_CACHE_LIMIT = 256
+
+# A case's features as one hashable value: ((dimension, buckets), ...) in case_features' order.
+FeatureKey = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def feature_key(features: dict[str, list[str]]) -> FeatureKey:
+    return tuple((dimension, tuple(buckets)) for dimension, buckets in features.items())
+
+
+# The fields an index variant changes (variants.index_variant). case_features reads none of them but the host
+# list's length, so every other field and that length determine a case's features: index variants share them.
+VARIANT_FIELDS = frozenset({"host_indices", "device_indices", "seed", "note"})
+_geometry = operator.attrgetter(*(f.name for f in dataclasses.fields(Case) if f.name not in VARIANT_FIELDS))
 
 
 class Coverage:
     def __init__(self) -> None:
-        self.counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+        self._counts: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
         self.ranges: dict[str, dict[str, list[int]]] = defaultdict(dict)  # backend -> dim -> [min, max]
         self.exemptions: dict[str, dict[str, str]] = {}  # backend -> "dimension=bucket" -> why out of reach
-        self._increment_cache: dict[tuple[tuple[str, ...], ...], list[tuple[str, str]]] = {}
+        self._feature_keys: dict[tuple[Any, ...], FeatureKey] = {}  # (n, geometry) -> the features' key
+        # Cases added but not yet expanded into the counts: backend -> feature set / edge list -> cases. A case
+        # adds hundreds of counts (the pairs) and index variants share their case's feature set, so add() only
+        # tallies and the expansion runs once per distinct feature set when the counts are read.
+        self._pending_features: dict[str, Counter[FeatureKey]] = defaultdict(Counter)
+        self._pending_edges: dict[str, Counter[tuple[str, ...]]] = defaultdict(Counter)
+
+    @property
+    def counts(self) -> dict[str, dict[str, Counter[str]]]:
+        """backend -> dimension -> bucket -> cases, every case added so far included."""
+        self._flush()
+        return self._counts
 
     def exempt(self, backend: str, exemptions: dict[str, str]) -> None:
         if exemptions:
@@ -189,28 +232,45 @@ class Coverage:
         if result.outcome in NOT_EXECUTED:
             return
         values = case_values(case)
-        features = case_features(case, values)
-        counts = self.counts[result.backend]
-        for dimension, bucket in self._increments(features):
-            counts[dimension][bucket] += 1
-        counts["edge"].update(case_edges(case, values))
+        geometry = (case.n, _geometry(case))
+        key = self._feature_keys.get(geometry)
+        if key is None:
+            key = feature_key(case_features(case, values))
+            if len(self._feature_keys) >= FEATURE_KEY_CACHE_LIMIT:
+                self._feature_keys.clear()
+            self._feature_keys[geometry] = key
+        tallies = self._pending_features[result.backend]
+        tallies[key] += 1
+        self._pending_edges[result.backend][tuple(case_edges(case, values))] += 1
         self._widen(result.backend, values)
+        if len(tallies) >= PENDING_LIMIT:  # nothing read the counts for long: bound the memory pending holds
+            self._flush()
 
-    def _increments(self, features: dict[str, list[str]]) -> list[tuple[str, str]]:
-        """(dimension, bucket) of every count a case with these features adds, pairs included: computed once
-        per distinct feature set (index variants share their case's), which keeps coverage off the campaign's
-        critical path at thousands of cases a second."""
-        key = tuple(tuple(buckets) for buckets in features.values())
-        cached = self._increment_cache.get(key)
-        if cached is not None:
-            return cached
-        increments = [(dimension, bucket) for dimension, buckets in features.items() for bucket in buckets]
-        for a, b in combinations(PAIR_DIMENSIONS, 2):
-            increments.extend((pair_name(a, b), f"{x}|{y}") for x in features[a] for y in features[b])
-        increments.extend((pair_name(TRIPLE, "page_bytes"), f"{features[TRIPLE][0]}|{y}")
-                          for y in features["page_bytes"])
-        if len(self._increment_cache) < INCREMENT_CACHE_LIMIT:
-            self._increment_cache[key] = increments
+    def _flush(self) -> None:
+        """Expand the pending tallies into the counts: what each case would have added, times its tally. Keys
+        are met in the order the cases were added, so the counts' keys come in the same order as one case at
+        a time would insert them (the feature dimensions of a backend first, then its edges)."""
+        for backend, tallies in self._pending_features.items():
+            counts = self._counts[backend]
+            for key, times in tallies.items():
+                for dimension, bucket in self._increments(key):
+                    counts[dimension][bucket] += times
+        for backend, edge_tallies in self._pending_edges.items():
+            reached = self._counts[backend]["edge"]  # created even when no case reached an edge
+            for edges, times in edge_tallies.items():
+                for edge in edges:
+                    reached[edge] += times
+        self._pending_features.clear()
+        self._pending_edges.clear()
+
+    def _increments(self, key: FeatureKey) -> list[tuple[str, str]]:
+        """(dimension, bucket) of every count a case with these features adds, pairs included. Called once per
+        distinct feature set pending, not per case (index variants share their case's), and not cached: nearly
+        every generated case has a feature set of its own, and a list of increments takes ~18 KB."""
+        features = dict(key)
+        increments = [(dimension, bucket) for dimension, buckets in key for bucket in buckets]
+        increments += [(name, f"{x}|{y}") for a, b, name in _PAIR_NAMES for x in features[a] for y in features[b]]
+        increments += [(_TRIPLE_PAIR_NAME, f"{features[TRIPLE][0]}|{y}") for y in features["page_bytes"]]
         return increments
 
     def _widen(self, backend: str, values: dict[str, int]) -> None:
@@ -219,8 +279,11 @@ class Coverage:
             span = ranges.get(dimension)
             if span is None:
                 ranges[dimension] = [value, value]
-            else:
-                span[0], span[1] = min(span[0], value), max(span[1], value)
+            else:  # compare before assigning: most values widen nothing
+                if value < span[0]:
+                    span[0] = value
+                if value > span[1]:
+                    span[1] = value
 
     def gaps(self, backend: str) -> list[str]:
         """Required buckets `backend` never executed, as 'dimension=bucket' (or 'dimension: k of n distinct'),
@@ -275,7 +338,7 @@ class Coverage:
         for part in parts:
             for backend, dims in part.items():
                 for dim, buckets in dims.items():
-                    total.counts[backend][dim].update({bucket: int(n) for bucket, n in buckets.items()})
+                    total._counts[backend][dim].update({bucket: int(n) for bucket, n in buckets.items()})
         for declared in exemptions or []:
             for backend, mapping in declared.items():
                 total.exempt(backend, {str(k): str(v) for k, v in mapping.items()})

@@ -92,7 +92,7 @@ def test_a_feed_process_that_dies_is_named() -> None:
         feed.take(10)
         feed._process.kill()
         feed._process.join(timeout=10)
-        with pytest.raises(FeedProcessError, match="feed process died|sent no cases"):
+        with pytest.raises(FeedProcessError, match=r"feed process died|sent no cases"):
             for _ in range(10):
                 feed.take(50)
     finally:
