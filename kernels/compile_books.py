@@ -65,6 +65,12 @@ def warm_up(backends: Iterable[Any], platform: Any, space: Any, workers: int | N
         if not backend.probe(platform).available:
             continue
         jobs.extend(backend.compile_jobs(backend.case_space(space, platform), platform))
+    return run_jobs(jobs, workers)
+
+
+def run_jobs(jobs: list[Callable[[], object]], workers: int | None = None) -> float:
+    """Run module builds in parallel threads (nvcc runs out of process); wall seconds. A failed build is
+    remembered by the backend's memo and surfaces when a case needs that module."""
     if not jobs:
         return 0.0
     started = time.perf_counter()

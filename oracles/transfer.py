@@ -146,11 +146,21 @@ def _move_chunks(source: torch.Tensor, source_starts: np.ndarray, destination: t
     device = destination.device
     source_view = source[: source.numel() // unit * unit].view(-1, unit)
     destination_view = destination[: destination.numel() // unit * unit].view(-1, unit)
-    # Row lists staged in pinned memory (torch's caching host allocator keeps them until the copies ran): a copy
-    # from pageable memory would make the host wait for the GPU.
-    gathered = source_view[torch.from_numpy(source_rows).pin_memory().to(source.device, non_blocking=True)]
-    destination_view[torch.from_numpy(destination_rows).pin_memory().to(device, non_blocking=True)] = (
-        gathered.to(device))
+    gathered = source_view[_rows_on(source_rows, source.device)]
+    destination_view[_rows_on(destination_rows, device)] = gathered.to(device)
+
+
+# Row lists up to this size are staged in pinned memory (torch's caching host allocator keeps a block until the
+# copy from it ran, so the host does not wait for the GPU); larger ones are copied from where they are: pinning
+# megabytes of fresh sizes costs more than the wait (the oracle's stage tripled on the H200, session 7).
+PINNED_ROWS_MAX_BYTES = 1 << 18
+
+
+def _rows_on(rows: np.ndarray, device: torch.device) -> torch.Tensor:
+    values = torch.from_numpy(rows)
+    if values.nbytes <= PINNED_ROWS_MAX_BYTES:
+        values = values.pin_memory()
+    return values.to(device, non_blocking=True)
 
 
 def byte_pairs(case: Case, semantics: Semantics) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

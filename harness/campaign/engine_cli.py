@@ -29,7 +29,7 @@ def add_engine_arguments(parser: Any) -> None:
                              "several times a kernel case runs every K-th index, K its measured relative cost: "
                              "sglang-pool 6; every index on the CPU), none (every backend every index), or "
                              "NAME=K,... for those backends")
-    parser.add_argument("--batches-ahead", type=int, default=1, metavar="N",
+    parser.add_argument("--batches-ahead", type=int, default=3, metavar="N",
                         help="batches a worker pool is given before the oldest is recorded (default: %(default)s; "
                              "0: one batch at a time, every worker waits for the batch's last group)")
     parser.add_argument("--feed", default="auto", choices=["auto", "process", "thread"],
@@ -56,7 +56,7 @@ def engine_options(args: Any) -> Any:
     variants = getattr(args, "variants", None)
     if variants is not None and variants < 0:
         raise ValueError(f"--variants {variants}: need 0 or more")
-    ahead = getattr(args, "batches_ahead", 1)
+    ahead = getattr(args, "batches_ahead", 3)
     if not 0 <= ahead <= 4:
         raise ValueError(f"--batches-ahead {ahead}: need 0 to 4")
     every = getattr(args, "backend_every", "auto")

@@ -78,10 +78,11 @@ class EngineOptions:
     # whose cases cost several times a kernel case; the CPU platform: every index), "none" (every backend every
     # index), or "NAME=K,..." (those backends every K-th index, the others as auto).
     backend_every: str = "auto"
-    # Batches handed to a worker pool before the campaign records the oldest one (loop.py): with 1, the pool's
-    # members take batch i + 1 while batch i is recorded, so none waits at a batch boundary; 0 runs a batch at a
-    # time (the engine before session 7).
-    batches_ahead: int = 1
+    # Batches handed to a worker pool before the campaign records the oldest one (loop.py): the pool's members
+    # take the next batches while batch i is recorded or still finishing its slowest group (a scale case runs
+    # about a second on the first member; a batch is ~0.4 s of work at the session-7 rate), so none waits at a
+    # batch boundary; 0 runs a batch at a time (the engine before session 7).
+    batches_ahead: int = 3
     # Where cases are generated: "auto" (a process of its own for a worker pool on a GPU, where the parent's
     # interpreter lock is the limit: harness/campaign/feed_process.py; a thread of the campaign otherwise),
     # "process" or "thread". The slots are the same either way.

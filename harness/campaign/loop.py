@@ -238,6 +238,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     growth = MenuGrowth(backends, config.space, platform)
     engine = config.engine
     feed, feed_kind = _make_feed(config, index, backends, growth, platform, executor)
+    if feed_kind == "process" and hasattr(executor, "start"):
+        executor.start()  # wait for the first worker while the feed process starts, not after it
     enable_reuse = getattr(executor, "enable_storage_reuse", None)
     if feed.variants and enable_reuse is not None:  # variants run on the storages of the case before them
         enable_reuse()

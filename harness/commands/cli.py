@@ -42,6 +42,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("false-alarms", f"{_COMMANDS}.false_alarms", "N seeded campaigns: how many raise a new bug identity"),
     ("mutate", f"{_COMMANDS}.mutate", "mutation testing of sglang's HiCache sources against a campaign or tests"),
     ("report", f"{_COMMANDS}.report", "render a campaign or gate JSON report as a self-contained HTML page"),
+    ("jit-warm", f"{_COMMANDS}.jit_warm", "build every JIT module a campaign can draw into sglang's on-disk cache"),
     ("aot-smoke", f"{_COMMANDS}.aot_smoke", "every AOT sgl_kernel.kvcacheio op once, byte-compared (docs/aot.md)"),
 ]
 
