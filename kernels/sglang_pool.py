@@ -235,6 +235,7 @@ class SglangPoolBackend(SglangBackend):
         keep = False
         try:
             for pool, (device_pool, host_pool) in zip(buffers.pools, pairs, strict=True):
+                _allocator_round_trip(case, host_pool)
                 _copy_in(pool, device_pool, host_pool)
                 built.append((pool, device_pool, host_pool))
             host_facade: Any = built[0][2]
@@ -303,6 +304,25 @@ def foreign_layers(case: Case) -> tuple[int, ...]:
 def _load_foreign_layers(case: Case, device_pool: Any, host_pool: Any, host_idx: Any, dev_idx: Any) -> None:
     for layer in foreign_layers(case):
         host_pool.load_to_device_per_layer(device_pool, host_idx, dev_idx, layer, "kernel")
+
+
+# The controller takes the host indices of a write-back from the host pool's own allocator (HostKVCache.alloc),
+# which this backend otherwise bypasses (the case brings its indices). So every case also asks each host pool for
+# the case's token count and gives it back: a whole number of pages must be granted, as distinct slots of the pool;
+# an allocator that refuses or hands out anything else fails the case (the survivor d29b2eae1312 of
+# reports/mutate/h200, `%` -> `&` in alloc's page check, refused every odd number of pages). Nothing is moved.
+def _allocator_round_trip(case: Case, host_pool: Any) -> None:
+    granted = host_pool.alloc(case.n)
+    if granted is None:
+        raise AssertionError(f"host pool allocator refused {case.n} slots of a pool of {case.host_slots}")
+    try:
+        slots = granted.tolist()
+        if len(slots) != case.n or len(set(slots)) != case.n or not all(0 <= s < case.host_slots for s in slots):
+            raise AssertionError(f"host pool allocator granted {len(slots)} slots for {case.n} (distinct "
+                                 f"{len(set(slots))}, range {min(slots, default=0)}..{max(slots, default=0)} of "
+                                 f"{case.host_slots})")
+    finally:
+        host_pool.free(granted)
 
 
 def _objects_key(case: Case, buffers: Materialized) -> tuple[object, ...]:

@@ -259,6 +259,11 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     done = False  # nothing more is submitted
     halt = False  # nothing more is recorded either (a stop at a failure, a corpus that cannot be written)
     in_flight: list[_Submitted] = []
+    # A pool runs a scale case on its first member beside the queue: submitted on its own and recorded when it is
+    # done, so the batches behind it are recorded (and new ones submitted) meanwhile. Queued in a batch, one
+    # case of 1-5 s held back every batch behind it and the other members ran dry (H200, session 7). One at a time.
+    scale_aside = ahead > 0 and bool(getattr(executor, "runs_lone_cases_aside", False))
+    aside: list[_Submitted] = []
     try:
         while True:
             if not done and len(in_flight) <= ahead:
@@ -270,13 +275,19 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             if not done and len(in_flight) <= ahead:
                 limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - submitted)
                 scale_slot: Slot | None = None
-                if scale is not None and report.cases and scale.due(time.perf_counter() - started):
+                if (scale is not None and report.cases and not aside
+                        and scale.due(time.perf_counter() - started)):
                     picked = scale.next_case(feed.clock)
                     if picked is None:
                         scale = None  # no backend has an accepted case of any shape: the tier ends
                         continue
                     scale_slot = Slot(picked[0], resume[0], picked[1], False, picked[2])
                     limit -= 1
+                    if scale_aside:
+                        submitted += 1
+                        aside.append(_Submitted([scale_slot], [0], scale_slot,
+                                                submit_batch(executor, [scale_slot.case], lone_first=1)))
+                        scale_slot = None
                 # A scale case leads its batch and runs alone on the first worker; a pool's other workers take
                 # the rest of the batch meanwhile (executor.run_batch, lone_first).
                 slots = feed.take(limit) if limit > 0 else []
@@ -295,9 +306,10 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                     in_flight.append(_Submitted(slots, order, scale_slot, handle))
                     if len(in_flight) <= ahead:
                         continue  # submit the next batch before recording this one
-            if not in_flight:
+            if not in_flight and not aside:
                 break
-            batch = in_flight.pop(0)
+            finished = [i for i, pending in enumerate(aside) if pending.handle.done()]
+            batch = aside.pop(finished[0] if finished else 0) if finished or not in_flight else in_flight.pop(0)
             slots, order, scale_slot = batch.slots, batch.order, batch.scale_slot
             stop_after_batch = False
             waited = time.perf_counter()
@@ -367,10 +379,11 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             # without a batch ahead: the one behind it is waited for (the workers finish it) and not counted.
             if halt or stop_after_batch:
                 done = True
-                for pending in in_flight:
+                for pending in (*in_flight, *aside):
                     with contextlib.suppress(Exception):
                         pending.handle.result()
                 in_flight.clear()
+                aside.clear()
     finally:
         feed.close()
     report.next_index = resume[0]

@@ -59,6 +59,7 @@ def run_batch(executor: Executor, cases: Sequence[Case], lone_first: int = 0) ->
 
 class SubmittedBatch(Protocol):
     def result(self) -> list[Result]: ...
+    def done(self) -> bool: ...
 
 
 class _Finished:
@@ -77,6 +78,9 @@ class _Finished:
             raise self._error
         return self._results
 
+    def done(self) -> bool:
+        return True
+
 
 class _SubmitFailed:
     def __init__(self, error: BaseException) -> None:
@@ -84,6 +88,9 @@ class _SubmitFailed:
 
     def result(self) -> list[Result]:
         raise self._error
+
+    def done(self) -> bool:
+        return True
 
 
 def submit_batch(executor: Executor, cases: Sequence[Case], lone_first: int = 0) -> SubmittedBatch:

@@ -66,6 +66,10 @@ class PendingBatch:
         if self._left <= 0:
             self._done.set()
 
+    def done(self) -> bool:
+        """True once every group has finished (result() then returns at once)."""
+        return self._done.is_set()
+
     def result(self) -> list[Result]:
         """Every result in case order; raises the batch's WorkerError with the results in front of the first
         missing one, or the harness error a member met."""

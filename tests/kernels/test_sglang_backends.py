@@ -497,3 +497,67 @@ def test_pool_load_back_also_loads_the_layers_just_outside_the_pool_and_expects_
     assert guarded.layer_rows == [[] for _ in range(case.layers)]
     with pytest.raises(IndexError):
         sglang_pool._load_foreign_layers(case, None, _GuardedHostPool(case.layers, off_by_one=True), None, None)
+
+
+class _AllocatingHostPool:
+    """sglang 0.5.23's HostKVCache.alloc/free bookkeeping (pool_host/base.py), or its `%` -> `&` mutant: the page
+    check `need_size % page_size == 0` written as `need_size & page_size == 0` refuses odd page counts."""
+
+    def __init__(self, slots: int, page_size: int, mutant: bool = False) -> None:
+        import torch
+
+        self.page_size, self.mutant = page_size, mutant
+        self.free_slots = torch.arange(slots, dtype=torch.int64)
+        self.freed: list[int] = []
+
+    def alloc(self, need_size: int) -> object:
+        ok = (need_size & self.page_size == 0) if self.mutant else (need_size % self.page_size == 0)
+        assert ok, "The requested size should be a multiple of the page size."
+        granted, self.free_slots = self.free_slots[:need_size], self.free_slots[need_size:]
+        return granted
+
+    def free(self, indices: object) -> None:
+        self.freed += indices.tolist()  # type: ignore[attr-defined]
+
+
+def test_every_pool_case_round_trips_its_token_count_through_the_host_allocator() -> None:
+    """sglang's allocator grants the case's pages and gets them back; the page-check mutant refuses an odd page
+    count, which fails the case (valid input rejected) instead of going unseen."""
+    case = pool_case(GROUP[:1], "base", Direction.WRITE_BACK)
+    pages = case.n // case.page_size
+    good = _AllocatingHostPool(case.host_slots, case.page_size)
+    sglang_pool._allocator_round_trip(case, good)
+    assert sorted(good.freed) == list(range(case.n))
+    if pages % 2 and case.page_size > 1 and case.n & case.page_size == 0:
+        with pytest.raises(AssertionError, match="multiple of the page size"):
+            sglang_pool._allocator_round_trip(case, _AllocatingHostPool(case.host_slots, case.page_size, True))
+
+    class Refusing(_AllocatingHostPool):
+        def alloc(self, need_size: int) -> object:
+            return None
+
+    with pytest.raises(AssertionError, match="refused"):
+        sglang_pool._allocator_round_trip(case, Refusing(case.host_slots, case.page_size))
+
+    class Repeating(_AllocatingHostPool):
+        def alloc(self, need_size: int) -> object:
+            import torch
+
+            return torch.zeros(need_size, dtype=torch.int64)
+
+    if case.n > 1:
+        with pytest.raises(AssertionError, match="granted"):
+            sglang_pool._allocator_round_trip(case, Repeating(case.host_slots, case.page_size))
+
+
+def test_the_page_check_mutant_refuses_an_odd_page_count_for_power_of_two_page_sizes() -> None:
+    """What the round trip relies on: for page size 16, 3 pages (48 tokens) pass sglang's check and fail the
+    mutant's (48 & 16 == 16)."""
+    import dataclasses
+
+    case = pool_case(GROUP[:1], "base", Direction.WRITE_BACK)
+    case = dataclasses.replace(case, page_size=16, host_slots=64, device_rows=80,
+                               host_indices=tuple(range(48)), device_indices=tuple(range(16, 64)))
+    sglang_pool._allocator_round_trip(case, _AllocatingHostPool(case.host_slots, 16))
+    with pytest.raises(AssertionError, match="multiple of the page size"):
+        sglang_pool._allocator_round_trip(case, _AllocatingHostPool(case.host_slots, 16, mutant=True))

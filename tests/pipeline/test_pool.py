@@ -255,3 +255,64 @@ def test_a_running_pool_shortens_the_thread_switch_interval_and_restores_it(tmp_
         pool.run_batch([case("reference", seed).replace(layers=1 + seed) for seed in range(3)])
         assert sys.getswitchinterval() == pytest.approx(min(before, POOL_SWITCH_INTERVAL_S))
     assert sys.getswitchinterval() == pytest.approx(before)
+
+
+class _QueueingExecutor:
+    """A stand-in pool: batches finish at once, except a lone (scale) case, which finishes only after three more
+    batches were submitted behind it (as a slow scale case on the first member would)."""
+
+    runs_lone_cases_aside = True
+    size = 2
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.lone_at: list[int] = []
+        self.stalls = 0  # result() asked of a batch whose slow case had not finished: the caller would wait
+
+    def run(self, case: Case) -> Result:
+        return Result(case.case_id, case.backend, Outcome.PASS)
+
+    def run_batch(self, cases: list[Case], lone_first: int = 0) -> list[Result]:
+        return [self.run(c) for c in cases]
+
+    def submit_batch(self, cases: list[Case], lone_first: int = 0) -> object:
+        self.submitted += 1
+        results = self.run_batch(cases)
+        executor, since = self, self.submitted
+
+        class Handle:
+            def done(self) -> bool:
+                return not lone_first or executor.submitted >= since + 3
+
+            def result(self) -> list[Result]:
+                executor.stalls += not self.done()
+                return results
+
+        if lone_first:
+            self.lone_at.append(since)
+        return Handle()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_scale_case_runs_beside_the_queue_and_is_recorded_when_it_is_done() -> None:
+    """With a pool and batches ahead, a scale case is submitted on its own: the batches submitted behind it are
+    recorded before it is (nothing waits for it); every case is still counted once."""
+    registry = load_registry()
+    machine = require("cpu")
+    backend = registry.get("reference")
+    config = CampaignConfig(["reference"], seed=2, max_cases=400,
+                            engine=EngineOptions(batch=16, mix="auto", scale="simulated", scale_share=0.9,
+                                                 feed="thread"))
+    executor = _QueueingExecutor()
+    recorded: list[str] = []
+    report = run_campaign(config, [backend], machine.platform, executor,  # type: ignore[arg-type]
+                          on_result=lambda case, result, report: recorded.append(case.note), record_case_ids=True)
+    assert report.cases == len(report.case_ids) == len(set(report.case_ids)) == 400
+    assert len(executor.lone_at) >= 3 and report.extra["scale"]["scale_cases"] == len(executor.lone_at)
+    # The campaign waited for an unfinished scale case at most once: at its end, with nothing else in flight (a
+    # scale case queued inside a batch would be waited for every time).
+    assert executor.stalls <= 1
+    first_scale = next(i for i, note in enumerate(recorded) if note.startswith("scale tier"))
+    assert recorded[first_scale + 1:], "cases submitted after the scale case were recorded after it too"
