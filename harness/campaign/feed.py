@@ -225,11 +225,13 @@ class CaseFeed:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-fuzz-feed")
         self._lock = threading.Lock()
 
-    def _make(self, count: int) -> list[Slot]:
-        """Slots for at least `count` cases (a generated case comes with all its variants)."""
+    def _make(self, count: int, whole_indices: bool = False) -> list[Slot]:
+        """Slots for at least `count` cases (a generated case comes with all its variants); with
+        `whole_indices`, up to the end of an index (every backend of the last index), so that another feed can
+        go on from ``next_index``."""
         started = time.perf_counter()
         out: list[Slot] = []
-        while len(out) < count:
+        while len(out) < count or (whole_indices and self._position != 0):
             backend = self.backends[self._position]
             index = self._index
             runs_here = self._runs_at(index)
@@ -279,6 +281,11 @@ class CaseFeed:
             self.clock.wait_seconds += time.perf_counter() - waited
             self._pending = self._thread.submit(self._make, self.batch)  # next batch while this one runs
         return [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
+
+    @property
+    def next_index(self) -> int:
+        """The index the next generated slot belongs to (at an index boundary after _make(whole_indices))."""
+        return self._index
 
     def next_unconsumed(self) -> tuple[int, int] | None:
         """(index, backend position) of the first slot generated but not taken, if any."""

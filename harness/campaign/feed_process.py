@@ -13,6 +13,11 @@ multiprocessing pipe, and sends back slots as (backend position, index, case, la
 of this project only, between the campaign's own processes (nothing read from disk). Menu growth's prefetch
 stays in the parent (it compiles in the parent's background), called in campaign order as slots arrive.
 
+The child's start-up (it imports torch and the backends, and calibrates the mix, while the workers import
+sglang) took ~15 s of the campaign in the H200 measurement. So the campaign does not wait for it: until the child
+says it is ready, the parent generates whole campaign indices itself (the same CaseFeed, in this process), then
+tells the child the next index and takes every later slot from it.
+
 If the child cannot be started, the campaign uses the in-process feed (same slots) and says so in its report
 (``engine.feed``); if it dies mid-campaign, the campaign fails with its exit code (a harness error).
 """
@@ -45,12 +50,21 @@ PackedSlot = tuple[int, int, Any, bool, int | None, int]  # backend position, in
 
 
 def _feed_main(connection: Connection, settings: dict[str, Any]) -> None:
-    """The child: a CaseFeed generating batches on request ("more"), one generated ahead, until "stop"."""
+    """The child: says "ready" once its imports are done, waits for ("start", index), then generates batches of a
+    CaseFeed from that index on request ("more"), one generated ahead, until "stop"."""
     backends: list[Backend] = settings["backends"]
-    feed = CaseFeed(settings["seed"], settings["start_index"], settings["shard"], backends, settings["spaces"],
-                    settings["platform"], settings["mix"], settings["batch"], None, settings["variants"],
-                    settings["every"])
     position = {backend.name: number for number, backend in enumerate(backends)}
+    try:
+        connection.send("ready")
+        message = connection.recv()
+        if not (isinstance(message, tuple) and message[0] == "start"):
+            return
+        feed = CaseFeed(settings["seed"], message[1], settings["shard"], backends, settings["spaces"],
+                        settings["platform"], settings["mix"], settings["batch"], None, settings["variants"],
+                        settings["every"])
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        connection.close()
+        return
     try:
         ready = _packed(feed, position)
         while connection.recv() == "more":
@@ -86,28 +100,60 @@ class ProcessFeed:
         self.profiles = {b.name: TransferProfile.calibrate(b, spaces[b.name], platform) for b in backends}
         self.clock.calibrate_seconds = time.perf_counter() - started
         self._ready: deque[Slot] = deque()
+        # Until the child is ready, whole indices come from this in-process feed (no thread: it runs when asked).
+        self._local: CaseFeed | None = CaseFeed(seed, start_index, shard, backends, spaces, platform, mix, batch,
+                                                before_index, variants, every)
+        self._local.close()
+        self.local_slots = 0  # slots generated here before the child took over (the report's engine.feed)
         context = multiprocessing.get_context("spawn")
         self._connection, child_end = context.Pipe()
-        settings = {"seed": seed, "start_index": start_index, "shard": shard, "backends": backends,
-                    "spaces": spaces, "platform": platform, "mix": mix, "batch": batch, "variants": variants,
-                    "every": dict(self.every)}
+        settings = {"seed": seed, "shard": shard, "backends": backends, "spaces": spaces, "platform": platform,
+                    "mix": mix, "batch": batch, "variants": variants, "every": dict(self.every)}
         self._process = context.Process(target=_feed_main, args=(child_end, settings), daemon=True,
                                         name="hicache-fuzz-feed")
         self._process.start()  # raises (OSError, pickling errors) if the child cannot be started
         child_end.close()
-        self._connection.send("more")  # the child sends its first batch as soon as it is generated
-        self._first = True
+        self._started = time.perf_counter()
 
     def take(self, limit: int) -> list[Slot]:
-        """Up to `limit` slots in campaign order (blocks only if the feed process is behind)."""
+        """Up to `limit` slots in campaign order (blocks only if the feed is behind)."""
         if not self._ready:
             waited = time.perf_counter()
-            self._ready.extend(self._receive())
+            self._ready.extend(self._local_batch() if self._local_in_charge() else self._receive())
             self.clock.wait_seconds += time.perf_counter() - waited
         return [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
 
+    def _local_in_charge(self) -> bool:
+        """True while the child is not ready yet; at its first "ready" the child is told where to go on from."""
+        if self._local is None:
+            return False
+        ready = self._connection.poll(0)
+        if not ready and time.perf_counter() - self._started < START_TIMEOUT_S:
+            return True
+        try:
+            said = self._connection.recv() if ready else None
+        except (EOFError, OSError) as exc:
+            self._process.join(timeout=5)
+            raise FeedProcessError(f"the feed process died (exit code {self._process.exitcode}): {exc!r}") from None
+        if said != "ready":
+            raise FeedProcessError(f"the feed process did not get ready in {START_TIMEOUT_S:g} s (said {said!r})")
+        self._connection.send(("start", self._local.next_index))
+        self._connection.send("more")  # the child sends its first batch as soon as it is generated
+        self._local = None
+        return False
+
+    def _local_batch(self) -> list[Slot]:
+        assert self._local is not None
+        slots = self._local._make(self.batch, whole_indices=True)
+        self.local_slots += len(slots)
+        self.clock.generate_seconds += self._local.clock.generate_seconds - self._local_generated
+        self._local_generated = self._local.clock.generate_seconds
+        return slots
+
+    _local_generated = 0.0
+
     def _receive(self) -> list[Slot]:
-        timeout = START_TIMEOUT_S if self._first else BATCH_TIMEOUT_S
+        timeout = BATCH_TIMEOUT_S
         if not self._connection.poll(timeout):
             raise FeedProcessError(f"the feed process sent no cases in {timeout:g} s")
         try:
@@ -115,9 +161,8 @@ class ProcessFeed:
         except (EOFError, OSError) as exc:
             self._process.join(timeout=5)
             raise FeedProcessError(f"the feed process died (exit code {self._process.exitcode}): {exc!r}") from None
-        self._first = False
         self._connection.send("more")  # the next batch is being generated meanwhile
-        self.clock.generate_seconds = generate_seconds
+        self.clock.generate_seconds = self._local_generated + generate_seconds
         slots = []
         for number, index, case, last, scale_number, variant in packed:
             backend = self.backends[number]

@@ -395,6 +395,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     report.paths = {b: dict(c) for b, c in path_counts.items()}
     report.failures = list(classes.values())
     report.extra.update(stats.to_dict(report.seconds, feed, scale, executor, ahead))
+    if isinstance(feed, ProcessFeed):  # how much the campaign generated itself while the feed process started
+        feed_kind = f"process (the first {feed.local_slots} cases generated in the campaign process)"
     report.extra["engine"]["feed"] = feed_kind
     return report
 

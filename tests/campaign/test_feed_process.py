@@ -28,11 +28,12 @@ def _feeds(kind: type) -> object:
 
 
 def _described(feed: object, batches: int) -> list[tuple[object, ...]]:
+    """The first 37 x `batches` slots (a take returns fewer at the end of a generated batch)."""
     try:
-        out = []
-        for _ in range(batches):
+        out: list[tuple[object, ...]] = []
+        while len(out) < 37 * batches:
             out += [(s.backend.name, s.index, s.case, s.last_of_index, s.variant) for s in feed.take(37)]  # type: ignore[attr-defined]
-        return out
+        return out[: 37 * batches]
     finally:
         feed.close()  # type: ignore[attr-defined]
 
@@ -51,7 +52,7 @@ def test_a_campaign_through_the_feed_process_runs_the_cases_of_the_thread_feed(t
                                 engine=EngineOptions(batch=24, mix="auto", scale="off", variants=3, feed=kind))
         with WorkerPool(2, [b.name for b in backends], tmp_path / kind) as pool:
             report = run_campaign(config, backends, machine.platform, pool, record_case_ids=True)
-        assert report.extra["engine"]["feed"] == kind
+        assert report.extra["engine"]["feed"].startswith(kind)
         ids[kind] = report.case_ids
     assert ids["process"] == ids["thread"] and len(ids["process"]) == 150
 
@@ -97,3 +98,26 @@ def test_a_feed_process_that_dies_is_named() -> None:
                 feed.take(50)
     finally:
         feed.close()
+
+
+def test_the_campaign_generates_whole_indices_itself_until_the_feed_process_is_ready() -> None:
+    """Before the child says it is ready, take() serves whole indices from the in-process feed; the child then
+    goes on from the next index, and the slots are those of one in-process feed all along."""
+    feed = _feeds(ProcessFeed)
+    assert isinstance(feed, ProcessFeed)
+    first = feed.take(37)  # the child is still importing: generated here
+    assert feed.local_slots >= 37
+    import time
+
+    deadline = time.monotonic() + 60
+    while feed._connection is not None and not feed._connection.poll(0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rest = list(first)
+    try:
+        while len(rest) < 37 * 7:
+            rest += feed.take(37)
+    finally:
+        feed.close()
+    described = [(s.backend.name, s.index, s.case, s.last_of_index, s.variant) for s in rest][: 37 * 7]
+    assert described == _described(_feeds(CaseFeed), 7)
+    assert 0 < feed.local_slots < len(described), "the child took over"
