@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from hicache_fuzz.harness.campaign.feed import CaseFeed, FeedClock, Slot
-from hicache_fuzz.harness.campaign.mix import Mix, TransferProfile
+from hicache_fuzz.harness.campaign.mix import Mix
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
@@ -90,20 +90,17 @@ class ProcessFeed:
                  before_index: Callable[[Backend, int], None] | None = None,
                  variants: int | Mapping[str, int] = 0, every: Mapping[str, int] | None = None) -> None:
         self.backends, self.mix, self.batch, self.before_index = backends, mix, batch, before_index
-        self.variants_by_backend = (dict(variants) if isinstance(variants, Mapping)
-                                    else {backend.name: variants for backend in backends})
-        self.variants = max(self.variants_by_backend.values(), default=0)
-        self.every = {backend.name: max(1, (every or {}).get(backend.name, 1)) for backend in backends}
-        self.clock = FeedClock()
-        started = time.perf_counter()
-        # The scale tier draws with these in the parent (the child calibrates its own: same inputs, same result).
-        self.profiles = {b.name: TransferProfile.calibrate(b, spaces[b.name], platform) for b in backends}
-        self.clock.calibrate_seconds = time.perf_counter() - started
-        self._ready: deque[Slot] = deque()
         # Until the child is ready, whole indices come from this in-process feed (no thread: it runs when asked).
-        self._local: CaseFeed | None = CaseFeed(seed, start_index, shard, backends, spaces, platform, mix, batch,
-                                                before_index, variants, every)
-        self._local.close()
+        # Its resolved settings and mix profiles (calibrated once, here) are the ones the report and the scale
+        # tier read; the child calibrates its own from the same inputs, with the same result.
+        local = CaseFeed(seed, start_index, shard, backends, spaces, platform, mix, batch, before_index, variants,
+                         every)
+        local.close()
+        self._local: CaseFeed | None = local
+        self.variants_by_backend, self.variants, self.every = local.variants_by_backend, local.variants, local.every
+        self.profiles = local.profiles
+        self.clock = FeedClock(calibrate_seconds=local.clock.calibrate_seconds)
+        self._ready: deque[Slot] = deque()
         self.local_slots = 0  # slots generated here before the child took over (the report's engine.feed)
         context = multiprocessing.get_context("spawn")
         self._connection, child_end = context.Pipe()

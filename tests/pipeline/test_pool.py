@@ -202,9 +202,9 @@ def test_a_pool_takes_the_next_batch_while_the_caller_records_this_one(tmp_path:
     assert [r.case_id for r in results1] == [c.case_id for c in batch1]
     assert [r.case_id for r in results2] == [c.case_id for c in batch2]
     slow_started = next(t for _, backend, t in log if backend == "scale")
-    batch2_ids = {c.case_id for c in batch2}
-    assert batch2_ids and any(t < slow_started + 0.3 for name, backend, t in log if backend == "fast") and len(
-        [t for _, backend, t in log if backend == "fast" and slow_started <= t < slow_started + 0.3]) >= 2
+    # batch 1's fast case and batch 2's cases ran while batch 1's slow case did (on the other member)
+    during = [t for _, backend, t in log if backend == "fast" and slow_started <= t < slow_started + 0.3]
+    assert len(during) >= 2
 
 
 class _BrokenMember(_RecordingMember):
