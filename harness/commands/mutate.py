@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,6 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", type=int, metavar="N", help="a seeded sample of N mutants spread over files and "
                                                             "operators (default: all)")
     p.add_argument("--seed", type=int, default=0, help="sample seed (default 0)")
+    p.add_argument("--only", action="append", default=[], metavar="ID",
+                   help="of the selected (sampled) mutants, only this id (repeatable; with --only-from: the union)")
+    p.add_argument("--only-from", type=Path, metavar="FILE",
+                   help="of the selected mutants, only the ids this file lists: the first word of each line, "
+                        "blank lines and '#' comments skipped (a `--list` output works)")
     p.add_argument("--list", action="store_true", help="print the (sampled) mutants and counts; run nothing")
     p.add_argument("--show", metavar="ID", help="print the diff of one mutant; run nothing")
     p.add_argument("--target", action="append", default=[], choices=("campaign", "test-cmd"),
@@ -202,11 +208,44 @@ def _mutants(args: argparse.Namespace, root: Path) -> list[Mutant]:
                                  args.operator)
     if not all_mutants:
         raise UsageError("no mutants: no source file or operator matches the --file/--operator filters")
+    chosen = all_mutants
     if args.sample is not None:
         if args.sample <= 0:
             raise UsageError("--sample must be positive")
-        return sources.sample(all_mutants, args.sample, args.seed)
-    return all_mutants
+        chosen = sources.sample(all_mutants, args.sample, args.seed)
+    wanted = _only_ids(args)
+    if wanted is None:
+        return chosen
+    # Kept in the selection's order, so a subset run starts its mutants in the order the full run would.
+    known = {m.id for m in chosen}
+    missing = [i for i in wanted if i not in known]
+    if missing:
+        raise UsageError(f"--only/--only-from: {len(missing)} id(s) not among the {len(chosen)} selected mutants: "
+                         + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
+    return [m for m in chosen if m.id in wanted]
+
+
+def _only_ids(args: argparse.Namespace) -> list[str] | None:
+    """The ids --only and --only-from name, in order and without repeats; None when neither is given."""
+    if not args.only and args.only_from is None:
+        return None
+    ids = list(args.only)
+    if args.only_from is not None:
+        try:
+            lines = args.only_from.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--only-from {args.only_from}: cannot read it ({exc})") from exc
+        for number, line in enumerate(lines, 1):
+            words = line.split("#", 1)[0].split()
+            if not words:
+                continue
+            if not re.fullmatch(r"[0-9a-f]{12}", words[0]):
+                raise UsageError(f"--only-from {args.only_from}:{number}: {words[0]!r} is not a mutant id "
+                                 f"(12 hex digits)")
+            ids.append(words[0])
+    if not ids:
+        raise UsageError("--only-from: the file names no mutant id")
+    return list(dict.fromkeys(ids))
 
 
 def _print_list(mutants: list[Mutant]) -> None:

@@ -22,6 +22,12 @@
 # hangs a kernel is a `timeout` here; a slow rebuild near the limit would be too: see README);
 # START_MARGIN (180 s: no mutant starts later than this before the SIGTERM; in session 6 a mutant held its slot
 # 90-300 s under load, and the 6 in flight at each call's end were lost);
+# WARM (jit-warm: `hicache-fuzz jit-warm` builds every module of the campaign's menus into the shared cache, so
+# a Python mutant's campaign compiles nothing; "campaign": session 6's 32-run warm-up campaign);
+# PRERUN_FROM (a committed prerun.json, e.g. reports/mutate/h200/prerun.json: its deselect list stands in for
+# step A's pre-run when .mutate-out has none; the baseline still runs the tests on this machine and must pass);
+# ONLY_FROM (a file of mutant ids, first word per line: `mutate --only-from`, e.g. the unfinished rest of a run
+# whose .mutate-out was not kept);
 # for a dry run of the plumbing without a GPU only: PLATFORM (cuda) and SGLANG_SRC (default: the installed sglang).
 set -u
 out=${OUT:?}
@@ -78,6 +84,19 @@ trap pack EXIT
 
 # (A) the tests on the unmutated install (once: a resumed call keeps the first call's deselect list) and the
 # campaign's JIT menu, at once
+if [ ! -f "$res/prerun/prerun.json" ] && [ -n "${PRERUN_FROM:-}" ]; then
+  mkdir -p "$res/prerun"
+  python3 - "$PRERUN_FROM" "$res/prerun" >> "$rcs" 2>&1 <<'PY'
+import json, shutil, sys
+from pathlib import Path
+source, folder = Path(sys.argv[1]), Path(sys.argv[2])
+data = json.loads(source.read_text())
+nodes = [entry["node"] for entry in data.get("deselected", [])]
+(folder / "deselect.txt").write_text("".join(f"{node}\n" for node in nodes))
+shutil.copy(source, folder / "prerun.json")
+print(f"prerun: taken from {source} ({len(nodes)} deselected: {', '.join(nodes)})")
+PY
+fi
 if [ ! -f "$res/prerun/prerun.json" ]; then
   timeout --kill-after=20 240 python3 reports/mutate/prerun_sglang_tests.py --out "$res/prerun" \
       --workers $(( $(nproc) / 2 < 8 ? $(nproc) / 2 : 8 )) --timeout 220 > "$work/prerun.out" 2>&1 &
@@ -87,11 +106,16 @@ else
   echo "prerun: kept from an earlier call ($res/prerun/prerun.json)" >> "$rcs"
 fi
 platform=${PLATFORM:-cuda}
-warm_args=(--platform "$platform" --seed 1 --runs 32 --no-progress --known corpus/sglang --corpus "$work/warm-corpus"
-           --json "$work/warm.json")
-[ "${SCALE:-off}" = off ] && warm_args+=(--scale off)
-timeout --kill-after=20 240 python3 -m hicache_fuzz fuzz "${warm_args[@]}" > "$work/warm.log" 2>&1
-echo "JIT warm-up campaign rc=$? at $(elapsed) s" >> "$rcs"
+if [ "${WARM:-jit-warm}" = campaign ]; then
+  warm_args=(--platform "$platform" --seed 1 --runs 32 --no-progress --known corpus/sglang --corpus "$work/warm-corpus"
+             --json "$work/warm.json")
+  [ "${SCALE:-off}" = off ] && warm_args+=(--scale off)
+  timeout --kill-after=20 240 python3 -m hicache_fuzz fuzz "${warm_args[@]}" > "$work/warm.log" 2>&1
+  echo "JIT warm-up campaign rc=$? at $(elapsed) s" >> "$rcs"
+else
+  timeout --kill-after=20 240 python3 -m hicache_fuzz jit-warm --platform "$platform" > "$work/warm.log" 2>&1
+  echo "jit-warm rc=$? at $(elapsed) s: $(tail -n 1 "$work/warm.log")" >> "$rcs"
+fi
 if [ -n "$prerun" ]; then
   wait "$prerun"
   echo "prerun rc=$? at $(elapsed) s: $(tail -n 1 "$work/prerun.out")" >> "$rcs"
@@ -106,6 +130,7 @@ fi
 select=(--file hicache.cuh --file hicache_tma.cuh --file staged_write_back.cuh --file relayout.cuh
         --file ops/kvcache/hicache.py --file 'pool_host/*.py' --sample "$SAMPLE" --seed "${SEED:-0}")
 [ -n "${SGLANG_SRC:-}" ] && select+=(--sglang-src "$SGLANG_SRC")
+[ -n "${ONLY_FROM:-}" ] && select+=(--only-from "$ONLY_FROM")
 targets=()
 case " $TARGETS " in *" campaign "*)
   targets+=(--target campaign --platform "$platform" --campaign-seconds "$CAMPAIGN_SECONDS"

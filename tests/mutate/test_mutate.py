@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -333,6 +334,37 @@ def test_list_and_show(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _run("--sglang-src", tree, "--show", mutant.id) == 0
     assert capsys.readouterr().out == mutant.diff((tree / mutant.file).read_text())
 
+
+
+def _listed_ids(text: str) -> list[str]:
+    return [line.split()[0] for line in text.splitlines() if re.fullmatch(r"[0-9a-f]{12}", line.split(" ", 1)[0])]
+
+
+def test_only_keeps_the_named_mutants_of_the_sample_in_its_order(tree: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("--sglang-src", tree, "--sample", "8", "--seed", "1", "--list") == 0
+    sample = _listed_ids(capsys.readouterr().out)
+    assert len(sample) == 8
+    # a `--list` output as the id file: comments, blank lines and the trailing tables are skipped
+    listing = tmp_path / "ids.txt"
+    listing.write_text(f"# the rest of a run\n\n{sample[5]}  file:1  op  text\n{sample[1]}\n")
+    assert _run("--sglang-src", tree, "--sample", "8", "--seed", "1", "--only-from", listing,
+                "--only", sample[6], "--list") == 0
+    assert _listed_ids(capsys.readouterr().out) == [sample[1], sample[5], sample[6]]
+
+
+def test_only_refuses_ids_outside_the_selection_and_malformed_files(tree: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("--sglang-src", tree, "--sample", "3", "--only", "0123456789ab", "--list") == 2
+    assert "0123456789ab" in capsys.readouterr().err
+    bad = tmp_path / "bad.txt"
+    bad.write_text("not-an-id here\n")
+    assert _run("--sglang-src", tree, "--only-from", bad, "--list") == 2
+    assert "bad.txt:1" in capsys.readouterr().err
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n")
+    assert _run("--sglang-src", tree, "--only-from", empty, "--list") == 2
+    assert _run("--sglang-src", tree, "--only-from", tmp_path / "absent.txt", "--list") == 2
 
 def _real_sglang_root() -> Path:
     given = os.environ.get("HICACHE_FUZZ_SGLANG_SRC")
