@@ -340,7 +340,7 @@ def _listed_ids(text: str) -> list[str]:
     return [line.split()[0] for line in text.splitlines() if re.fullmatch(r"[0-9a-f]{12}", line.split(" ", 1)[0])]
 
 
-def test_only_keeps_the_named_mutants_of_the_sample_in_its_order(tree: Path, tmp_path: Path,
+def test_only_keeps_the_named_mutants_of_the_sample_in_the_order_given(tree: Path, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert _run("--sglang-src", tree, "--sample", "8", "--seed", "1", "--list") == 0
     sample = _listed_ids(capsys.readouterr().out)
@@ -350,7 +350,7 @@ def test_only_keeps_the_named_mutants_of_the_sample_in_its_order(tree: Path, tmp
     listing.write_text(f"# the rest of a run\n\n{sample[5]}  file:1  op  text\n{sample[1]}\n")
     assert _run("--sglang-src", tree, "--sample", "8", "--seed", "1", "--only-from", listing,
                 "--only", sample[6], "--list") == 0
-    assert _listed_ids(capsys.readouterr().out) == [sample[1], sample[5], sample[6]]
+    assert _listed_ids(capsys.readouterr().out) == [sample[6], sample[5], sample[1]]
 
 
 def test_only_refuses_ids_outside_the_selection_and_malformed_files(tree: Path, tmp_path: Path,
