@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.mutate.mutant import Mutant
-from hicache_fuzz.harness.mutate.targets import CampaignTarget, Stopped, Target, TargetResult
+from hicache_fuzz.harness.mutate.targets import (
+    CampaignTarget,
+    Stopped,
+    Target,
+    TargetResult,
+    baseline_failure_variants,
+)
 from hicache_fuzz.harness.mutate.workspace import Workspace, child_environment
 
 
@@ -268,9 +274,12 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
                 f"known for every mutant ({entry['known']}): " + ", ".join(str(f.get("signature"))
                                                                           for f in entry["failures"]))
         for target in config.targets:
-            if hasattr(target, "baseline_backends"):
+            if isinstance(target, CampaignTarget):
                 report = Path(str(baseline["targets"][target.name]["log"])).with_suffix(".json")
                 target.baseline_backends = _sglang_backends(report)
+                unmutated = _read_report(report)
+                target.baseline_variants = baseline_failure_variants(unmutated) if unmutated else None
+                target.baseline_cases = int(unmutated.get("cases", 0)) if unmutated else 0
         if pending.empty():
             return records
 
@@ -313,9 +322,13 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
     return records
 
 
-def _sglang_backends(report: Path) -> set[str]:
+def _read_report(report: Path) -> dict[str, Any]:
     try:
         data = json.loads(report.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return set()
-    return {b for b in data.get("backends", []) if str(b).startswith("sglang")}
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _sglang_backends(report: Path) -> set[str]:
+    return {b for b in _read_report(report).get("backends", []) if str(b).startswith("sglang")}

@@ -201,6 +201,10 @@ class CampaignTarget:
         self.fuzz_args = fuzz_args
         self.build_pattern = re.compile(build_pattern)
         self.baseline_backends: set[str] | None = None  # sglang backends the unmutated run had
+        # The unmutated run's failures ({signature: its variants}) and its case count: a KNOWN failure class
+        # that shows a variant the unmutated run never did is the mutant's doing (see masked_by_known)
+        self.baseline_variants: dict[str, set[str]] | None = None
+        self.baseline_cases = 0
         self.extra_known: list[Path] = []  # the unmutated run's own failures, when accepted (--baseline-failures)
 
     def describe(self) -> dict[str, Any]:
@@ -255,11 +259,54 @@ class CampaignTarget:
             return TargetResult("killed", done.seconds, 1,
                                 f"{len(sglang_failures)} new failure class(es), first {first.get('signature')}",
                                 kept, log, tail)
+        masked = masked_by_known(report, self.baseline_variants, self.baseline_cases)
+        if masked:
+            first = masked[0]
+            kept = [{**{k: f.get(k) for k in ("signature", "backend", "outcome", "count", "first_case_id", "file",
+                                               "summary")}, "masked_by_known": f.get("known"),
+                     "new_variants": f["new_variants"]} for f in masked]
+            return TargetResult("killed", done.seconds, done.returncode,
+                                f"{len(masked)} known failure class(es) with variants the unmutated run never "
+                                f"showed, first {first.get('signature')} (masked by --known {first.get('known')})",
+                                kept, log, tail)
         if done.returncode == 1:
             return TargetResult("error", done.seconds, 1, "exit 1 without a new failure on an sglang backend",
                                 kept, log, tail)
         return TargetResult("survived", done.seconds, 0, f"{report.get('cases', 0)} cases, no new failure",
                             kept, log, tail)
+
+
+def masked_by_known(report: dict[str, Any], baseline_variants: dict[str, set[str]] | None,
+                    baseline_cases: int) -> list[dict[str, Any]]:
+    """Known failures on an sglang backend that show a variant the unmutated run did not, each with
+    ``new_variants``.
+
+    A bug identity deliberately folds some differences into one bug (every valid input a path rejects is one
+    bug, whatever check fired), so a mutant that makes a path reject valid input in a new way can land on
+    the identity of a known bug and pass as "known" (mutant e0d98c28a365: an empty MLA staging buffer made
+    the staged write-back reject its input at another check, under the identity of sglang's known
+    CUDA-host-index rejection). Each identity keeps a variant per distinct cause detail (the error text of a
+    rejection, the damage classes of a mismatch). The mutant's campaign draws the same cases as the unmutated
+    one (same seed), so a variant the unmutated run never showed comes from the mutant. Only failures first
+    seen at a case index the unmutated run also reached count: a later case may show a variant of its own."""
+    if baseline_variants is None:
+        return []
+    masked = []
+    for failure in report.get("unique_failures", []):
+        if not failure.get("known") or not str(failure.get("backend", "")).startswith("sglang"):
+            continue
+        first_index = failure.get("first_index")
+        if not isinstance(first_index, int) or first_index >= baseline_cases:
+            continue
+        new = sorted(set(failure.get("variants") or []) - baseline_variants.get(str(failure.get("signature")), set()))
+        if new:
+            masked.append({**failure, "new_variants": new})
+    return masked
+
+
+def baseline_failure_variants(report: dict[str, Any]) -> dict[str, set[str]]:
+    """{signature: variants} of every failure an unmutated campaign's report lists."""
+    return {str(f.get("signature")): set(f.get("variants") or []) for f in report.get("unique_failures", [])}
 
 
 def _paths_run(report: dict[str, Any]) -> dict[str, int]:

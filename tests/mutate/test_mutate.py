@@ -592,3 +592,58 @@ struct S {
 """
     found = sorted((m.line, m.original) for m in generate("x.cuh", snippet, "c") if m.operator == "comparison")
     assert found == [(6, "<"), (7, "<="), (7, ">"), (8, "<")]
+
+
+# Mutant e0d98c28a365 on the H200 (session 8): the unmutated campaign's known rejection and the mutant's, one
+# identity ("a valid input this path rejects"), two variants (the error texts differ).
+_KNOWN_REJECTION = "jit-staged-wrongly_rejected-ed0f6f73b4"
+
+
+def _campaign_report(variant: str, first_index: int = 6, backend: str = "sglang-pool",
+                     known: str | None = "corpus/sglang/pool-base-controller-mixed-group-cuda-host-indices.json"
+                     ) -> dict[str, object]:
+    return {"cases": 320, "backends": ["sglang-pool"],
+            "unique_failures": [{"signature": _KNOWN_REJECTION, "backend": backend, "outcome": "wrongly_rejected",
+                                 "count": 8, "first_case_id": "c", "first_index": first_index, "file": "f",
+                                 "summary": "valid input rejected", "known": known,
+                                 "variants": [f"{_KNOWN_REJECTION}.{variant}"]}]}
+
+
+def test_a_known_failure_class_with_a_variant_the_unmutated_run_never_showed_is_a_kill() -> None:
+    from hicache_fuzz.harness.mutate.targets import baseline_failure_variants, masked_by_known
+
+    unmutated = baseline_failure_variants(_campaign_report("96d487"))
+    assert masked_by_known(_campaign_report("96d487"), unmutated, 22225) == []  # the same variant: known
+    (masked,) = masked_by_known(_campaign_report("d528f0"), unmutated, 22225)
+    assert masked["new_variants"] == [f"{_KNOWN_REJECTION}.d528f0"]
+    # not the mutant's doing, or not provably so: a case past the unmutated run's last, a non-sglang
+    # backend, a failure that is new anyway (the ordinary kill), no baseline report
+    assert masked_by_known(_campaign_report("d528f0", first_index=22225), unmutated, 22225) == []
+    assert masked_by_known(_campaign_report("d528f0", backend="reference"), unmutated, 22225) == []
+    assert masked_by_known(_campaign_report("d528f0", known=None), unmutated, 22225) == []
+    assert masked_by_known(_campaign_report("d528f0"), None, 22225) == []
+
+
+def test_the_campaign_target_kills_a_mutant_hidden_behind_a_known_identity(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hicache_fuzz.harness.mutate import targets
+    from hicache_fuzz.harness.mutate.targets import CampaignTarget, ProcessRun, baseline_failure_variants
+
+    def fake_fuzz(variant: str) -> None:
+        def run(command: list[str], env: dict[str, str], timeout: float, log_path: Path,
+                cwd: Path | None = None) -> ProcessRun:
+            report = Path(command[command.index("--json") + 1])
+            report.parent.mkdir(parents=True, exist_ok=True)
+            report.write_text(json.dumps(_campaign_report(variant)))
+            return ProcessRun(0, 1.0, "1 failures, 1 unique, 0 new")  # fuzz exits 0: the failure is known
+        monkeypatch.setattr(targets, "run_process", run)
+
+    campaign = CampaignTarget("campaign", "cuda", 60.0, 2026, [])
+    campaign.baseline_variants = baseline_failure_variants(_campaign_report("96d487"))
+    campaign.baseline_cases = 22225
+    fake_fuzz("96d487")
+    assert campaign.run({}, tmp_path / "same", 100.0).outcome == "survived"
+    fake_fuzz("d528f0")
+    result = campaign.run({}, tmp_path / "masked", 100.0)
+    assert result.outcome == "killed" and "masked by --known" in result.detail
+    assert result.failures[0]["new_variants"] == [f"{_KNOWN_REJECTION}.d528f0"]
