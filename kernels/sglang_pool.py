@@ -310,7 +310,10 @@ def _load_foreign_layers(case: Case, device_pool: Any, host_pool: Any, host_idx:
 # which this backend otherwise bypasses (the case brings its indices). So every case also asks each host pool for
 # the case's token count and gives it back: a whole number of pages must be granted, as distinct slots of the pool;
 # an allocator that refuses or hands out anything else fails the case (the survivor d29b2eae1312 of
-# reports/mutate/h200, `%` -> `&` in alloc's page check, refused every odd number of pages). Nothing is moved.
+# reports/mutate/h200, `%` -> `&` in alloc's page check, refused every odd number of pages). Then the freed slots
+# must be free: freeing them again is refused (sglang's double-free check), and the whole pool can be granted and
+# given back (the survivor e579ef60fefe of reports/mutate/h200-s8, `free` clearing `slot_used[indices - 1]`,
+# left the last freed slot marked used, which only a later grant of that slot trips over). Nothing is moved.
 def _allocator_round_trip(case: Case, host_pool: Any) -> None:
     granted = host_pool.alloc(case.n)
     if granted is None:
@@ -323,6 +326,31 @@ def _allocator_round_trip(case: Case, host_pool: Any) -> None:
                                  f"{case.host_slots})")
     finally:
         host_pool.free(granted)
+    if case.n:
+        _expect_double_free_refused(host_pool, granted)
+    _grant_whole_pool(case, host_pool)
+
+
+def _expect_double_free_refused(host_pool: Any, freed: Any) -> None:
+    try:
+        host_pool.free(freed)
+    except AssertionError as exc:
+        if "Double-free" not in str(exc):
+            raise
+        return
+    raise AssertionError(f"host pool allocator accepted a second free of {len(freed)} slots it had just freed")
+
+
+def _grant_whole_pool(case: Case, host_pool: Any) -> None:
+    """Every slot is free between cases: the pool's whole capacity, in whole pages, must be granted at once."""
+    whole = host_pool.available_size() // case.page_size * case.page_size
+    if whole < case.host_slots // case.page_size * case.page_size:
+        raise AssertionError(f"host pool allocator has {host_pool.available_size()} of {case.host_slots} slots "
+                             f"free after every grant was given back")
+    granted = host_pool.alloc(whole)
+    if granted is None:
+        raise AssertionError(f"host pool allocator refused its whole free capacity ({whole} slots)")
+    host_pool.free(granted)
 
 
 def _objects_key(case: Case, buffers: Materialized) -> tuple[object, ...]:

@@ -500,23 +500,42 @@ def test_pool_load_back_also_loads_the_layers_just_outside_the_pool_and_expects_
 
 
 class _AllocatingHostPool:
-    """sglang 0.5.23's HostKVCache.alloc/free bookkeeping (pool_host/base.py), or its `%` -> `&` mutant: the page
-    check `need_size % page_size == 0` written as `need_size & page_size == 0` refuses odd page counts."""
+    """sglang 0.5.23's HostKVCache.alloc/free bookkeeping (pool_host/base.py: free slots, released slots merged
+    back when needed, `slot_used` with its double-alloc and double-free checks), or one of two mutants of it:
+    `mutant`, the page check `need_size % page_size == 0` written as `need_size & page_size == 0` (refuses odd
+    page counts); `free_shift`, `free` clearing `slot_used[indices - 1]` instead of `slot_used[indices]`."""
 
-    def __init__(self, slots: int, page_size: int, mutant: bool = False) -> None:
+    def __init__(self, slots: int, page_size: int, mutant: bool = False, free_shift: bool = False) -> None:
         import torch
 
-        self.page_size, self.mutant = page_size, mutant
+        self.page_size, self.mutant, self.free_shift = page_size, mutant, free_shift
         self.free_slots = torch.arange(slots, dtype=torch.int64)
+        self.slot_used = torch.zeros(slots, dtype=torch.bool)
+        self.release_slots: list[object] = []
         self.freed: list[int] = []
 
+    def available_size(self) -> int:
+        return len(self.free_slots) + sum(len(r) for r in self.release_slots)  # type: ignore[arg-type]
+
     def alloc(self, need_size: int) -> object:
+        import torch
+
         ok = (need_size & self.page_size == 0) if self.mutant else (need_size % self.page_size == 0)
         assert ok, "The requested size should be a multiple of the page size."
+        if need_size > self.available_size():
+            return None
+        if need_size > len(self.free_slots):
+            self.free_slots = torch.cat([self.free_slots, *self.release_slots])  # type: ignore[list-item]
+            self.release_slots = []
         granted, self.free_slots = self.free_slots[:need_size], self.free_slots[need_size:]
+        assert not self.slot_used[granted].any(), "Double-alloc detected: slots already allocated"
+        self.slot_used[granted] = True
         return granted
 
     def free(self, indices: object) -> None:
+        assert self.slot_used[indices].all(), "Double-free detected: slots not currently allocated"  # type: ignore[index]
+        self.slot_used[indices - 1 if self.free_shift else indices] = False  # type: ignore[operator]
+        self.release_slots.append(indices)
         self.freed += indices.tolist()  # type: ignore[attr-defined]
 
 
@@ -527,7 +546,9 @@ def test_every_pool_case_round_trips_its_token_count_through_the_host_allocator(
     pages = case.n // case.page_size
     good = _AllocatingHostPool(case.host_slots, case.page_size)
     sglang_pool._allocator_round_trip(case, good)
-    assert sorted(good.freed) == list(range(case.n))
+    # the case's slots, then the whole pool (the second free of the case's slots was refused: not recorded)
+    assert sorted(good.freed) == sorted(list(range(case.n)) + list(range(case.host_slots)))
+    assert good.available_size() == case.host_slots and not good.slot_used.any()
     if pages % 2 and case.page_size > 1 and case.n & case.page_size == 0:
         with pytest.raises(AssertionError, match="multiple of the page size"):
             sglang_pool._allocator_round_trip(case, _AllocatingHostPool(case.host_slots, case.page_size, True))
@@ -545,6 +566,9 @@ def test_every_pool_case_round_trips_its_token_count_through_the_host_allocator(
 
             return torch.zeros(need_size, dtype=torch.int64)
 
+        def free(self, indices: object) -> None:
+            pass
+
     if case.n > 1:
         with pytest.raises(AssertionError, match="granted"):
             sglang_pool._allocator_round_trip(case, Repeating(case.host_slots, case.page_size))
@@ -561,3 +585,25 @@ def test_the_page_check_mutant_refuses_an_odd_page_count_for_power_of_two_page_s
     sglang_pool._allocator_round_trip(case, _AllocatingHostPool(case.host_slots, 16))
     with pytest.raises(AssertionError, match="multiple of the page size"):
         sglang_pool._allocator_round_trip(case, _AllocatingHostPool(case.host_slots, 16, mutant=True))
+
+
+def test_the_pool_round_trip_sees_a_free_that_leaves_a_slot_marked_used() -> None:
+    """The survivor e579ef60fefe of reports/mutate/h200-s8: `free` clears `slot_used[indices - 1]`, so the last
+    slot it frees stays marked used (and the slot before the first is cleared). Freeing twice is still refused
+    for a run of slots, so only granting the whole pool again shows it: sglang's double-alloc check fires."""
+    case = pool_case(GROUP[:1], "base", Direction.WRITE_BACK)
+    assert case.n > 0
+    sglang_pool._allocator_round_trip(case, _AllocatingHostPool(case.host_slots, case.page_size))
+    with pytest.raises(AssertionError, match="Double-alloc"):
+        sglang_pool._allocator_round_trip(case, _AllocatingHostPool(case.host_slots, case.page_size, free_shift=True))
+
+
+def test_the_pool_round_trip_fails_an_allocator_that_takes_a_second_free() -> None:
+    class Forgiving(_AllocatingHostPool):
+        def free(self, indices: object) -> None:
+            self.slot_used[indices] = False  # type: ignore[index]
+            self.release_slots = [r for r in self.release_slots if r is not indices] + [indices]
+
+    case = pool_case(GROUP[:1], "base", Direction.WRITE_BACK)
+    with pytest.raises(AssertionError, match="second free"):
+        sglang_pool._allocator_round_trip(case, Forgiving(case.host_slots, case.page_size))
