@@ -32,6 +32,7 @@ from hicache_fuzz.harness.mutate.targets import (
     Target,
     TargetResult,
     baseline_failure_variants,
+    read_report,
 )
 from hicache_fuzz.harness.mutate.workspace import Workspace, child_environment
 
@@ -277,7 +278,7 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
             if isinstance(target, CampaignTarget):
                 report = Path(str(baseline["targets"][target.name]["log"])).with_suffix(".json")
                 target.baseline_backends = _sglang_backends(report)
-                unmutated = _read_report(report)
+                unmutated = read_report(report)
                 target.baseline_variants = baseline_failure_variants(unmutated) if unmutated else None
                 target.baseline_cases = int(unmutated.get("cases", 0)) if unmutated else 0
         if pending.empty():
@@ -322,13 +323,5 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
     return records
 
 
-def _read_report(report: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(report.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _sglang_backends(report: Path) -> set[str]:
-    return {b for b in _read_report(report).get("backends", []) if str(b).startswith("sglang")}
+    return {b for b in read_report(report).get("backends", []) if str(b).startswith("sglang")}

@@ -220,7 +220,7 @@ class CampaignTarget:
 
     def run(self, env: dict[str, str], run_dir: Path, timeout: float, baseline: bool = False) -> TargetResult:
         result = self._run(env, run_dir, timeout, baseline)
-        result.paths = _paths_run(_read_json(run_dir / f"{self.name}.json")) if result.outcome != "timeout" else {}
+        result.paths = _paths_run(read_report(run_dir / f"{self.name}.json")) if result.outcome != "timeout" else {}
         return result
 
     def _run(self, env: dict[str, str], run_dir: Path, timeout: float, baseline: bool) -> TargetResult:
@@ -233,12 +233,11 @@ class CampaignTarget:
         if done.returncode is None:
             return TargetResult("timeout", done.seconds, None, f"no exit within {timeout:.0f} s", log=log,
                                 output_tail=tail)
-        report = _read_json(report_path)
+        report = read_report(report_path)
         backends = {b for b in report.get("backends", []) if b.startswith("sglang")}
         new = [f for f in report.get("unique_failures", []) if not f.get("known")]
         sglang_failures = [f for f in new if str(f.get("backend", "")).startswith("sglang")]
-        kept = [{k: f.get(k) for k in ("signature", "backend", "outcome", "count", "first_case_id", "file",
-                                       "summary")} for f in sglang_failures]
+        kept = [_kept(f) for f in sglang_failures]
         if done.returncode not in (0, 1) or not report:
             why = f"fuzz exited {done.returncode}" + ("" if report else " without a JSON report")
             build = self.build_pattern.search(done.output)
@@ -262,9 +261,8 @@ class CampaignTarget:
         masked = masked_by_known(report, self.baseline_variants, self.baseline_cases)
         if masked:
             first = masked[0]
-            kept = [{**{k: f.get(k) for k in ("signature", "backend", "outcome", "count", "first_case_id", "file",
-                                               "summary")}, "masked_by_known": f.get("known"),
-                     "new_variants": f["new_variants"]} for f in masked]
+            kept = [{**_kept(f), "masked_by_known": f.get("known"), "new_variants": f["new_variants"]}
+                    for f in masked]
             return TargetResult("killed", done.seconds, done.returncode,
                                 f"{len(masked)} known failure class(es) with variants the unmutated run never "
                                 f"showed, first {first.get('signature')} (masked by --known {first.get('known')})",
@@ -274,6 +272,12 @@ class CampaignTarget:
                                 kept, log, tail)
         return TargetResult("survived", done.seconds, 0, f"{report.get('cases', 0)} cases, no new failure",
                             kept, log, tail)
+
+
+def _kept(failure: dict[str, Any]) -> dict[str, Any]:
+    """What a mutant's record keeps of one campaign failure."""
+    return {k: failure.get(k) for k in ("signature", "backend", "outcome", "count", "first_case_id", "file",
+                                        "summary")}
 
 
 def masked_by_known(report: dict[str, Any], baseline_variants: dict[str, set[str]] | None,
@@ -320,7 +324,8 @@ def _paths_run(report: dict[str, Any]) -> dict[str, int]:
     return totals
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_report(path: Path) -> dict[str, Any]:
+    """A JSON report as a dict; {} when it is missing, unreadable or not an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
