@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         registry_for,
     )
 
+    launched = process_started_unix()
     execution = execution_options(args)
     machine = machine_for(execution.platform)
     registry = registry_for(execution.backend_plugins)
@@ -128,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         if early is not None:
             early.close()
         raise
+    probed = time.time()
     print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
           f"shard {options.shard[0]}/{options.shard[1]}; corpus {corpus}", flush=True)
     if early is not None and {b.name for b in backends} <= {b.name for b in real_kernel_backends(registry)}:
@@ -150,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         start = getattr(executor, "start", None)
         if start is not None:  # worker start-up and JIT warm-up happen before the campaign clock starts
             start()
+        ready = time.time()
         report = run_from_options(options, backends, machine.platform, executor, on_result, stop.requested)
     finally:
         stop.restore()
@@ -169,8 +172,37 @@ def run(args: argparse.Namespace) -> int:
                             prefetch_compile_seconds=round(background_compile_seconds(backends), 3),
                             wall_seconds=round(wall, 3),
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
+    report.extra["startup"] = startup_record(launched, probed, ready, report.extra.get("engine", {}),
+                                             getattr(executor, "hello", {}))
     print_campaign(report)
     return finish_campaign(report, args.json)
+
+
+def process_started_unix() -> float:
+    """When this process was launched (Linux: /proc's start time, so the interpreter's and the imports' seconds
+    count), else now."""
+    try:
+        with open("/proc/self/stat") as stat_file:
+            ticks = int(stat_file.read().rpartition(")")[2].split()[19])  # field 22, starttime, after the name
+        with open("/proc/stat") as system:
+            boot = next(int(line.split()[1]) for line in system if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+def startup_record(launched: float, probed: float, ready: float, engine: dict[str, Any],
+                   hello: dict[str, Any]) -> dict[str, Any]:
+    """Where the start-up went, in seconds after the launch: the parent's probes done, the first worker ready
+    (its own import, probe and JIT warm-up seconds, from its greeting), the first result recorded."""
+    first = float(engine.get("first_result_unix") or 0.0)
+    return {
+        "launched_unix": round(launched, 3),
+        "backends_probed_s": round(probed - launched, 3),
+        "first_worker_ready_s": round(ready - launched, 3),
+        "first_result_s": round(first - launched, 3) if first else None,
+        "first_worker": dict(hello.get("startup_s") or {}),
+    }
 
 
 def finish_campaign(report: CampaignReport, json_path: str | None) -> int:
@@ -302,6 +334,12 @@ def print_campaign(report: CampaignReport) -> None:
               f"{extra['worker_startup_seconds']:.1f} s, {extra['worker_restarts']} restarts, "
               f"{extra['spare_takeovers']} by a ready spare); JIT compile "
               f"{extra['compile_seconds']:.1f} s = {extra['compile_share_of_wall']:.0%} of the wall")
+    if "startup" in report.extra:
+        up = report.extra["startup"]
+        worker = ", ".join(f"{k} {v:.1f}" for k, v in up["first_worker"].items())
+        first = "none" if up["first_result_s"] is None else f"{up['first_result_s']:.1f} s"
+        print(f"  start-up after launch: backends probed {up['backends_probed_s']:.1f} s, first worker ready "
+              f"{up['first_worker_ready_s']:.1f} s ({worker or 'in process'}), first result {first}")
     for backend, counts in sorted(report.outcomes.items()):
         listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         print(f"  {backend}: {listed}")

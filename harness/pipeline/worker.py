@@ -455,6 +455,7 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         proto.write(json.dumps(message) + "\n")
         proto.flush()
 
+    began = time.perf_counter()
     try:
         from hicache_fuzz.harness.model import platform as platform_mod
         from hicache_fuzz.harness.pipeline.reuse import StorageReuse
@@ -465,12 +466,14 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         machine = platform_mod.require(args.platform)
         registry = load_registry(args.backend_plugin)
         backends = {name: registry.get(name) for name in args.backend}
+        imported = time.perf_counter()
         probes = {}
         for name, backend in backends.items():
             availability = backend.probe(machine.platform)
             probes[name] = {"available": availability.available, "reason": availability.reason}
         # JIT bookkeeping, declared by the backends (Backend.compile_books); one object per shared module cache
         books = list({id(b): b for backend in backends.values() if (b := backend.compile_books()) is not None}.values())
+        probed = time.perf_counter()
         warm_up_s = 0.0
         if args.warm_up:
             warm_up_s = _warm_up(list(backends.values()), machine.platform)
@@ -485,6 +488,10 @@ def _serve(argv: Sequence[str] | None = None) -> int:
             "platform": machine.description,
             "probes": probes,
             "warm_up_s": warm_up_s,
+            # where its start-up went (the interpreter's own start is before `began`): the harness and torch
+            # imports, the backends' probes (sglang's import), the JIT warm-up
+            "startup_s": {"import": round(imported - began, 3), "probe": round(probed - imported, 3),
+                          "warm_up": round(warm_up_s, 3)},
         }
     )
 

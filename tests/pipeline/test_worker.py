@@ -132,6 +132,9 @@ def test_spare_worker_takes_over_after_a_crash(tmp_path: Path) -> None:
                         startup_timeout_s=120, spares=1) as ex:
         assert ex.run(case("test-abort", 0)).outcome is Outcome.PASS
         first_pid = ex.hello["pid"]
+        # the greeting says where the worker's start-up went (the report's start-up record shows it)
+        assert set(ex.hello["startup_s"]) == {"import", "probe", "warm_up"}
+        assert all(seconds >= 0 for seconds in ex.hello["startup_s"].values())
         crashed = case("test-abort", 1)
         assert ex.run(crashed).outcome is Outcome.CRASH
         assert (tmp_path / "journal" / "crashes" / f"{crashed.case_id}.json").exists()
