@@ -13,7 +13,8 @@ and wraps the AOT ops the host-pool modules imported (``transfer_kv_*``). A back
 
 The factories are wrapped with our own per-key memo that also remembers failures: sglang's ``cache_once``
 does not cache exceptions, so a row size that does not compile would cost one nvcc run (8-10 s) per case.
-The memo also measures compile time (the first call per key), reported separately from run time.
+The memo also measures compile time (the first call per key), reported separately from run time, and
+keeps compile refusals on disk for the next process (:mod:`refused_builds`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 from hicache_fuzz.harness.model import copy_rules
 from hicache_fuzz.kernels.base import Availability
 from hicache_fuzz.kernels.compile_books import SGLANG_BOOKS
+from hicache_fuzz.kernels.refused_builds import RefusedBuilds
 from hicache_fuzz.oracles.contract import Platform
 
 SGLANG_VERSION = "0.5.23"
@@ -318,7 +320,8 @@ class _LaunchSpy:
         return launch
 
 
-def _memo_factory(original: Callable[..., Any], path: str, label: str) -> Callable[..., Any]:
+def _memo_factory(original: Callable[..., Any], path: str, label: str,
+                  refused: RefusedBuilds | None = None) -> Callable[..., Any]:
     results: dict[Any, Any] = {}
     failures: dict[Any, BaseException] = {}
     key_locks: dict[Any, threading.Lock] = {}
@@ -338,11 +341,18 @@ def _memo_factory(original: Callable[..., Any], path: str, label: str) -> Callab
                 return results[key]
             if key in failures:
                 raise failures[key]
+            # A refusal another process already paid nvcc for (kernels/refused_builds.py): the same error, now.
+            recorded = refused.lookup(label, key) if refused is not None else None
+            if recorded is not None:
+                failures[key] = recorded
+                raise recorded
             started = time.perf_counter()
             try:
                 module = original(*args, **kwargs)
             except Exception as exc:
                 failures[key] = exc
+                if refused is not None:
+                    refused.record(label, key, exc)
                 raise
             finally:
                 BOOKS.record(f"{label}{args or ''}{dict(kwargs)}", time.perf_counter() - started)
@@ -392,11 +402,12 @@ def missing_pool_base_hooks() -> list[str]:
 
 
 def _install_jit_spies(module: Any) -> None:
+    refused = RefusedBuilds(getattr(module, "__file__", None))  # keyed by this sglang tree's sources
     for name, path in _FACTORIES.items():
         original = getattr(module, name, None)
         if original is None or getattr(original, "hicache_fuzz_spy", False):
             continue
-        setattr(module, name, _memo_factory(original, path, name))
+        setattr(module, name, _memo_factory(original, path, name, refused))
     gate = module.use_hicache_tma_kernel
     if getattr(gate, "hicache_fuzz_spy", False):
         return
