@@ -70,6 +70,7 @@ class CampaignConfig:
 
 
 MAX_VARIANTS_SAVED = 16  # reproducers kept per bug in one campaign: one per fine-grained variant, at most this
+FIRST_BATCH_CASES = 64  # the first batch of a pool campaign (batches ahead): one member's round trip
 
 
 @dataclass
@@ -274,6 +275,11 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                     done = True
             if not done and len(in_flight) <= ahead:
                 limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - submitted)
+                if submitted == 0 and ahead > 0:
+                    # With batches queued ahead, the first batch decides only when the first result is recorded:
+                    # a short one lets the campaign report (and checkpoint) while the pool's other members are
+                    # still starting and only the first runs cases (its 384 cases took seconds on the H200).
+                    limit = min(limit, FIRST_BATCH_CASES)
                 scale_slot: Slot | None = None
                 if (scale is not None and report.cases and not aside
                         and scale.due(time.perf_counter() - started)):

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from hicache_fuzz.harness.campaign.feed import EngineOptions
-from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.campaign.loop import FIRST_BATCH_CASES, CampaignConfig, run_campaign
 from hicache_fuzz.harness.campaign.variants import index_variant
 from hicache_fuzz.harness.commands.common import worker_process_count
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import require
+from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.harness.pipeline.pool import WorkerPool, auto_pool_size, geometry_groups
 from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
 from hicache_fuzz.kernels.registry import load_registry
@@ -268,6 +269,7 @@ class _QueueingExecutor:
         self.submitted = 0
         self.lone_at: list[int] = []
         self.stalls = 0  # result() asked of a batch whose slow case had not finished: the caller would wait
+        self.sizes: list[int] = []  # cases per submitted batch
 
     def run(self, case: Case) -> Result:
         return Result(case.case_id, case.backend, Outcome.PASS)
@@ -277,6 +279,7 @@ class _QueueingExecutor:
 
     def submit_batch(self, cases: list[Case], lone_first: int = 0) -> object:
         self.submitted += 1
+        self.sizes.append(len(cases))
         results = self.run_batch(cases)
         executor, since = self, self.submitted
 
@@ -316,3 +319,25 @@ def test_a_scale_case_runs_beside_the_queue_and_is_recorded_when_it_is_done() ->
     assert executor.stalls <= 1
     first_scale = next(i for i, note in enumerate(recorded) if note.startswith("scale tier"))
     assert recorded[first_scale + 1:], "cases submitted after the scale case were recorded after it too"
+
+
+def test_a_pool_campaign_starts_with_a_short_batch_and_visits_the_same_cases() -> None:
+    """The first batch of a campaign with batches ahead is one round trip long (its first result is recorded
+    while the other members start); the batches after it are full, and the cases are those of a campaign that
+    runs one case at a time (case i depends on the seed and i only)."""
+    registry = load_registry()
+    machine = require("cpu")
+    backend = registry.get("reference")
+
+    def config() -> CampaignConfig:
+        return CampaignConfig(["reference"], seed=5, max_cases=300,
+                              engine=EngineOptions(batch=128, mix="auto", scale="off", feed="thread"))
+
+    executor = _QueueingExecutor()
+    pooled = run_campaign(config(), [backend], machine.platform, executor,  # type: ignore[arg-type]
+                          record_case_ids=True)
+    assert executor.sizes[0] == FIRST_BATCH_CASES and max(executor.sizes) == 128
+    assert sum(executor.sizes) == pooled.cases == 300
+    alone = run_campaign(config(), [backend], machine.platform, InProcessExecutor(registry, machine),
+                         record_case_ids=True)
+    assert pooled.case_ids == alone.case_ids
