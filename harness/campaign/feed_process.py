@@ -34,6 +34,7 @@ from typing import Any
 
 from hicache_fuzz.harness.campaign.feed import CaseFeed, FeedClock, Slot
 from hicache_fuzz.harness.campaign.mix import Mix
+from hicache_fuzz.harness.model.platform import limit_torch_threads
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
@@ -54,6 +55,7 @@ def _feed_main(connection: Connection, settings: dict[str, Any]) -> None:
     CaseFeed from that index on request ("more"), one generated ahead, until "stop"."""
     backends: list[Backend] = settings["backends"]
     position = {backend.name: number for number, backend in enumerate(backends)}
+    limit_torch_threads()  # a spawned child starts with torch's default, one thread per core
     try:
         connection.send("ready")
         message = connection.recv()

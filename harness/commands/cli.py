@@ -91,14 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
-    import torch
-
     from hicache_fuzz.harness.model.json_input import InputError
+    from hicache_fuzz.harness.model.platform import limit_torch_threads
     from hicache_fuzz.harness.pipeline.worker import WorkerError
 
-    # The pipeline's CPU work is many small tensor ops, where intra-op threads cost more than they give
-    # (measured ~20x on small cases); parallelism comes from worker processes instead.
-    torch.set_num_threads(int(os.environ.get("HICACHE_FUZZ_TORCH_THREADS", "1")))
+    limit_torch_threads()
     try:
         return int(args.run(args))
     except (UsageError, InputError) as exc:  # InputError: CaseError, CorpusError, MergeError, ...

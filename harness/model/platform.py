@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -9,6 +10,7 @@ if TYPE_CHECKING:  # torch is imported where a machine is detected, so the vocab
     import torch
 
 PLATFORM_KINDS = ("cpu", "cuda", "rocm")
+TORCH_THREADS_ENV = "HICACHE_FUZZ_TORCH_THREADS"
 
 
 @dataclass(frozen=True)
@@ -75,3 +77,16 @@ def require(kind: str) -> Machine:
             why = f"found {machine.description}"
         raise PlatformUnavailable(f"platform {kind} requested but unavailable: {why}")
     return machine
+
+
+def limit_torch_threads() -> int:
+    """Set this process's torch intra-op threads: 1 unless $HICACHE_FUZZ_TORCH_THREADS says otherwise; returns it.
+
+    Every process that runs cases calls it (the CLI, each worker, the feed process). The pipeline's CPU work is
+    many small tensor ops, where threads cost more than they give (measured ~20x on small cases), and parallelism
+    comes from processes instead: a GPU campaign's 6-8 workers would otherwise each start one thread per core on
+    the same cores (torch's default). Session 9 found the workers had never set it."""
+    import torch
+
+    torch.set_num_threads(max(1, int(os.environ.get(TORCH_THREADS_ENV, "1"))))
+    return int(torch.get_num_threads())

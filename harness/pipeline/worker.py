@@ -458,6 +458,8 @@ def _serve(argv: Sequence[str] | None = None) -> int:
     began = time.perf_counter()
     try:
         from hicache_fuzz.harness.model import platform as platform_mod
+
+        torch_threads = platform_mod.limit_torch_threads()  # before any backend starts a thread pool
         from hicache_fuzz.harness.pipeline.reuse import StorageReuse
         from hicache_fuzz.harness.pipeline.runner import DeviceContextLost, run_case
         from hicache_fuzz.kernels.buffers import HostMemory  # noqa: F401 - import cost paid up front
@@ -488,6 +490,7 @@ def _serve(argv: Sequence[str] | None = None) -> int:
             "platform": machine.description,
             "probes": probes,
             "warm_up_s": warm_up_s,
+            "torch_threads": torch_threads,
             # where its start-up went (the interpreter's own start is before `began`): the harness and torch
             # imports, the backends' probes (sglang's import), the JIT warm-up
             "startup_s": {"import": round(imported - began, 3), "probe": round(probed - imported, 3),

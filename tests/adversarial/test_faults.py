@@ -166,7 +166,14 @@ def test_real_allocation_failure_in_replay_is_a_skip(tmp_path: Path) -> None:
     case["pools"][0].update(heads=8, head_dim=128)
     path = tmp_path / "big.json"
     path.write_text(json.dumps(case))
-    wrapper = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20)); "
+    # The cap: what the interpreter, torch and the harness map (a CUDA build of torch maps far more than a CPU
+    # one, so it is measured, not assumed) plus 1 GiB; the case's storages and their copies need several GiB.
+    probe = ("import torch, hicache_fuzz.harness.commands.cli, hicache_fuzz.harness.commands.replay; "
+             "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmPeak:')))")
+    mapped_kib = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                                    cwd=REPO, check=True).stdout.strip())
+    cap = (mapped_kib << 10) + (1 << 30)
+    wrapper = (f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap})); "
                "os.execv(sys.executable, [sys.executable, '-m', 'hicache_fuzz'] + sys.argv[1:])")
     done = subprocess.run([sys.executable, "-c", wrapper, "replay", "--isolate", "no", str(path)],
                           capture_output=True, text=True, timeout=120, cwd=REPO)

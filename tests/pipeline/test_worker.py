@@ -135,6 +135,8 @@ def test_spare_worker_takes_over_after_a_crash(tmp_path: Path) -> None:
         # the greeting says where the worker's start-up went (the report's start-up record shows it)
         assert set(ex.hello["startup_s"]) == {"import", "probe", "warm_up"}
         assert all(seconds >= 0 for seconds in ex.hello["startup_s"].values())
+        # one torch intra-op thread per worker: the workers of a pool share the cores (they never set it before)
+        assert ex.hello["torch_threads"] == 1
         crashed = case("test-abort", 1)
         assert ex.run(crashed).outcome is Outcome.CRASH
         assert (tmp_path / "journal" / "crashes" / f"{crashed.case_id}.json").exists()
