@@ -180,14 +180,15 @@ def run(args: argparse.Namespace) -> int:
 
 def process_started_unix() -> float:
     """When this process was launched (Linux: /proc's start time, so the interpreter's and the imports' seconds
-    count), else now."""
+    count), else now. Measured against /proc/uptime (1/100 s) rather than the boot time (whole seconds)."""
     try:
         with open("/proc/self/stat") as stat_file:
             ticks = int(stat_file.read().rpartition(")")[2].split()[19])  # field 22, starttime, after the name
-        with open("/proc/stat") as system:
-            boot = next(int(line.split()[1]) for line in system if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        with open("/proc/uptime") as uptime_file:
+            uptime = float(uptime_file.read().split()[0])
+        now = time.time()
+        return now - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
         return time.time()
 
 
