@@ -32,8 +32,22 @@ class SleepBackend(ReferenceBackend):
         return super().run(buffers)
 
 
+class MpsCollateralBackend(ReferenceBackend):
+    """Stands in for another MPS client's fault: seed 1 aborts its worker only while the worker is an MPS client
+    (CUDA_MPS_PIPE_DIRECTORY set), seed 3 always."""
+
+    name = "test-mps-collateral"
+    needs_isolation = True
+
+    def run(self, buffers):  # type: ignore[no-untyped-def]
+        seed = buffers.case.seed
+        if seed == 3 or (seed == 1 and os.environ.get("CUDA_MPS_PIPE_DIRECTORY")):
+            os.abort()
+        return super().run(buffers)
+
+
 def backends():  # type: ignore[no-untyped-def]
-    return [AbortBackend(), SleepBackend(), DeviceErrorBackend(), CompileInCaseBackend()]
+    return [AbortBackend(), SleepBackend(), DeviceErrorBackend(), CompileInCaseBackend(), MpsCollateralBackend()]
 
 
 class DeviceErrorBackend(ReferenceBackend):

@@ -108,6 +108,7 @@ class EngineStats:
                 "backend_every": dict(getattr(feed, "every", {})),
                 "batches_ahead": batches_ahead,
                 "storages_reused": getattr(executor, "storages_reused", 0),
+                "gpu_sharing": sharing.to_dict() if (sharing := getattr(executor, "sharing", None)) else None,
             },
             "byte_compared_transfers": self.byte_compared,
             "rejections_checked": self.rejections_checked,
@@ -145,6 +146,12 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"{scale['page_sizes_not_power_of_two'] or 'none'}; scale tier {scale['scale_cases']} cases in "
         f"{scale['scale_seconds']:.1f} s",
     ]
+    sharing = report["engine"].get("gpu_sharing")
+    if sharing:
+        lines.append(f"  gpu sharing: {sharing['mode']} ({sharing['reason']})"
+                     + (f"; fell back to contexts: {sharing['fell_back']}" if sharing.get("fell_back") else "")
+                     + (f"; {sharing['collateral_count']} cases lost to another MPS client's fault (ran clean "
+                        "alone)" if sharing.get("collateral_count") else ""))
     return lines
 
 

@@ -35,6 +35,10 @@ def add_isolation(parser: argparse.ArgumentParser, documented: bool = True) -> N
         parser.add_argument("--worker-processes", type=worker_process_count, default=None, metavar="N|auto",
                             help="worker processes behind one campaign, sharing its batches (auto: on a GPU, "
                                  "one per two CPU cores beyond four, at most 6; 1 on the CPU)")
+        parser.add_argument("--gpu-sharing", choices=["auto", "mps", "contexts"], default="auto",
+                            help="how several CUDA workers share the GPU: auto runs them as clients of a private "
+                                 "MPS server where nvidia-cuda-mps-control can start one, else separate contexts; "
+                                 "mps makes a missing MPS an error (exit 3)")
     else:
         parser.add_argument("--isolate", choices=list(ISOLATE_CHOICES), default="auto")
         parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0)
@@ -46,7 +50,8 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
 
     return ExecutionOptions(platform=args.platform, backend_plugins=list(args.backend_plugin),
                             isolate=getattr(args, "isolate", "auto"), case_timeout=getattr(args, "case_timeout", 60.0),
-                            worker_processes=getattr(args, "worker_processes", None))
+                            worker_processes=getattr(args, "worker_processes", None),
+                            gpu_sharing=getattr(args, "gpu_sharing", "auto"))
 
 
 def worker_process_count(text: str) -> int | None:

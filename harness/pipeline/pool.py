@@ -19,6 +19,9 @@ so cases begin as soon as one worker can run them.
 
 One campaign parent (one feed, one set of probes, one report) instead of one per worker, which is what
 ``fuzz --workers`` does (a campaign per worker, merged): no extra imports of sglang in parents, no merge.
+
+On CUDA the members are clients of one private MPS server where one can run (``gpu_sharing``, see
+pipeline/gpu_sharing.py: separate contexts time-slice the GPU, which kept six workers near the rate of three).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharing, start_gpu_sharing
 from hicache_fuzz.harness.pipeline.reuse import geometry_key
 from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 
@@ -117,15 +121,17 @@ class WorkerPool:
     """`size` WorkerExecutors, each with its own journal folder, sharing batches."""
 
     def __init__(self, size: int, backend_names: Sequence[str], journal_dir: str | os.PathLike[str],
-                 **worker_options: Any) -> None:
+                 gpu_sharing: str = "contexts", **worker_options: Any) -> None:
         if size < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {size}")
         journal = Path(journal_dir)
+        # Before any member spawns: they read the sharing's environment at every spawn.
+        self.sharing: GpuSharing = start_gpu_sharing(gpu_sharing, worker_options.get("platform_kind", "cpu"), size)
         # Member 0 journals where a lone worker would; the others in folders beside it. Every member warms up
         # (compiles, or loads from the disk cache, the menus' JIT modules): sglang builds each module once
         # under a lock, so members starting together wait for one build and load it.
         self.members = [WorkerExecutor(backend_names, journal_dir=journal if i == 0 else journal / f"worker-{i}",
-                                       **worker_options) for i in range(size)]
+                                       sharing=self.sharing, **worker_options) for i in range(size)]
         self.log_path = self.members[0].log_path
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="hicache-fuzz-pool")
         self._starter = ThreadPoolExecutor(max_workers=size, thread_name_prefix="hicache-fuzz-pool-start")
@@ -296,6 +302,7 @@ class WorkerPool:
         for member in self.members:  # and anything a start that was finishing meanwhile left running
             member.close()
         self._threads.shutdown(wait=True)
+        self.sharing.stop()  # after its clients are gone
 
     def __enter__(self) -> WorkerPool:
         return self

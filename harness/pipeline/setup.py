@@ -28,6 +28,7 @@ class ExecutionOptions:
     isolate: str = "auto"  # auto (for backends that can crash the process) | yes | no
     case_timeout: float = 60.0  # seconds before a case in a worker counts as a hang
     worker_processes: int | None = None  # worker processes behind one campaign (None: auto, pipeline/pool.py)
+    gpu_sharing: str = "auto"  # how a pool's workers share a CUDA GPU: auto | mps | contexts (gpu_sharing.py)
 
     def resolved_worker_processes(self, platform_kind: str) -> int:
         """auto: a pool sized by the CPU count on a GPU (pool.auto_pool_size), one worker on the CPU."""
@@ -126,11 +127,15 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
         spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
         size = options.resolved_worker_processes(machine.platform.kind)
         if size > 1:  # several workers behind one campaign: one spare each is enough (the others go on)
+            from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharingUnavailable
             from hicache_fuzz.harness.pipeline.pool import WorkerPool
 
-            return WorkerPool(size, [b.name for b in backends], journal, plugins=options.backend_plugins,
-                              platform_kind=machine.platform.kind, timeout_s=options.case_timeout,
-                              warm_up=warm_up, spares=min(spares, 1))
+            try:
+                return WorkerPool(size, [b.name for b in backends], journal, gpu_sharing=options.gpu_sharing,
+                                  plugins=options.backend_plugins, platform_kind=machine.platform.kind,
+                                  timeout_s=options.case_timeout, warm_up=warm_up, spares=min(spares, 1))
+            except GpuSharingUnavailable as exc:
+                raise Unavailable(str(exc)) from None
         return WorkerExecutor([b.name for b in backends], options.backend_plugins, machine.platform.kind,
                               options.case_timeout, journal, warm_up=warm_up, spares=spares)
     return InProcessExecutor(registry, machine)

@@ -23,6 +23,11 @@ behind it, so a crash costs the campaign about one case instead of an import of 
 sglang-jit and of sglang-jit-register is often the same crashing case): one spare is not enough, the second
 crash of a run would wait for a spare still starting. Time spares spend starting while the campaign runs is
 reported apart (``background_startup_seconds``), not as campaign start-up.
+
+Under MPS (``sharing``, pipeline/gpu_sharing.py: a pool's workers on one CUDA server) a crash is first taken for
+a fault every client saw: the pool falls back to plain contexts, workers that were MPS clients (this one, its
+spares) are replaced, and a case that died in a batch but runs clean alone is recorded as collateral, not as a
+CRASH (a case that also dies alone is the CRASH, as without MPS).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.pipeline.gpu_sharing import Collateral, GpuSharing
 
 PROTOCOL = 1
 LOG_TAIL_BYTES = 4000
@@ -73,6 +79,7 @@ class WorkerExecutor:
         python: str | None = None,
         env: dict[str, str] | None = None,
         spares: int = 0,
+        sharing: GpuSharing | None = None,
     ) -> None:
         self.backend_names = list(backend_names)
         self.plugins = list(plugins)
@@ -82,6 +89,8 @@ class WorkerExecutor:
         self.warm_up = warm_up
         self.python = python or sys.executable
         self.env = env
+        self.sharing = sharing
+        self._generation: dict[int, int] = {}  # pid -> sharing.generation when that worker was spawned
         self.journal = Path(journal_dir)
         for sub in ("inflight", "crashes", "hangs"):
             (self.journal / sub).mkdir(parents=True, exist_ok=True)
@@ -114,6 +123,21 @@ class WorkerExecutor:
 
     # ---- public API ---------------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:
+        self._ensure_started()
+        under_mps = self._is_mps_client()
+        result = self._run_once(case)
+        if not (under_mps and result.outcome is Outcome.CRASH):
+            return result
+        # Under MPS another client's fault reaches this worker too: fall back to contexts, run it again alone.
+        assert self.sharing is not None
+        self.sharing.fall_back(f"case {case.case_id} ({case.backend}) lost its worker: {result.error or ''}")
+        alone = self._run_once(case)
+        if alone.outcome is Outcome.CRASH:
+            return alone
+        self._record_collateral(case, result.error or "", alone, str((result.diff or {}).get("saved_case", "")))
+        return alone
+
+    def _run_once(self, case: Case) -> Result:
         self._ensure_started()
         inflight = self.journal / "inflight" / f"{case.case_id}.json"
         inflight.write_text(case.to_json(indent=2))
@@ -154,6 +178,7 @@ class WorkerExecutor:
         results: list[Result] = []
         started = time.perf_counter()
         lost: tuple[Outcome, str] | None = None
+        under_mps = self._is_mps_client()
         try:
             self._send_text(f'{{"op": "batch", "reuse": {json.dumps(self.reuse_storages)}, "cases": '
                             f'[{",".join(lines)}]}}')
@@ -185,9 +210,13 @@ class WorkerExecutor:
         self.batch_losses += 1
         (self.journal / "crashes").mkdir(exist_ok=True)
         batch_file.replace(self.journal / "crashes" / batch_file.name)  # the whole batch, for the record
+        collateral = under_mps and lost[0] is Outcome.CRASH and self.sharing is not None
+        if collateral:
+            assert self.sharing is not None
+            self.sharing.fall_back(f"a batch at case {cases[len(results)].case_id} lost its worker: {lost[1]}")
         for number, case in enumerate(cases[len(results):]):
             try:
-                alone = self.run(case)  # fresh worker, own journal entry
+                alone = self._run_once(case)  # fresh worker (no longer an MPS client), own journal entry
             except WorkerError as exc:  # no worker can start: keep what the batch found, then give up
                 if number == 0:
                     outcome, detail = lost
@@ -196,7 +225,10 @@ class WorkerExecutor:
                     results.append(culprit)
                 raise WorkerError(str(exc), partial_results=results) from None
             self.replayed += 1
-            if number == 0 and alone.outcome not in (Outcome.CRASH, Outcome.HANG):
+            if number == 0 and collateral and alone.outcome not in (Outcome.CRASH, Outcome.HANG):
+                # Died in a batch under MPS, clean alone on a context of its own: another client's fault.
+                self._record_collateral(case, lost[1], alone, str(self.journal / "crashes" / batch_file.name))
+            elif number == 0 and alone.outcome not in (Outcome.CRASH, Outcome.HANG):
                 # It died in the batch but not alone: keep the batch's verdict, and say so.
                 outcome, detail = lost
                 alone = Result(case.case_id, case.backend, outcome)
@@ -256,14 +288,31 @@ class WorkerExecutor:
 
     # ---- process management -----------------------------------------------------------------------------
     def _ensure_started(self) -> None:
+        if self._proc is not None and self._stale(self._proc):  # an MPS client after the fall-back: replace it
+            self._kill()
         if self._proc is not None and self._proc.poll() is None:
             return
         if self._proc is not None:
             self._proc = None
         self._start()
 
+    def _is_mps_client(self) -> bool:
+        """Whether the current worker was spawned as a client of the pool's MPS server."""
+        return (self.sharing is not None and self._proc is not None and self.sharing.mps
+                and self._generation.get(self._proc.pid) == self.sharing.generation)
+
+    def _stale(self, proc: subprocess.Popen[bytes]) -> bool:
+        """A worker spawned under a sharing mode the pool has since left (an MPS client after the fall-back)."""
+        return self.sharing is not None and self._generation.get(proc.pid, 0) != self.sharing.generation
+
+    def _record_collateral(self, case: Case, lost: str, alone: Result, saved: str) -> None:
+        assert self.sharing is not None
+        self.sharing.record_collateral(Collateral(case.case_id, case.backend, lost.splitlines()[0] if lost else "",
+                                                  alone.outcome.value, saved))
+
     def _spawn(self, warm_up: bool, role: str) -> subprocess.Popen[bytes]:
-        env = dict(os.environ if self.env is None else self.env)
+        base = dict(os.environ if self.env is None else self.env)
+        env = self.sharing.worker_env(base) if self.sharing is not None else base
         env.setdefault("PYTHONUNBUFFERED", "1")
         args = [self.python, "-m", "hicache_fuzz.harness.pipeline.worker", "--platform", self.platform_kind]
         for name in self.backend_names:
@@ -277,9 +326,12 @@ class WorkerExecutor:
             with log:
                 log.write(f"\n==== worker start ({role}) {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
                 log.flush()
-                return subprocess.Popen(
+                proc = subprocess.Popen(
                     args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
                 )
+                if self.sharing is not None:
+                    self._generation[proc.pid] = self.sharing.generation
+                return proc
         except OSError as exc:
             raise WorkerError(f"worker did not start: {exc.strerror or exc} ({exc.filename or args[0]})") from None
 
@@ -287,6 +339,10 @@ class WorkerExecutor:
         started = time.perf_counter()
         spare_spawned: float | None = None
         early, self._early = self._early, None
+        if early is not None and self._stale(early):
+            _kill_group(early)
+            _close_streams(early)
+            early = None
         if early is not None and early.poll() is None:
             self._proc = early
         elif early is not None:
@@ -294,7 +350,10 @@ class WorkerExecutor:
             early = None
         while early is None and self._spares and spare_spawned is None:
             spare, spawned = self._spares.pop(0)
-            if spare.poll() is None:
+            if self._stale(spare):  # an MPS client spawned before the fall-back
+                _kill_group(spare)
+                _close_streams(spare)
+            elif spare.poll() is None:
                 self._proc, spare_spawned = spare, spawned
                 self.spares_used += 1
             else:  # a spare that died while waiting (its log says why) is dropped
