@@ -34,10 +34,15 @@ class SleepBackend(ReferenceBackend):
 
 class MpsCollateralBackend(ReferenceBackend):
     """Stands in for another MPS client's fault: seed 1 aborts its worker only while the worker is an MPS client
-    (CUDA_MPS_PIPE_DIRECTORY set), seed 3 always."""
+    (CUDA_MPS_PIPE_DIRECTORY set), seed 3 always; seed 5 is a launch the driver refuses (always)."""
 
     name = "test-mps-collateral"
     needs_isolation = True
+
+    def plan(self, case, platform):  # type: ignore[no-untyped-def]
+        if case.seed == 5:
+            raise RuntimeError("CUDA error: invalid argument")
+        return super().plan(case, platform)
 
     def run(self, buffers):  # type: ignore[no-untyped-def]
         seed = buffers.case.seed

@@ -15,16 +15,20 @@ report says why; ``--gpu-sharing mps`` makes that an error instead. A site that 
 (``CUDA_MPS_PIPE_DIRECTORY`` set) is used as it is and never stopped.
 
 The price is fault containment. A fatal device fault in one MPS client (an illegal address) is reported to
-every client of the server, so the other workers lose their batches too. The first batch lost under MPS
-therefore ends MPS for the rest of the campaign (:meth:`GpuSharing.fall_back`): workers started afterwards get
-plain contexts, and the lost cases are replayed alone in them. A case that died in a batch under MPS but runs
-clean alone is then another client's collateral, not a finding: the pool records it (``collateral``) instead
-of reporting a CRASH, and keeps the batch file. On ROCm there is no MPS (HIP processes share the GPU through
-hardware queues), so the mode is always contexts there.
+every client of the server, so the other workers lose their batches too. The first batch lost under MPS to
+anything but a launch the driver refused for that client alone (:func:`spreads`) therefore ends MPS for the rest
+of the campaign (:meth:`GpuSharing.fall_back`): workers started afterwards get plain contexts, and the lost cases
+are replayed alone in them. (Measured on the H200: an illegal address in one worker cost four other workers'
+cases, all clean alone; sglang's known zero-length launches, "invalid argument", left only their own worker's
+context unusable, so they cost that worker a restart under MPS and nothing else.) A case that died in a batch
+under MPS but runs clean alone is then another client's collateral, not a finding: the pool records it
+(``collateral``) instead of reporting a CRASH, and keeps the batch file. On ROCm there is no MPS (HIP
+processes share the GPU through hardware queues), so the mode is always contexts there.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -116,6 +120,19 @@ class GpuSharing:
                 "collateral": [c.to_dict() for c in self.collateral[:50]], "collateral_count": len(self.collateral)}
 
 
+# Errors the CUDA driver returns for one client's own launch, before anything runs on the GPU: under MPS they
+# cost that client its context (measured), never the other clients' (they are not GPU exceptions).
+CLIENT_LOCAL_ERRORS = ("invalid argument", "invalid configuration argument", "too many resources requested",
+                       "invalid device function", "no kernel image is available", "named symbol not found")
+
+
+def spreads(error: str) -> bool:
+    """Whether a worker lost under MPS with `error` may have taken the other clients with it: anything but a
+    launch the driver refused (a signal, an illegal address, an assert, an unknown death all count)."""
+    first = error.splitlines()[0] if error else ""
+    return not any(text in first for text in CLIENT_LOCAL_ERRORS)
+
+
 def contexts(reason: str) -> GpuSharing:
     return GpuSharing("contexts", reason)
 
@@ -173,8 +190,10 @@ def _start_private_daemon() -> tuple[GpuSharing | None, str]:
         shutil.rmtree(folder, ignore_errors=True)
         return None, f"the private MPS daemon did not start ({exc})"
     client_env = {name: env[name] for name in MPS_ENV}
-    return GpuSharing("mps", f"a private MPS server for this pool's workers ({folder})", client_env,
-                      _daemon_dir=folder), ""
+    sharing = GpuSharing("mps", f"a private MPS server for this pool's workers ({folder})", client_env,
+                         _daemon_dir=folder)
+    atexit.register(sharing.stop)  # the pool's close stops it; this covers an exit that skips the close
+    return sharing, ""
 
 
 def _daemon_env(folder: Path) -> dict[str, str]:

@@ -24,8 +24,9 @@ sglang-jit and of sglang-jit-register is often the same crashing case): one spar
 crash of a run would wait for a spare still starting. Time spares spend starting while the campaign runs is
 reported apart (``background_startup_seconds``), not as campaign start-up.
 
-Under MPS (``sharing``, pipeline/gpu_sharing.py: a pool's workers on one CUDA server) a crash is first taken for
-a fault every client saw: the pool falls back to plain contexts, workers that were MPS clients (this one, its
+Under MPS (``sharing``, pipeline/gpu_sharing.py: a pool's workers on one CUDA server) a crash that may have
+spread (gpu_sharing.spreads: anything but a launch the driver refused) is first taken for a fault every client
+saw: the pool falls back to plain contexts, workers that were MPS clients (this one, its
 spares) are replaced, and a case that died in a batch but runs clean alone is recorded as collateral, not as a
 CRASH (a case that also dies alone is the CRASH, as without MPS).
 """
@@ -46,7 +47,7 @@ from typing import Any
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
-from hicache_fuzz.harness.pipeline.gpu_sharing import Collateral, GpuSharing
+from hicache_fuzz.harness.pipeline.gpu_sharing import Collateral, GpuSharing, spreads
 
 PROTOCOL = 1
 LOG_TAIL_BYTES = 4000
@@ -126,7 +127,7 @@ class WorkerExecutor:
         self._ensure_started()
         under_mps = self._is_mps_client()
         result = self._run_once(case)
-        if not (under_mps and result.outcome is Outcome.CRASH):
+        if not (under_mps and result.outcome is Outcome.CRASH and spreads(result.error or "")):
             return result
         # Under MPS another client's fault reaches this worker too: fall back to contexts, run it again alone.
         assert self.sharing is not None
@@ -210,7 +211,7 @@ class WorkerExecutor:
         self.batch_losses += 1
         (self.journal / "crashes").mkdir(exist_ok=True)
         batch_file.replace(self.journal / "crashes" / batch_file.name)  # the whole batch, for the record
-        collateral = under_mps and lost[0] is Outcome.CRASH and self.sharing is not None
+        collateral = under_mps and lost[0] is Outcome.CRASH and self.sharing is not None and spreads(lost[1])
         if collateral:
             assert self.sharing is not None
             self.sharing.fall_back(f"a batch at case {cases[len(results)].case_id} lost its worker: {lost[1]}")

@@ -99,6 +99,16 @@ def test_fall_back_happens_once_and_changes_the_workers_environment() -> None:
     assert sharing.to_dict()["mode"] == "contexts"
 
 
+def test_only_a_launch_the_driver_refused_is_taken_for_a_client_local_loss() -> None:
+    assert not gpu_sharing.spreads("device error escaped the case: RuntimeError: Failed at hicache.cuh:474: "
+                                   "CUDA error: invalid argument\nmore")
+    assert not gpu_sharing.spreads("CUDA error: invalid configuration argument")
+    assert gpu_sharing.spreads("device error escaped the case: AcceleratorError: CUDA error: an illegal memory "
+                               "access was encountered")
+    assert gpu_sharing.spreads("worker killed by signal SIGABRT\n--- worker log tail ---\ninvalid argument")
+    assert gpu_sharing.spreads("")
+
+
 def mps_executor(tmp_path: Path, sharing: GpuSharing) -> WorkerExecutor:
     return WorkerExecutor(["test-mps-collateral"], [PLUGIN], "cpu", 30.0, tmp_path / "journal", env=env(),
                           startup_timeout_s=120, sharing=sharing)
@@ -132,3 +142,13 @@ def test_a_lone_case_lost_under_mps_is_run_again_on_a_context(tmp_path: Path) ->
     with mps_executor(tmp_path, sharing) as ex:
         result = ex.run(case("test-mps-collateral", 1))
     assert result.outcome is Outcome.PASS and len(sharing.collateral) == 1 and sharing.mode == "contexts"
+
+
+def test_a_launch_the_driver_refused_costs_its_worker_only(tmp_path: Path) -> None:
+    sharing = GpuSharing("mps", "test", {gpu_sharing.MPS_ENV[0]: str(tmp_path / "no-such-pipe")})
+    with mps_executor(tmp_path, sharing) as ex:
+        results = ex.run_batch([case("test-mps-collateral", seed) for seed in (0, 5, 2)])
+        lone = ex.run(case("test-mps-collateral", 5))
+    assert [r.outcome for r in results] == [Outcome.PASS, Outcome.CRASH, Outcome.PASS]
+    assert lone.outcome is Outcome.CRASH and "invalid argument" in (lone.error or "")
+    assert sharing.mps and sharing.fell_back is None and not sharing.collateral
