@@ -22,7 +22,8 @@ are replayed alone in them. (Measured on the H200: an illegal address in one wor
 cases, all clean alone; sglang's known zero-length launches, "invalid argument", left only their own worker's
 context unusable, so they cost that worker a restart under MPS and nothing else.) A case that died in a batch
 under MPS but runs clean alone is then another client's collateral, not a finding: the pool records it
-(``collateral``) instead of reporting a CRASH, and keeps the batch file. On ROCm there is no MPS (HIP
+(``collateral``) instead of reporting a CRASH, and keeps the batch file. A worker that cannot start as an MPS
+client (its server gone) also ends MPS, and is started once more on a plain context. On ROCm there is no MPS (HIP
 processes share the GPU through hardware queues), so the mode is always contexts there.
 """
 

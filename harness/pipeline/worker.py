@@ -295,7 +295,14 @@ class WorkerExecutor:
             return
         if self._proc is not None:
             self._proc = None
-        self._start()
+        try:
+            self._start()
+        except WorkerError as exc:
+            # A worker that cannot start as an MPS client (its server gone, a connection refused): the pool leaves
+            # MPS and this start is tried once more on a plain context; a second failure is the worker's own.
+            if self.sharing is None or not self.sharing.fall_back(f"a worker did not start as an MPS client: {exc}"):
+                raise
+            self._start()
 
     def _is_mps_client(self) -> bool:
         """Whether the current worker was spawned as a client of the pool's MPS server."""

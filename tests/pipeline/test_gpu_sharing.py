@@ -13,7 +13,7 @@ import pytest
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.pipeline import gpu_sharing
 from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharing, GpuSharingUnavailable, start_gpu_sharing
-from hicache_fuzz.harness.pipeline.worker import WorkerExecutor
+from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 from tests.pipeline.test_worker import PLUGIN, case, env
 
 # A stand-in control tool: `-d` records the start; commands on stdin record themselves; get_server_list
@@ -152,3 +152,20 @@ def test_a_launch_the_driver_refused_costs_its_worker_only(tmp_path: Path) -> No
     assert [r.outcome for r in results] == [Outcome.PASS, Outcome.CRASH, Outcome.PASS]
     assert lone.outcome is Outcome.CRASH and "invalid argument" in (lone.error or "")
     assert sharing.mps and sharing.fell_back is None and not sharing.collateral
+
+
+def test_a_worker_that_cannot_start_as_an_mps_client_starts_on_a_context(tmp_path: Path) -> None:
+    sharing = GpuSharing("mps", "test", {gpu_sharing.MPS_ENV[0]: str(tmp_path / "no-such-pipe")})
+    with WorkerExecutor(["test-mps-startup"], ["_mps_startup_plugin:backends"], "cpu", 30.0, tmp_path / "journal",
+                        env=env(), startup_timeout_s=120, sharing=sharing) as ex:
+        result = ex.run(case("test-mps-startup", 0))
+    assert result.outcome is Outcome.PASS
+    assert sharing.mode == "contexts" and "did not start as an MPS client" in (sharing.fell_back or "")
+
+
+def test_a_worker_that_cannot_start_on_a_context_either_is_an_error(tmp_path: Path) -> None:
+    sharing = GpuSharing("mps", "test", {gpu_sharing.MPS_ENV[0]: str(tmp_path / "no-such-pipe")})
+    with WorkerExecutor(["no-such-backend"], [PLUGIN], "cpu", 30.0, tmp_path / "journal", env=env(),
+                        startup_timeout_s=120, sharing=sharing) as ex, pytest.raises(WorkerError):
+        ex.run(case("no-such-backend", 0))
+    assert sharing.mode == "contexts"  # it left MPS on the way, then the plain start failed as well
