@@ -99,6 +99,15 @@ def toolchain_fingerprint() -> list[str]:
     return parts
 
 
+_REPLAYED = [0]  # refusals served from a record in this process, over every RefusedBuilds (see replayed_here)
+
+
+def replayed_here() -> int:
+    """How many builds this process did not run because a record said they are refused (the worker's greeting
+    reports it, so a campaign's start-up record shows what the records saved)."""
+    return _REPLAYED[0]
+
+
 class RefusedBuilds:
     """The records of one sglang tree (its ops module file locates the tree); thread-safe."""
 
@@ -147,6 +156,7 @@ class RefusedBuilds:
                 and isinstance(data.get("message"), str)):
             return None
         self.replayed += 1
+        _REPLAYED[0] += 1
         return RuntimeError(data["message"])
 
     def record(self, label: str, key: Any, exc: BaseException) -> bool:

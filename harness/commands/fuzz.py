@@ -203,6 +203,8 @@ def startup_record(launched: float, probed: float, ready: float, engine: dict[st
         "first_worker_ready_s": round(ready - launched, 3),
         "first_result_s": round(first - launched, 3) if first else None,
         "first_worker": dict(hello.get("startup_s") or {}),
+        # builds its warm-up did not run because a record says sglang refuses them (kernels/refused_builds.py)
+        "first_worker_refused_builds_replayed": int(hello.get("refused_builds_replayed") or 0),
     }
 
 

@@ -546,6 +546,7 @@ def _serve(argv: Sequence[str] | None = None) -> int:
         warm_up_s = 0.0
         if args.warm_up:
             warm_up_s = _warm_up(list(backends.values()), machine.platform)
+        from hicache_fuzz.kernels.refused_builds import replayed_here
     except Exception as exc:
         reply({"op": "failed", "error": f"{type(exc).__name__}: {exc}"})
         return 2
@@ -562,6 +563,7 @@ def _serve(argv: Sequence[str] | None = None) -> int:
             # imports, the backends' probes (sglang's import), the JIT warm-up
             "startup_s": {"import": round(imported - began, 3), "probe": round(probed - imported, 3),
                           "warm_up": round(warm_up_s, 3)},
+            "refused_builds_replayed": replayed_here(),  # nvcc runs its warm-up skipped (kernels/refused_builds.py)
         }
     )
 

@@ -17,13 +17,14 @@ def test_the_launch_time_is_this_process_start_not_now() -> None:
 
 
 def test_startup_record_counts_from_the_launch() -> None:
-    hello = {"startup_s": {"import": 3.0, "probe": 12.0, "warm_up": 4.5}}
+    hello = {"startup_s": {"import": 3.0, "probe": 12.0, "warm_up": 4.5}, "refused_builds_replayed": 3}
     record = startup_record(100.0, 112.5, 121.0, {"first_result_unix": 125.25}, hello)
     assert record == {"launched_unix": 100.0, "backends_probed_s": 12.5, "first_worker_ready_s": 21.0,
-                      "first_result_s": 25.25, "first_worker": {"import": 3.0, "probe": 12.0, "warm_up": 4.5}}
+                      "first_result_s": 25.25, "first_worker": {"import": 3.0, "probe": 12.0, "warm_up": 4.5},
+                      "first_worker_refused_builds_replayed": 3}
 
 
 def test_startup_record_without_a_result_or_a_worker() -> None:
     record = startup_record(100.0, 101.0, 101.0, {}, {})
     assert record["first_result_s"] is None
-    assert record["first_worker"] == {}
+    assert record["first_worker"] == {} and record["first_worker_refused_builds_replayed"] == 0

@@ -51,6 +51,7 @@ def test_a_refusal_is_recorded_and_replayed_with_its_text(tmp_path: Path) -> Non
     replayed = reader.lookup("_jit_hicache_module", key)
     assert type(replayed) is RuntimeError and str(replayed) == REFUSAL
     assert reader.replayed == 1
+    assert refused_builds.replayed_here() >= 1  # the process-wide count the worker's greeting reports
     assert reader.lookup("_jit_hicache_module", ((), (("element_size", 128),))) is None  # other arguments
     assert reader.lookup("_jit_hicache_staged_module", key) is None  # another factory
 
