@@ -10,7 +10,7 @@ import shutil
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry, load_entry
 from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
@@ -113,7 +113,8 @@ def _first_line(result: Result) -> str:
 def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Machine, campaign: CampaignOptions,
                       budget_seconds: float, execution: ExecutionOptions, artifacts: Path,
                       progress: ProgressLine | None = None,
-                      timings: dict[str, float] | None = None) -> list[CampaignRow]:
+                      timings: dict[str, float] | None = None,
+                      sharing_out: list[dict[str, Any]] | None = None) -> list[CampaignRow]:
     """One campaign per backend, each exactly `campaign.max_cases` cases; the budget is a hard cap on all.
     Failures whose signatures are in `campaign.known_signatures` (signature -> corpus file of an expected
     failure) are listed apart and are not findings: a known, unfixed sglang bug must not block every merge,
@@ -161,6 +162,8 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
             timings["campaign_jit_compile"] = executor.compile_seconds
             timings["campaign_worker_startup"] = executor.startup_seconds
         executor.close()
+        if sharing_out is not None and (sharing := getattr(executor, "sharing", None)) is not None:
+            sharing_out.append(sharing.to_dict())  # after close: the daemon's end is part of the record
     return rows
 
 
@@ -328,8 +331,10 @@ def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: li
 
     phase_started = time.perf_counter()
     campaign_parts: dict[str, float] = {}
+    sharing: list[dict[str, Any]] = []
     report.campaign = run_gate_campaign(backends, registry, machine, campaign, budget_seconds, execution,
-                                        artifacts, line, campaign_parts)
+                                        artifacts, line, campaign_parts, sharing)
+    report.gpu_sharing = sharing[0] if sharing else None
     report.seconds["campaign"] = time.perf_counter() - phase_started
     report.seconds.update(campaign_parts)
     phase_started = time.perf_counter()

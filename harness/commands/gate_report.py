@@ -84,6 +84,10 @@ class GateReport:
     campaign: list[CampaignRow] = field(default_factory=list)
     isa: list[IsaRow] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall seconds (never in the verdict)
+    # How the campaign's workers shared the GPU (pipeline/gpu_sharing.py): MPS or contexts, a fall-back and the
+    # cases a fault of another MPS client took down (they ran clean alone: not findings, but listed). None
+    # where the campaign had no worker pool.
+    gpu_sharing: dict[str, Any] | None = None
 
     # A finding is anything a human must look at; a skipped ISA check is not a finding but is not green.
     def findings(self) -> list[str]:
@@ -148,10 +152,25 @@ class GateReport:
             "campaign": [asdict(r) for r in self.campaign],
             "isa": [asdict(r) for r in self.isa],
             "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
+            "gpu_sharing": self.gpu_sharing,
         }
 
 
 # ---- 4. reports -----------------------------------------------------------------------------------------
+
+def _sharing_lines(sharing: dict[str, Any] | None) -> list[str]:
+    """How the campaign's workers shared the GPU; a fall-back from MPS and its collateral cases spelt out."""
+    if not sharing:
+        return []
+    lines = ["", f"GPU sharing: {sharing['mode']} ({one_line(sharing['reason'], 160)})."]
+    if sharing.get("fell_back"):
+        lines.append(f"MPS ended during the campaign: {one_line(sharing['fell_back'], 200)}.")
+    if sharing.get("collateral_count"):
+        lines.append(f"{sharing['collateral_count']} case(s) died in a batch with another MPS client's fault and ran "
+                     "clean alone (not findings): " + ", ".join(f"`{c['case_id']}` ({c['backend']})"
+                                                                 for c in sharing["collateral"][:10]) + ".")
+    return lines
+
 
 def render_markdown(report: GateReport) -> str:
     """A summary for a PR comment: verdict, one table row per check, then findings and skips."""
@@ -188,6 +207,7 @@ def render_markdown(report: GateReport) -> str:
                      f"| {int(isa_row.status == FAILED)} | 0 | 0 | 0 | {int(isa_row.status == SKIPPED)} | {detail} |")
     timing = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in report.seconds.items())
     lines += ["", f"Wall time: {timing}."]
+    lines += _sharing_lines(report.gpu_sharing)
     findings = report.findings()
     if findings:
         lines += ["", "### Findings", ""]

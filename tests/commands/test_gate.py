@@ -303,3 +303,19 @@ def test_report_records_phase_times(campaign_failure: tuple[int, dict[str, Any],
     assert all(value >= 0 for value in seconds.values())
     assert seconds["total"] >= max(value for key, value in seconds.items() if key != "total")
     assert "Wall time: setup " in (out / "summary.md").read_text()
+
+
+def test_a_fall_back_from_mps_and_its_collateral_are_in_the_reports() -> None:
+    from hicache_fuzz.harness.commands.gate_report import GateReport, render_markdown
+
+    report = GateReport("cuda", "test GPU", 1, 60.0, 4, "hicache-fuzz gate", True, ["corpus"])
+    assert report.to_dict()["gpu_sharing"] is None and "GPU sharing" not in render_markdown(report)
+    report.gpu_sharing = {"mode": "contexts", "reason": "a private MPS server for this pool's workers (/tmp/x)",
+                          "fell_back": "a batch at case abc lost its worker: illegal memory access",
+                          "collateral": [{"case_id": "c0ffee", "backend": "sglang-jit", "lost": "x", "alone": "pass",
+                                          "saved_batch": "/tmp/b.jsonl"}], "collateral_count": 1}
+    text = render_markdown(report)
+    assert "MPS ended during the campaign: a batch at case abc" in text
+    assert "1 case(s) died in a batch with another MPS client's fault" in text and "`c0ffee` (sglang-jit)" in text
+    assert report.to_dict()["gpu_sharing"]["collateral_count"] == 1
+    assert report.exit_code == 0  # collateral is not a finding
