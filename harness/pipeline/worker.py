@@ -127,12 +127,10 @@ class WorkerExecutor:
         self._ensure_started()
         under_mps = self._is_mps_client()
         result = self._run_once(case)
-        if not (under_mps and result.outcome is Outcome.CRASH and spreads(result.error or "")):
+        if not self._left_mps_after(under_mps, result.outcome, result.error or "",
+                                    f"case {case.case_id} ({case.backend}) lost its worker"):
             return result
-        # Under MPS another client's fault reaches this worker too: fall back to contexts, run it again alone.
-        assert self.sharing is not None
-        self.sharing.fall_back(f"case {case.case_id} ({case.backend}) lost its worker: {result.error or ''}")
-        alone = self._run_once(case)
+        alone = self._run_once(case)  # on a plain context now
         if alone.outcome is Outcome.CRASH:
             return alone
         self._record_collateral(case, result.error or "", alone, str((result.diff or {}).get("saved_case", "")))
@@ -211,10 +209,8 @@ class WorkerExecutor:
         self.batch_losses += 1
         (self.journal / "crashes").mkdir(exist_ok=True)
         batch_file.replace(self.journal / "crashes" / batch_file.name)  # the whole batch, for the record
-        collateral = under_mps and lost[0] is Outcome.CRASH and self.sharing is not None and spreads(lost[1])
-        if collateral:
-            assert self.sharing is not None
-            self.sharing.fall_back(f"a batch at case {cases[len(results)].case_id} lost its worker: {lost[1]}")
+        collateral = self._left_mps_after(under_mps, lost[0], lost[1],
+                                          f"a batch at case {cases[len(results)].case_id} lost its worker")
         for number, case in enumerate(cases[len(results):]):
             try:
                 alone = self._run_once(case)  # fresh worker (no longer an MPS client), own journal entry
@@ -304,6 +300,15 @@ class WorkerExecutor:
                 raise
             self._start()
 
+    def _left_mps_after(self, under_mps: bool, outcome: Outcome, error: str, where: str) -> bool:
+        """Whether a worker lost as an MPS client (`outcome`, `error`) may have been another client's fault; if
+        so the pool falls back to plain contexts (the one place that decides it) and True is returned, so the
+        caller replays alone and counts a clean replay as collateral."""
+        if not (under_mps and outcome is Outcome.CRASH and self.sharing is not None and spreads(error)):
+            return False
+        self.sharing.fall_back(f"{where}: {error}")
+        return True
+
     def _is_mps_client(self) -> bool:
         """Whether the current worker was spawned as a client of the pool's MPS server."""
         return (self.sharing is not None and self._proc is not None and self.sharing.mps
@@ -319,8 +324,8 @@ class WorkerExecutor:
                                                   alone.outcome.value, saved))
 
     def _spawn(self, warm_up: bool, role: str) -> subprocess.Popen[bytes]:
-        base = dict(os.environ if self.env is None else self.env)
-        env = self.sharing.worker_env(base) if self.sharing is not None else base
+        env = self.sharing.worker_env(self.env) if self.sharing is not None else dict(
+            os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         args = [self.python, "-m", "hicache_fuzz.harness.pipeline.worker", "--platform", self.platform_kind]
         for name in self.backend_names:
