@@ -296,7 +296,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                         scale_slot = None
                 # A scale case leads its batch and runs alone on the first worker; a pool's other workers take
                 # the rest of the batch meanwhile (executor.run_batch, lone_first).
-                slots = feed.take(limit) if limit > 0 else []
+                slots = _take_full(feed, limit)
                 order = suspects_last(slots, known_crashes)
                 if scale_slot is not None:
                     slots = [scale_slot, *slots]
@@ -420,6 +420,20 @@ def _make_feed(config: CampaignConfig, index: int, backends: list[Backend], grow
         except Exception as exc:  # e.g. a plugin backend that cannot be sent to another process: same slots here
             return CaseFeed(*args), f"thread (the feed process did not start: {type(exc).__name__}: {exc})"[:300]
     return CaseFeed(*args), "thread"
+
+
+def _take_full(feed: CaseFeed | ProcessFeed, limit: int) -> list[Slot]:
+    """`limit` slots, or fewer only where the feed has no more. A feed's take stops at the end of the batch it
+    generated (a generated case comes with all its variants, so its batches overrun the campaign's by a few
+    slots): taken once, every other campaign batch was the few slots left over. Those short batches halved
+    the batches really queued ahead of the pool, and a one-slot batch once went to the first worker only."""
+    slots: list[Slot] = []
+    while len(slots) < limit:
+        more = feed.take(limit - len(slots))
+        if not more:
+            break
+        slots += more
+    return slots
 
 
 @dataclass

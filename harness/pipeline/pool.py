@@ -161,12 +161,12 @@ class WorkerPool:
         """Queue `cases` and return at once; ``result()`` waits for them. The members take a batch's groups
         after those of the batches queued before it, so a campaign that submits batch i + 1 before it records
         batch i keeps every member busy across the boundary (no member waits for a batch's last group, nor for
-        the parent's recording). A lone case (a batch of one, or the first `lone_first`: the scale tier's)
-        runs on the first member, before it takes groups."""
+        the parent's recording). The first `lone_first` cases (the scale tier's) run on the first member, before
+        it takes groups. Any other batch, one case long included, goes to whichever member is free: a one-case
+        batch queued for the first member waited behind the scale case it was running, and so did every batch
+        recorded after it (stalls of 2.5-4 s on the H200, session 12)."""
         if not self._starting and self.size > 1:
             self.start()
-        if len(cases) == 1:
-            lone_first = 1
         groups = [range(lone_first + g.start, lone_first + g.stop) for g in geometry_groups(cases[lone_first:])]
         # Longest groups first (by each backend's seconds per case so far): the batch ends when its last group
         # does, so a slow group started last would leave the other workers idle (sglang-pool's cases cost

@@ -158,6 +158,30 @@ def test_a_scale_case_runs_on_the_first_worker_while_the_others_take_the_batch(t
     assert during, "the second worker took groups while the scale case ran"
 
 
+def test_a_one_case_batch_behind_a_scale_case_goes_to_a_free_member(tmp_path: Path) -> None:
+    """Only the scale tier's cases are the first member's: a batch of one ordinary case, queued while that member
+    runs a scale case, is taken by the other member at once. (It once counted as lone: it waited for the scale
+    case, and the campaign, which records in order, stalled behind it; 2.5-4 s a scale case on the H200.)"""
+    import time
+
+    pool = WorkerPool(2, ["reference"], tmp_path)
+    log: list[tuple[str, str, float]] = []
+    first, second = _SlowFirstMember("first", log), _SlowFirstMember("second", log)
+    pool.members = [first, second]  # type: ignore[list-item]
+    pool._starting = [_Done()]  # type: ignore[list-item]
+    scale = pool.submit_batch([case("scale", 1).replace(layers=7)], lone_first=1)
+    time.sleep(0.05)  # the first member has taken the scale case
+    single = pool.submit_batch([case("fast", 1).replace(layers=1)])
+    waited = time.monotonic()
+    results = single.result()
+    took = time.monotonic() - waited
+    scale.result()
+    pool.stop_serving()
+    assert results[0].outcome is Outcome.PASS
+    assert "fast" in second.seen and "fast" not in first.seen
+    assert took < 0.2, f"the one-case batch waited {took:.2f} s for the scale case"
+
+
 class _Done:
     """A finished start-up future (WorkerPool._ready_members reads .done() and .exception())."""
 
@@ -319,6 +343,22 @@ def test_a_scale_case_runs_beside_the_queue_and_is_recorded_when_it_is_done() ->
     assert executor.stalls <= 1
     first_scale = next(i for i, note in enumerate(recorded) if note.startswith("scale tier"))
     assert recorded[first_scale + 1:], "cases submitted after the scale case were recorded after it too"
+
+
+def test_every_batch_of_a_pool_campaign_is_full_where_the_feed_runs_over() -> None:
+    """With index variants the feed generates whole cases with their variants, so its batches overrun the
+    campaign's by a few slots; the campaign tops each batch up from the next one instead of submitting the few
+    left over as a batch of their own (which halved the batches queued ahead and made one-slot batches)."""
+    registry = load_registry()
+    machine = require("cpu")
+    backends = [registry.get("reference"), registry.get("zoo-last-page-dropped")]
+    config = CampaignConfig([b.name for b in backends], seed=9, max_cases=1000,
+                            engine=EngineOptions(batch=50, mix="auto", scale="off", variants=7, feed="thread"))
+    executor = _QueueingExecutor()
+    report = run_campaign(config, backends, machine.platform, executor,  # type: ignore[arg-type]
+                          record_case_ids=True)
+    assert executor.sizes[0] == min(FIRST_BATCH_CASES, 50) and sum(executor.sizes) == report.cases == 1000
+    assert set(executor.sizes[1:]) == {50}, executor.sizes
 
 
 def test_a_pool_campaign_starts_with_a_short_batch_and_visits_the_same_cases() -> None:
