@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from hicache_fuzz.harness.campaign.mix import Mix
@@ -146,6 +147,12 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"{scale['page_sizes_not_power_of_two'] or 'none'}; scale tier {scale['scale_cases']} cases in "
         f"{scale['scale_seconds']:.1f} s",
     ]
+    stalls = timeline_stalls(report.get("timeline") or [], float(report.get("cases_per_second") or 0.0))
+    if stalls:
+        longest = max(stalls, key=lambda stall: stall[1] - stall[0])
+        lines.append(f"  stalls (under {STALL_SHARE:.0%} of the campaign's rate): {len(stalls)}, "
+                     f"{sum(end - start for start, end in stalls):.1f} s in all, longest "
+                     f"{longest[1] - longest[0]:.1f} s from {longest[0]:.1f} s")
     sharing = report["engine"].get("gpu_sharing")
     if sharing:
         lines.append(f"  gpu sharing: {sharing['mode']} ({sharing['reason']})"
@@ -153,6 +160,26 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
                      + (f"; {sharing['collateral_count']} cases lost to another MPS client's fault (ran clean "
                         "alone)" if sharing.get("collateral_count") else ""))
     return lines
+
+
+STALL_SHARE = 0.25  # a stretch of the timeline recorded at under this share of the campaign's mean rate
+
+
+def timeline_stalls(samples: list[dict[str, float]], rate: float) -> list[tuple[float, float]]:
+    """(start, end) seconds of the stretches between timeline samples that recorded cases at under STALL_SHARE
+    of `rate` (the campaign's cases/s), adjacent ones merged. A stall is the whole pipeline waiting on one thing
+    (session 12: a one-case batch queued behind a scale case held every batch after it for 2.5-5 s); the mean
+    rate hides it, the timeline shows it."""
+    stalls: list[tuple[float, float]] = []
+    for before, after in pairwise(samples):
+        seconds = after["t"] - before["t"]
+        if seconds <= 0 or rate <= 0 or (after["cases"] - before["cases"]) / seconds >= STALL_SHARE * rate:
+            continue
+        if stalls and stalls[-1][1] == before["t"]:
+            stalls[-1] = (stalls[-1][0], after["t"])
+        else:
+            stalls.append((before["t"], after["t"]))
+    return stalls
 
 
 def _variants_text(engine: dict[str, Any]) -> str:

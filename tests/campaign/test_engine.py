@@ -311,3 +311,26 @@ def test_production_scale_cases_of_every_shape_pass_the_case_rules() -> None:
     assert cases["device_pool"] is not None and cases["device_pool"].device_rows > 1 << 24
     assert cases["host_offset"] is not None and host_offset_reached(cases["host_offset"]) > 1 << 32
     assert cases["deep"] is not None and cases["deep"].layers == 61
+
+
+def test_stalls_are_the_timeline_stretches_far_under_the_mean_rate() -> None:
+    from hicache_fuzz.harness.campaign.engine_stats import timeline_stalls
+
+    samples = [{"t": 0.0, "cases": 0}, {"t": 1.0, "cases": 100}, {"t": 2.0, "cases": 110}, {"t": 3.5, "cases": 111},
+               {"t": 4.5, "cases": 300}, {"t": 5.5, "cases": 310}]
+    # mean 100/s: 1-2 s (10/s) and 2-3.5 s (0.7/s) are one stall, 4.5-5.5 s (10/s) another
+    assert timeline_stalls(samples, 100.0) == [(1.0, 3.5), (4.5, 5.5)]
+    assert timeline_stalls(samples, 40.0) == [(2.0, 3.5)]  # 10/s is a quarter of 40/s: not under it
+    assert timeline_stalls(samples, 0.0) == [] and timeline_stalls(samples[:1], 100.0) == []
+    assert timeline_stalls([{"t": 0.0, "cases": 0}, {"t": 1.0, "cases": 24}], 100.0) == [(0.0, 1.0)]
+    assert timeline_stalls([{"t": 0.0, "cases": 0}, {"t": 1.0, "cases": 25}], 100.0) == []
+
+
+def test_the_console_summary_shows_the_stalls_of_the_session_12_h200_campaign() -> None:
+    """The committed H200 report (seed 11, before the one-case-batch fix) stalled four times around scale cases;
+    its summary says so, where the mean rate alone hid it."""
+    report = json.loads((Path(__file__).parents[2] / "reports/gpu-engine/session12/call1/default.json").read_text())
+    line = next(line for line in summary_lines(report) if line.startswith("  stalls"))
+    count = int(line.split(": ")[1].split(",")[0])
+    total = float(line.split(", ")[1].split(" s")[0])
+    assert count >= 3 and total >= 8.0, line
