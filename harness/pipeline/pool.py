@@ -164,7 +164,7 @@ class WorkerPool:
         the parent's recording). The first `lone_first` cases (the scale tier's) run on the first member, before
         it takes groups. Any other batch, one case long included, goes to whichever member is free: a one-case
         batch queued for the first member waited behind the scale case it was running, and so did every batch
-        recorded after it (stalls of 2.5-4 s on the H200, session 12)."""
+        recorded after it (stalls of 2.5-5 s on the H200, session 12)."""
         if not self._starting and self.size > 1:
             self.start()
         groups = [range(lone_first + g.start, lone_first + g.stop) for g in geometry_groups(cases[lone_first:])]
