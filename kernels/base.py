@@ -91,6 +91,13 @@ class Backend(ABC):
         """The bookkeeping of this backend's JIT builds (kernels/compile_books.py), or None if it builds none."""
         return None
 
+    def coverage_labels(self, case: Case) -> Mapping[str, str | int | bool]:
+        """What this case exercises beyond the Case fields, by dimension name, for coverage reports and the dry
+        run (``coverage_values[backend][dimension]``): e.g. a pool backend's ``pool_class``, ``io_backend``,
+        ``start_layer_nonzero``, ``draft_layer`` and ``operation``. Pure: no GPU, no sglang import. Default:
+        nothing beyond the Case fields."""
+        return MappingProxyType({})
+
     @abstractmethod
     def plan(self, case: Case, platform: Platform) -> Plan: ...
 
