@@ -7,7 +7,7 @@ The sglang 0.5.23 wheel ships no kernel tests; they live in sglang's source repo
 test/registered/jit/ (e.g. test_hicache*.py). Point --from at a checkout of that repository (or at a folder
 holding the test files); nothing is downloaded.
 
-    python reports/mutate/stage_sglang_tests.py --from ~/src/sglang [--sglang-src DIR] [--pattern GLOB]...
+    python benchmarks/mutate/stage_sglang_tests.py --from ~/src/sglang [--sglang-src DIR] [--pattern GLOB]...
     echo .mutate-targets/ >> .git/info/exclude
 """
 

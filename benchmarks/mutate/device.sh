@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The mutation run of issue 14 in one device call: 40 sampled mutants (sample-40-seed0.txt) of sglang 0.5.23's
+# A mutation run in one device call: SAMPLE sampled mutants (`mutate --sample`, seed SEED) of sglang 0.5.23's
 # HiCache sources, each against (a) this harness's 60-s campaign and (b) sglang's own HiCache kernel tests, side by
-# side (README.md here: arithmetic, choices, what to commit). From the checkout root:
+# side (docs/mutate.md: arithmetic, choices; docs/bench.md: how to run it). From the checkout root:
 #   carry: [".gpu-bundle", ".mutate-targets"]            (+ ".mutate-out" when resuming an earlier call)
-#   command: source .gpu-bundle/device-setup.sh > $OUT/setup.log 2>&1; bash reports/mutate/device.sh
+#   command: source .gpu-bundle/device-setup.sh > $OUT/setup.log 2>&1; bash benchmarks/mutate/device.sh
 # Planned to end LIMIT (555) s after the call's shell started; every step is under `timeout`. Resumable: finished
 # mutants are in .mutate-out/mutants/<id>.json, all of .mutate-out comes back in $OUT/mutate-out.tgz (unpack it in
 # the checkout, `tar xzf mutate-out.tgz`, and carry .mutate-out to resume on a fresh machine).
@@ -20,11 +20,11 @@
 # the campaign's limit, a hang guard only: the campaign turns a hung kernel into a failure itself), TEST_TIMEOUT
 # (the tests' limit, 240 s with >= 4 GPUs, else 300: sglang's tests have no timeout of their own, so a mutant that
 # hangs a kernel is a `timeout` here; a slow rebuild near the limit would be too: see README);
-# START_MARGIN (180 s: no mutant starts later than this before the SIGTERM; in session 6 a mutant held its slot
-# 90-300 s under load, and the 6 in flight at each call's end were lost);
+# START_MARGIN (180 s: no mutant starts later than this before the SIGTERM; a mutant can hold its slot
+# 90-300 s under load, and one in flight at the call's end is lost);
 # WARM (jit-warm: `hicache-fuzz jit-warm` builds every module of the campaign's menus into the shared cache, so
-# a Python mutant's campaign compiles nothing; "campaign": session 6's 32-run warm-up campaign);
-# PRERUN_FROM (a committed prerun.json, e.g. reports/mutate/h200/prerun.json: its deselect list stands in for
+# a Python mutant's campaign compiles nothing; "campaign": a 32-run warm-up campaign);
+# PRERUN_FROM (a prerun.json from an earlier call on the same machine type: its deselect list stands in for
 # step A's pre-run when .mutate-out has none; the baseline still runs the tests on this machine and must pass);
 # ONLY_FROM (a file of mutant ids, first word per line: `mutate --only-from`, e.g. the unfinished rest of a run
 # whose .mutate-out was not kept);
@@ -98,7 +98,7 @@ print(f"prerun: taken from {source} ({len(nodes)} deselected: {', '.join(nodes)}
 PY
 fi
 if [ ! -f "$res/prerun/prerun.json" ]; then
-  timeout --kill-after=20 240 python3 reports/mutate/prerun_sglang_tests.py --out "$res/prerun" \
+  timeout --kill-after=20 240 python3 benchmarks/mutate/prerun_sglang_tests.py --out "$res/prerun" \
       --workers $(( $(nproc) / 2 < 8 ? $(nproc) / 2 : 8 )) --timeout 220 > "$work/prerun.out" 2>&1 &
   prerun=$!
 else
@@ -138,7 +138,7 @@ case " $TARGETS " in *" campaign "*)
   [ "${SCALE:-off}" = off ] && targets+=(--fuzz-arg=--scale=off);;
 esac
 case " $TARGETS " in *" tests "*)
-  targets+=(--target test-cmd --test-cmd "bash reports/mutate/run_sglang_tests.sh");;
+  targets+=(--target test-cmd --test-cmd "bash benchmarks/mutate/run_sglang_tests.sh");;
 esac
 left=$(( LIMIT - $(elapsed) ))
 echo "mutate: $SAMPLE mutants, targets [$TARGETS], $ngpu GPU(s) x $JOBS_PER_GPU, campaign ${CAMPAIGN_SECONDS} s" \

@@ -4,7 +4,7 @@ fail, error or skip on this machine, so the mutation run deselects exactly those
 instead of aborting on a failed baseline. It also compiles the tests' JIT modules into the shared cache, several
 at a time (pytest-xdist), before the mutation run starts.
 
-    python3 reports/mutate/prerun_sglang_tests.py --out DIR [--workers N] [--timeout S]
+    python3 benchmarks/mutate/prerun_sglang_tests.py --out DIR [--workers N] [--timeout S]
 
 Writes DIR/prerun-junit.xml, DIR/prerun.log, DIR/deselect.txt (node ids, one a line) and DIR/prerun.json
 ({"passed", "failed", "errors", "skipped", "deselected": [{"node", "outcome", "message"}], "returncode"}).

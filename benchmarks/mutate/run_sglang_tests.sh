@@ -2,7 +2,7 @@
 # The test-cmd target for sglang's own HiCache tests: pytest on the staged files, stopping at the first failure.
 # A run where a test was skipped (no GPU, wrong SM) or none passed exits 1, so a baseline that tests nothing
 # aborts the mutation run (exit 3) instead of letting every mutant "survive".
-#   bash reports/mutate/run_sglang_tests.sh [pytest selection, relative to .mutate-targets/sglang-tests]
+#   bash benchmarks/mutate/run_sglang_tests.sh [pytest selection, relative to .mutate-targets/sglang-tests]
 # Environment:
 #   SGLANG_TESTS_WORKERS (default 0): pytest-xdist workers (-n N); with N > 0 the JIT modules a mutant rebuilds
 #     compile N at a time instead of one after the other (the tests compile lazily, one module per new shape)
