@@ -2,7 +2,7 @@
 
 A module that skips itself at import (a GPU test on a machine without one) never reaches the imports below the
 skip, so a broken import there would only show on a GPU machine. The static check reads each module's top-level
-imports and resolves them without running the module: the project's own (hicache_fuzz, tests) must exist with
+imports and resolves them without running the module: the project's own (hicache_fuzz, tests, benchmarks) must exist with
 every name imported from them, everything else must be the standard library or an installed dependency.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-FIRST_PARTY = {"hicache_fuzz", "tests"}
+FIRST_PARTY = {"hicache_fuzz", "tests", "benchmarks"}
 DEPENDENCIES = {"pytest", "torch", "numpy", "hypothesis"}
 NOT_MODULES = {"fake_sglang", "data"}  # the stand-in sglang package (imported as `sglang`), fixtures
 
