@@ -2,8 +2,8 @@
 
 A module that skips itself at import (a GPU test on a machine without one) never reaches the imports below the
 skip, so a broken import there would only show on a GPU machine. The static check reads each module's top-level
-imports and resolves them without running the module: the project's own (hicache_fuzz, tests, benchmarks) must exist with
-every name imported from them, everything else must be the standard library or an installed dependency.
+imports and resolves them without running the module: the project's own (hicache_fuzz, tests, benchmarks) must
+exist with every name imported from them, everything else must be the standard library or an installed dependency.
 """
 
 from __future__ import annotations
