@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import summarize
+from benchmarks import standalone_scripts, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -85,3 +85,16 @@ def test_bad_report_exits_2(tmp_path: Path, content: str, message: str, capsys: 
     bad.write_text(content)
     assert summarize.main(["campaign", str(bad)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_standalone_scripts_writes_a_passing_and_a_broken_script_per_kind(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "standalone_scripts.py"), str(tmp_path / "s")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    names = {p.name for p in (tmp_path / "s").iterdir()}
+    kinds = {name.removesuffix(".py") for name in names if not name.endswith(".broken.py")}
+    assert len(kinds) >= 10 and names == {f"{k}.py" for k in kinds} | {f"{k}.broken.py" for k in kinds}
+    for kind in kinds:
+        whole, broken = ((tmp_path / "s" / f"{kind}{suffix}").read_text() for suffix in (".py", ".broken.py"))
+        assert "def test_" in whole and whole != broken
+    assert standalone_scripts.main([]) == 2  # no folder: usage error
