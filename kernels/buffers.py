@@ -81,15 +81,15 @@ def copied_to(raw: torch.Tensor, device: torch.device) -> torch.Tensor:
 
     A host_register storage is registered in chunks (registration_ranges, from the start of its buffer, which is
     where storages begin); one cudaMemcpy whose host range spans two registrations fails with "invalid
-    argument" (cudaErrorInvalidValue, seen on the H200 with a 4.3 GB host pool in 1 GiB registrations), so
+    argument" (cudaErrorInvalidValue: a host pool of several GB in 1 GiB registrations), so
     copies between host and device go a chunk at a time. Kernels are not affected: they address the memory
     through its device mapping, which is contiguous."""
     out = torch.empty(raw.numel(), dtype=raw.dtype, device=device)
     step = register_chunk_bytes() // max(raw.element_size(), 1)
     # To a GPU the copy is queued on the current stream and not waited for: whatever reads `out` next on the
     # device runs after it, and a caller that needs it complete on the host synchronizes (snapshot_on). Each
-    # wait costs a round trip through the GPU's time slices when several processes share it (session 6: a
-    # case's wall time grew 3-4x with six workers), so the per-case path waits as few times as it can.
+    # wait costs a round trip through the GPU's time slices when several processes share it (a case's wall time
+    # grows severalfold with six workers), so the per-case path waits as few times as it can.
     non_blocking = device.type != "cpu"
     for start in range(0, raw.numel(), step):
         out[start : start + step].copy_(raw[start : start + step], non_blocking=non_blocking)

@@ -3,8 +3,8 @@
 sglang refuses some row sizes at compile time: the kernel's ``static_assert`` fails inside nvcc (or hipcc), which
 takes several seconds, and sglang's on-disk JIT cache keeps only successful builds. The per-process memo in
 :mod:`sglang_common` remembers a failure for the life of a process, but every new process (each worker of a pool,
-each spare, each restart, ``jit-warm``) ran the failing compiles again: on the H200 a worker's warm-up took about
-18 s on a warm cache, nearly all of it in those refusals (a cached module loads in about 0.05 s).
+each spare, each restart, ``jit-warm``) would run the failing compiles again: a worker's warm-up on a warm cache
+would be nearly all refusals (a cached module loads in a fraction of a second).
 
 What is recorded: only a build failure that names a failed static assertion, the kernel's own verdict on its
 template arguments, which the same sources and toolchain give every time. A failure of anything else (nvcc

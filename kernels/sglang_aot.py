@@ -9,7 +9,7 @@ Ops (keyword names as sglang's pools call them): load-back one layer ``transfer_
 (layer_first), ``transfer_kv_per_layer[_mla]_pf_lf`` (page_first), ``transfer_kv_per_layer_ph_lf`` (page_head);
 write-back all layers ``transfer_kv_all_layer[_mla]`` (layer_first, pointer tables),
 ``transfer_kv_all_layer[_mla]_lf_pf`` (page_first), ``transfer_kv_all_layer_lf_ph`` (page_head).
-Results on an H200: reports/aot/README.md.
+Measured results: docs/aot.md.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class SglangPageUnifiedBackend(SglangBackend):
         jobs: list[Any] = []
         for row in sorted(set(space.row_bytes)):
             # Each group width (row / groups) is its own JIT module: the warm-up compiles every one the generator
-            # can draw (a width first met inside a case cost that case a 7-s compile on the H200).
+            # can draw (a width first met inside a case would cost that case a compile of seconds).
             for groups in HEAD_GROUPS_MENU:
                 unit = row // groups
                 if row % groups == 0 and unit % 16 == 0:

@@ -228,7 +228,7 @@ def _staged_rules(case: Case, platform: Platform) -> list[str]:
     page_unified = case.layout is HostLayout.PAGE_UNIFIED
     if case.n == 0 and not case.device_indices and platform.kind != "cpu":
         # The Python chunk loop launches nothing for zero pages, so no argument is checked
-        # (hicache.py:440, 805; seen on an H200: CPU int32 / pinned indices accepted when empty).
+        # (hicache.py:440, 805; on a GPU, CPU int32 / pinned indices are accepted when empty).
         return []
     out = _index_rules(case, host_ok={IndexDevice.CPU, IndexDevice.PINNED}, device_ok=_GPU,
                        host_dtypes=_INT64, device_dtypes=_BOTH_DTYPES, same_dtype=False)

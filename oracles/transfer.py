@@ -152,7 +152,7 @@ def _move_chunks(source: torch.Tensor, source_starts: np.ndarray, destination: t
 
 # Row lists up to this size are staged in pinned memory (torch's caching host allocator keeps a block until the
 # copy from it ran, so the host does not wait for the GPU); larger ones are copied from where they are: pinning
-# megabytes of fresh sizes costs more than the wait (the oracle's stage tripled on the H200, session 7).
+# megabytes of fresh sizes costs more than the wait (it tripled the oracle's stage on a GPU).
 PINNED_ROWS_MAX_BYTES = 1 << 18
 
 

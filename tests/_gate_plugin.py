@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hicache_fuzz.kernels.base import Backend
-from hicache_fuzz.kernels.buffers import Materialized
-from hicache_fuzz.kernels.reference import ReferenceBackend
+from hicache_fuzz.api import Backend, Materialized, ReferenceBackend
 
 
 class ReversedDeviceIndices(ReferenceBackend):

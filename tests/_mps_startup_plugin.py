@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from hicache_fuzz.kernels.reference import ReferenceBackend
+from hicache_fuzz.api import ReferenceBackend
 
 
 class MpsStartupBackend(ReferenceBackend):

@@ -11,13 +11,10 @@ from collections.abc import Callable
 
 import torch
 
-from hicache_fuzz.harness.model.case import Case
-from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.api import Backend, Case, Platform, ReferenceBackend
+from hicache_fuzz.harness.model.outcome import Result  # cpu_run, a test helper, uses the harness itself
 from hicache_fuzz.harness.pipeline.runner import run_case
-from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.buffers import HostMemory
-from hicache_fuzz.kernels.reference import ReferenceBackend
-from hicache_fuzz.oracles.contract import Platform
 
 
 class DropLastPage(ReferenceBackend):

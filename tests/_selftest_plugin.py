@@ -3,9 +3,7 @@ reference."""
 
 from __future__ import annotations
 
-from hicache_fuzz.harness.model.case import Case
-from hicache_fuzz.kernels.base import Backend
-from hicache_fuzz.kernels.reference import ReferenceBackend
+from hicache_fuzz.api import Backend, Case, ReferenceBackend
 
 
 class ReferenceLookalike(ReferenceBackend):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from hicache_fuzz.kernels.compile_books import CompileBooks
-from hicache_fuzz.kernels.reference import ReferenceBackend
+from hicache_fuzz.api import CompileBooks, ReferenceBackend
 
 BOOKS = CompileBooks()  # the test backend's own books (one per process)
 

@@ -1,7 +1,8 @@
 """The import layering of hicache_fuzz (ARCHITECTURE.md): imports only point down, no circles, only the
 console entry imports the CLI wiring.
 
-Layers, lowest first: model (vocabulary) <- oracles <- kernels <- pipeline <- campaign <- commands. The ISA
+Layers, lowest first: model (vocabulary) <- oracles <- kernels <- pipeline <- campaign <- commands; the plugin
+API (hicache_fuzz.api) sits on the kernels layer and nothing in the package imports it. The ISA
 check and the mutation tester stand apart: they import nothing of the layers but the exit codes and copy rules, and only
 commands import them.
 Every import counts, also one inside a function: a lazy import is still a dependency.
@@ -28,7 +29,9 @@ LAYERS = {
     "hicache_fuzz.harness.campaign": 4,
     "hicache_fuzz.harness.commands": 5,
     "hicache_fuzz": 5,  # the package root (__main__) sits with the commands
+    "hicache_fuzz.api": 2,  # the plugin surface: re-exports of the model, oracles and kernels, nothing above
 }
+API = "hicache_fuzz.api"
 APART = ("hicache_fuzz.harness.isa", "hicache_fuzz.harness.mutate")  # stand-alone tools
 # Modules of the lowest layer that the stand-alone tools may import too (standard library only): the exit
 # codes, so that every command and tool exits with the same codes, sglang's copy-round rules, so that the
@@ -165,6 +168,13 @@ def test_no_import_cycles() -> None:
     assert import_cycles(import_graph()) == []
 
 
+def test_the_plugin_api_is_imported_by_no_module_of_the_package() -> None:
+    """hicache_fuzz.api is the surface for code outside the package; inside, modules import what they use from
+    where it is defined, so the surface can be extended without creating import circles."""
+    graph = import_graph()
+    assert API in graph and [module for module, targets in graph.items() if API in targets] == []
+
+
 def test_every_module_has_a_layer() -> None:
     unplaced = [m for m in import_graph() if layer_of(m) is None and not is_apart(m)
                 and m not in ("hicache_fuzz.harness",)]
@@ -174,6 +184,7 @@ def test_every_module_has_a_layer() -> None:
 @pytest.mark.parametrize(("graph", "expected"), [
     ({"hicache_fuzz.oracles.contract": {"hicache_fuzz.harness.pipeline.runner"}}, "(layer 3)"),
     ({"hicache_fuzz.harness.campaign.minimize": {CLI}}, "imports the CLI wiring"),
+    ({API: {"hicache_fuzz.harness.pipeline.runner"}}, "(layer 3)"),
     ({"hicache_fuzz.harness.isa.check": {"hicache_fuzz.harness.model.case"}}, "do not mix"),
     ({"hicache_fuzz.harness.pipeline.runner": {"hicache_fuzz.harness.isa.check"}}, "do not mix"),
     ({"hicache_fuzz.harness.isa.check": {"hicache_fuzz.harness.model.exit_codes",

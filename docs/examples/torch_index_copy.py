@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import torch
 
-from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout
-from hicache_fuzz.harness.campaign.generate import CaseSpace
-from hicache_fuzz.kernels.buffers import Materialized
-from hicache_fuzz.kernels.base import Availability, Backend, BackendRejected, Plan
-from hicache_fuzz.oracles.contract import EntryPoint, Platform
+from hicache_fuzz.api import (
+    Attention,
+    Availability,
+    Backend,
+    BackendRejected,
+    Case,
+    CaseSpace,
+    Direction,
+    EntryPoint,
+    HostLayout,
+    Materialized,
+    Plan,
+    Platform,
+)
 
 
 class TorchIndexCopy(Backend):

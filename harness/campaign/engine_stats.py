@@ -168,8 +168,8 @@ STALL_SHARE = 0.25  # a stretch of the timeline recorded at under this share of 
 def timeline_stalls(samples: list[dict[str, float]], rate: float) -> list[tuple[float, float]]:
     """(start, end) seconds of the stretches between timeline samples that recorded cases at under STALL_SHARE
     of `rate` (the campaign's cases/s), adjacent ones merged. A stall is the whole pipeline waiting on one thing
-    (session 12: a one-case batch queued behind a scale case held every batch after it for 2.5-5 s); the mean
-    rate hides it, the timeline shows it."""
+    (e.g. a one-case batch queued behind a scale case holds every batch recorded after it); the mean rate hides
+    it, the timeline shows it."""
     stalls: list[tuple[float, float]] = []
     for before, after in pairwise(samples):
         seconds = after["t"] - before["t"]

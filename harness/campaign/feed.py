@@ -59,11 +59,10 @@ from hicache_fuzz.oracles.contract import Platform
 
 DEFAULT_BATCH = 64
 FIRST_CYCLE_SPACING = 8.0  # seconds between the first scale cases of each shape, whatever the tier's share
-# Index variants per generated case on a GPU. Measured side by side on the H200, warm JIT cache, same seed
-# (reports/gpu-engine/session6): every backend at 7 ran 272.9 cases/s and ~34 new geometries a second; the
-# earlier default (3, sglang-pool raised to 15) ran 155.8 cases/s and ~26 new geometries a second. A pool case
-# costs ~44 ms whatever its variant count, so raising the pool's count only bought expensive cases; a variant
-# of the cheap backends costs a fraction of a generated case, and the freed worker time goes to new cases.
+# Index variants per generated case on a GPU: the count measured best for generated cases a second
+# (docs/engine.md, "Variants per case: why 7"). A pool case costs about the same whatever its variant count, so
+# a higher count for the pool only buys expensive cases; a variant of the cheap backends costs a fraction of a
+# generated case, and the freed worker time goes to new cases.
 DEFAULT_GPU_VARIANTS = 7
 
 
@@ -80,8 +79,8 @@ class EngineOptions:
     backend_every: str = "auto"
     # Batches handed to a worker pool before the campaign records the oldest one (loop.py): the pool's members
     # take the next batches while batch i is recorded or still finishing its slowest group (a scale case runs
-    # about a second on the first member; a batch is ~0.4 s of work at the session-7 rate), so none waits at a
-    # batch boundary; 0 runs a batch at a time (the engine before session 7).
+    # about a second on the first member; a batch is a fraction of a second of work), so none waits at a
+    # batch boundary; 0 runs a batch at a time.
     batches_ahead: int = 3
     # Where cases are generated: "auto" (a process of its own for a worker pool on a GPU, where the parent's
     # interpreter lock is the limit: harness/campaign/feed_process.py; a thread of the campaign otherwise),

@@ -1,12 +1,13 @@
 """The case feed in a process of its own: generation off the campaign parent's interpreter lock.
 
 On a GPU the campaign parent has one core's worth of Python for everything: generating cases (the feed), the
-worker pool's pipe traffic and result decoding (one thread per worker) and recording results. Measured on the
-H200 (reports/gpu-engine/session7): the feed thread alone took 22 of the campaign's 68 s, and the workers were
-busy 59 % of the time. :class:`ProcessFeed` runs the same :class:`~hicache_fuzz.harness.campaign.feed.CaseFeed`
-in a child process started with ``spawn`` and keeps one batch generated ahead there; the parent only unpacks
-the slots. The slots are exactly those of the in-process feed (case i is a pure function of the seed, the index
-and the backend's space), so campaigns, shards and resumes are unchanged.
+worker pool's pipe traffic and result decoding (one thread per worker) and recording results. A feed thread
+holds the interpreter lock for about a third of the campaign, which the pool's serving threads need to keep the
+workers busy (docs/engine.md, "Keeping the workers fed"). :class:`ProcessFeed` runs the same
+:class:`~hicache_fuzz.harness.campaign.feed.CaseFeed` in a child process started with ``spawn`` and keeps one
+batch generated ahead there; the parent only unpacks the slots. The slots are exactly those of the in-process
+feed (case i is a pure function of the seed, the index and the backend's space), so campaigns, shards and
+resumes are unchanged.
 
 The child gets its inputs (backends, their spaces, the mix, the platform) from the parent over a
 multiprocessing pipe, and sends back slots as (backend position, index, case, last of index, variant): objects
@@ -14,7 +15,7 @@ of this project only, between the campaign's own processes (nothing read from di
 stays in the parent (it compiles in the parent's background), called in campaign order as slots arrive.
 
 The child's start-up (it imports torch and the backends, and calibrates the mix, while the workers import
-sglang) took ~15 s of the campaign in the H200 measurement. So the campaign does not wait for it: until the child
+sglang) takes seconds. So the campaign does not wait for it: until the child
 says it is ready, the parent generates whole campaign indices itself (the same CaseFeed, in this process), then
 tells the child the next index and takes every later slot from it.
 

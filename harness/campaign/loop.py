@@ -262,7 +262,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     in_flight: list[_Submitted] = []
     # A pool runs a scale case on its first member beside the queue: submitted on its own and recorded when it is
     # done, so the batches behind it are recorded (and new ones submitted) meanwhile. Queued in a batch, one
-    # case of 1-5 s held back every batch behind it and the other members ran dry (H200, session 7). One at a time.
+    # case of seconds would hold back every batch behind it while the other members ran dry. One at a time.
     scale_aside = ahead > 0 and bool(getattr(executor, "runs_lone_cases_aside", False))
     aside: list[_Submitted] = []
     try:
@@ -278,7 +278,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 if submitted == 0 and ahead > 0:
                     # With batches queued ahead, the first batch decides only when the first result is recorded:
                     # a short one lets the campaign report (and checkpoint) while the pool's other members are
-                    # still starting and only the first runs cases (its 384 cases took seconds on the H200).
+                    # still starting and only the first runs cases (a full batch on one member takes seconds).
                     limit = min(limit, FIRST_BATCH_CASES)
                 scale_slot: Slot | None = None
                 if (scale is not None and report.cases and not aside

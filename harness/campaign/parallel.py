@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # the parent imports the campaign and pipeline layers (and to
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
 
-# Workers per GPU for `--workers auto`. Measured on 2x H200 (reports/parallel/README.md): 2 workers per GPU ran
-# the same 406 cases at 21.5 cases/s against 22.6 with 1 per GPU, so a second worker on a GPU does not pay.
+# Workers per GPU for `--workers auto`: a second worker on a GPU ran the same cases no faster than one per GPU
+# (docs/parallel.md), so it does not pay.
 AUTO_WORKERS_PER_GPU = 1
 WORKERS_PER_GPU_ENV = "HICACHE_FUZZ_WORKERS_PER_GPU"
 VISIBLE_DEVICES_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}

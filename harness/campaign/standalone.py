@@ -29,7 +29,7 @@ from hicache_fuzz.oracles.contract import Platform, Verdict, predict
 from hicache_fuzz.oracles.transfer import token_pairs_numpy
 
 SUFFIX = ".standalone.py"
-# Findings so far come from CUDA sm90 (H200); the contract's verdict can depend on the platform.
+# The platform the recorded findings come from (CUDA sm90); the contract's verdict can depend on the platform.
 DEFAULT_PLATFORM = Platform("cuda", (9, 0))
 
 

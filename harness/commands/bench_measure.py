@@ -70,7 +70,7 @@ SMALL_SPACE = CaseSpace(byte_budget=64 << 10, layer_counts=(1, 2, 3, 4), page_co
 LARGE_SPACE = CaseSpace(byte_budget=32 << 20, layer_counts=(4, 8), page_counts=(64, 128), max_pages=160,
                         invalid_rate=0.0)
 # The in-process GPU pipeline leaves out zero-length transfers: sglang 0.5.23's register kernel launched with
-# no indices leaves a pending CUDA error that poisons the process (reports/gpu/README.md, finding 1), which only
+# no indices leaves a pending CUDA error that poisons the process (a known finding in corpus/sglang), which only
 # an isolating worker survives. Campaigns (`fuzz`, isolated) keep them.
 GPU_SMALL_SPACE = SMALL_SPACE.narrowed(empty_rate=0.0)
 STAGES = ("generate", "predict", "materialize", "backend", "oracle", "compare", "classify")

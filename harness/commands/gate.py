@@ -57,8 +57,8 @@ DEFAULT_BUDGET_SECONDS = 300.0
 # Cases per second per backend used to turn --budget-seconds into a case count. Deliberately far below what
 # was measured, so the planned cases finish inside the cap on a slow or busy runner: the CPU reference ran
 # 69 cases/s (1000 cases in 14.5 s) on 2 cores shared with a compile job. GPU backends pay a worker start
-# and a JIT compile (8-10 s) per new kernel configuration inside the campaign: 6 sglang backends x 5 cases
-# took 141 s on an H200 from a cold JIT cache (0.2 cases/s), so the GPU rate assumes mostly-cold compiles.
+# and a JIT compile (seconds) per new kernel configuration inside the campaign: from a cold JIT cache the sglang
+# backends run well under one case a second (docs/gate.md, "Time"), so the GPU rate assumes mostly-cold compiles.
 PLANNING_CASES_PER_SECOND: dict[str, float] = {"cpu": 5.0, "cuda": 0.25, "rocm": 0.25}
 # Subfolders of --artifacts the gate owns and clears at start, so CI never uploads a previous run's files.
 ARTIFACT_SUBFOLDERS = ("campaign", "replay", "isa", "worker-journal")

@@ -2,7 +2,7 @@
 
 A campaign compiles its backends' menus at worker start-up and each row-menu growth stage in the background one
 stage ahead (campaign/loop.py, MenuGrowth); a campaign that runs faster than the prefetch, or a first campaign on
-a fresh cache, compiles inside cases (seen on the H200: three 9-10 s builds in the workers of a 60-s campaign).
+a fresh cache, compiles inside cases (seconds each, with other workers waiting on the same module).
 This command builds the menus and every growth stage up front, in parallel, so a CI job that keeps the cache
 directory (SGLANG_JIT_CACHE_DIR, keyed on sglang, torch and the GPU architecture) starts every campaign warm.
 """

@@ -85,7 +85,7 @@ def limit_torch_threads() -> int:
     Every process that runs cases calls it (the CLI, each worker, the feed process). The pipeline's CPU work is
     many small tensor ops, where threads cost more than they give (measured ~20x on small cases), and parallelism
     comes from processes instead: a GPU campaign's 6-8 workers would otherwise each start one thread per core on
-    the same cores (torch's default). Session 9 found the workers had never set it."""
+    the same cores (torch's default)."""
     import torch
 
     torch.set_num_threads(max(1, int(os.environ.get(TORCH_THREADS_ENV, "1"))))

@@ -58,7 +58,7 @@ class RunConfig:
     # baseline passes with them listed) instead of aborting the run; a test command's baseline must still pass
     baseline_failures: str = "abort"
     # time.monotonic() after which no mutant is started (those running finish): a time-boxed device call then
-    # ends with its slots' work recorded instead of killing the mutants in flight (session 6 lost 6 a call)
+    # ends with its slots' work recorded instead of killing the mutants in flight (which would record nothing)
     start_deadline: float | None = None
 
 

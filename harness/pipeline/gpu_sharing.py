@@ -1,10 +1,10 @@
 """How a worker pool's processes share one NVIDIA GPU: separate CUDA contexts, or one private MPS server.
 
-Each worker process owns a CUDA context, and the GPU time-slices between contexts: measured on the H200
-(session 10), six copies of the bare loop at once ran 4,384 cases/s together, about 1.4x one copy alone, so
-six workers added little over three and each case's waits for the device grew with the worker count. Under
-NVIDIA's Multi-Process Service the clients' work runs in one server context, concurrently: the same six copies
-ran 18,320 cases/s together, and the default 60-s campaign 1,285.8 cases/s against 711.1 with contexts.
+Each worker process owns a CUDA context, and the GPU time-slices between contexts: six copies of the bare loop
+at once run little faster together than one alone, so six workers add little over three and each case's waits
+for the device grow with the worker count. Under NVIDIA's Multi-Process Service the clients' work runs in one
+server context, concurrently, and the default campaign runs nearly twice as fast (docs/engine.md, "Sharing one
+GPU between workers").
 
 So on CUDA a pool of two or more workers (``--gpu-sharing auto``) starts a **private** MPS control daemon: its
 own pipe and log folders in a temporary directory, handed only to this pool's workers through
@@ -18,9 +18,9 @@ The price is fault containment. A fatal device fault in one MPS client (an illeg
 every client of the server, so the other workers lose their batches too. The first batch lost under MPS to
 anything but a launch the driver refused for that client alone (:func:`spreads`) therefore ends MPS for the rest
 of the campaign (:meth:`GpuSharing.fall_back`): workers started afterwards get plain contexts, and the lost cases
-are replayed alone in them. (Measured on the H200: an illegal address in one worker cost four other workers'
-cases, all clean alone; sglang's known zero-length launches, "invalid argument", left only their own worker's
-context unusable, so they cost that worker a restart under MPS and nothing else.) A case that died in a batch
+are replayed alone in them. (An illegal address in one worker costs other workers' cases, clean alone; a launch
+the driver refused, like sglang's known zero-length launches, "invalid argument", leaves only its own worker's
+context unusable, so it costs that worker a restart under MPS and nothing else.) A case that died in a batch
 under MPS but runs clean alone is then another client's collateral, not a finding: the pool records it
 (``collateral``) instead of reporting a CRASH, and keeps the batch file. A worker that cannot start as an MPS
 client (its server gone) also ends MPS, and is started once more on a plain context. On ROCm there is no MPS (HIP

@@ -11,8 +11,8 @@ group, replayed case by case as in WorkerExecutor); the results are put back in 
 
 Scale-tier cases (``run_batch(..., lone_first=k)``: the first k cases) run one at a time on the first member,
 the one process that keeps the tier's multi-GiB arenas, while the other members take the batch's groups; the
-first member joins them when its lone cases are done. Before, a scale case was a batch of its own and the other
-members waited for it (stalls of 5-10 s in a 60-s H200 campaign).
+first member joins them when its lone cases are done. As a batch of its own, a scale case of seconds would leave
+the other members waiting for it.
 
 Start-up: the first member is waited for; the others start in the background and join from the next batch on,
 so cases begin as soon as one worker can run them.
@@ -164,13 +164,13 @@ class WorkerPool:
         the parent's recording). The first `lone_first` cases (the scale tier's) run on the first member, before
         it takes groups. Any other batch, one case long included, goes to whichever member is free: a one-case
         batch queued for the first member waited behind the scale case it was running, and so did every batch
-        recorded after it (stalls of 2.5-5 s on the H200, session 12)."""
+        recorded after it (stalls of seconds)."""
         if not self._starting and self.size > 1:
             self.start()
         groups = [range(lone_first + g.start, lone_first + g.stop) for g in geometry_groups(cases[lone_first:])]
         # Longest groups first (by each backend's seconds per case so far): the batch ends when its last group
         # does, so a slow group started last would leave the other workers idle (sglang-pool's cases cost
-        # several times the JIT backends' on the H200).
+        # several times the JIT backends' on a GPU).
         queue = sorted(groups, key=lambda g: len(g) * self._seconds_per_case.get(cases[g.start].backend, 0.0))
         with self._work_ready:
             if self._broken is not None:

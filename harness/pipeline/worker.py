@@ -19,7 +19,7 @@ Spare workers (``spares=N``; ``fuzz`` keeps 2 on a GPU): N more workers are star
 soon as the first is up, and load the JIT modules of the backends' menus (from the on-disk cache) while the
 campaign runs. When a case kills the worker, the oldest spare takes over at once and a new spare starts
 behind it, so a crash costs the campaign about one case instead of an import of sglang plus JIT module loads
-(~20 s each on the H200). Crashes come in runs (the JIT backends share a case space, so case i of
+(tens of seconds on a GPU). Crashes come in runs (the JIT backends share a case space, so case i of
 sglang-jit and of sglang-jit-register is often the same crashing case): one spare is not enough, the second
 crash of a run would wait for a spare still starting. Time spares spend starting while the campaign runs is
 reported apart (``background_startup_seconds``), not as campaign start-up.

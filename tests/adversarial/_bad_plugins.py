@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from hicache_fuzz.kernels.base import Availability, Backend
-from hicache_fuzz.kernels.reference import ReferenceBackend
-from hicache_fuzz.oracles.contract import Platform
+from hicache_fuzz.api import Availability, Backend, Platform, ReferenceBackend
 
 
 def factory_raises() -> list[Backend]:

@@ -89,7 +89,7 @@ def test_bad_backend_every_values_name_the_problem(bad: str) -> None:
 
 
 def test_the_shipped_pool_backend_is_the_costly_one() -> None:
-    """Only sglang-pool declares a cost (its cases took ~6-8x a JIT case on the H200, session 6)."""
+    """Only sglang-pool declares a cost (its cases cost several times a JIT case on a GPU)."""
     costs = {b.name: b.relative_case_cost for b in load_registry().backends.values() if b.relative_case_cost != 1}
     assert costs == {"sglang-pool": 6}
 

@@ -326,10 +326,10 @@ def test_stalls_are_the_timeline_stretches_far_under_the_mean_rate() -> None:
     assert timeline_stalls([{"t": 0.0, "cases": 0}, {"t": 1.0, "cases": 25}], 100.0) == []
 
 
-def test_the_console_summary_shows_the_stalls_of_the_session_12_h200_campaign() -> None:
-    """The committed H200 report (seed 11, before the one-case-batch fix) stalled four times around scale cases;
-    its summary says so, where the mean rate alone hid it."""
-    report = json.loads((Path(__file__).parents[2] / "reports/gpu-engine/session12/call1/default.json").read_text())
+def test_the_console_summary_shows_the_stalls_of_a_recorded_gpu_campaign() -> None:
+    """A recorded GPU campaign's engine fields (tests/data; seed 11, before the one-case-batch fix) stalled around
+    scale cases; its summary says so, where the mean rate alone hid it."""
+    report = json.loads((Path(__file__).parents[2] / "tests/data/gpu-engine-campaign-stalls.json").read_text())
     line = next(line for line in summary_lines(report) if line.startswith("  stalls"))
     count = int(line.split(": ")[1].split(",")[0])
     total = float(line.split(", ")[1].split(" s")[0])

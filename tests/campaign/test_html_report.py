@@ -1,6 +1,6 @@
 """The HTML report (harness/campaign/html_report.py, harness/commands/report.py): rendered from a real 2-second CPU
-campaign and from the committed gate report, parsed back with html.parser; sections, heat-map cells, failure
-rows and links must match the report they came from."""
+campaign and from two recorded reports (tests/data: a CPU gate, a GPU campaign with five findings), parsed back
+with html.parser; sections, heat-map cells, failure rows and links must match the report they came from."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from hicache_fuzz.harness.campaign.html_report import write_html
 from hicache_fuzz.harness.commands.cli import main as report_main
 
 ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
 
 
 class Page(HTMLParser):
@@ -80,7 +81,7 @@ def test_campaign_page(campaign_report: dict[str, Any], tmp_path: Path) -> None:
 
 
 def test_gate_page_from_the_committed_gate_report(tmp_path: Path) -> None:
-    report = json.loads((ROOT / "reports" / "gate" / "gate.json").read_text())
+    report = json.loads((DATA / "gate-cpu.json").read_text())
     page = Page(write_html(report, tmp_path / "gate.html").read_text())
     assert page.sections == ["summary", "findings", "replay", "outcomes", "failures", "isa"]
     assert page.classes["replay-row"] == len(report["replay"])
@@ -89,9 +90,9 @@ def test_gate_page_from_the_committed_gate_report(tmp_path: Path) -> None:
 
 
 def test_missing_reproducer_links_to_the_corpus_entry_with_its_signature(tmp_path: Path) -> None:
-    report = json.loads((ROOT / "reports" / "gpu" / "cli-campaign" / "report.json").read_text())
+    report = json.loads((DATA / "gpu-campaign.json").read_text())
     out = tmp_path / "gpu.html"
-    assert report_main(["report", str(ROOT / "reports/gpu/cli-campaign/report.json"), "--html", str(out),
+    assert report_main(["report", str(DATA / "gpu-campaign.json"), "--html", str(out),
                         "--corpus", str(ROOT / "corpus" / "sglang")]) == 0
     page = Page(out.read_text())
     scripts = [link for link in page.links if link.endswith(".standalone.py")]

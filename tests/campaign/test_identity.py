@@ -135,9 +135,9 @@ def test_a_valid_input_rejected_is_one_bug_per_path_whatever_check_fired() -> No
 
 
 def test_a_gpu_error_is_named_by_the_runtime_message_whatever_noticed_it() -> None:
-    """Measured on the H200 (session 5): the zero-length launch of sglang's JIT kernels reached the harness as
-    torch's "AcceleratorError: CUDA error: invalid argument" when the corpus entries were recorded, and as the
-    launcher's own "RuntimeError: Failed at .../hicache.cuh:532: CUDA error: invalid argument" in a later run:
+    """The zero-length launch of sglang's JIT kernels reaches the harness as torch's "AcceleratorError: CUDA
+    error: invalid argument" or as the launcher's own "RuntimeError: Failed at .../hicache.cuh:532: CUDA error:
+    invalid argument", depending on which call notices it first (both were seen on a GPU):
     the same bug, which must keep its identity (else the gate's replay and every campaign call it new)."""
     wordings = [
         "device error escaped the case: AcceleratorError: CUDA error: invalid argument\nSearch for ...",

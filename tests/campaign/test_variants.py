@@ -127,7 +127,8 @@ def test_a_backend_with_a_per_geometry_setup_gets_more_variants_by_default() -> 
 
 
 def test_no_shipped_backend_raises_its_variants() -> None:
-    """Session 6 measured sglang-pool's raised count (15) as a slowdown; the shipped backends run the default."""
+    """A raised count for sglang-pool (15) measured as a slowdown (docs/engine.md); the shipped backends run the
+    default."""
     assert all(backend.geometry_setup_variants == 0 for backend in load_registry().backends.values())
 
 

@@ -53,7 +53,7 @@ def test_bench_markdown(blocked: Path, tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_report_html(blocked: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["report", str(ROOT / "reports" / "gate" / "gate.json"), "--html", str(blocked / "gate.html")])
+    code = main(["report", str(ROOT / "tests" / "data" / "gate-cpu.json"), "--html", str(blocked / "gate.html")])
     assert code == EXIT_UNAVAILABLE
     assert moved_to(capsys.readouterr().err).read_text().startswith("<!DOCTYPE html>")
 

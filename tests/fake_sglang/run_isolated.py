@@ -1,7 +1,7 @@
 """Run standalone reproducers with only torch and sglang importable: ``hicache_fuzz`` and this repository's
 ``tests`` package are blocked by a meta-path finder and the repository is taken off ``sys.path``, so a script
 that needs them fails. By default the fake sglang next to this file is the sglang they get (CPU CI);
-``--real`` leaves the installed sglang (the GPU check, reports/standalone/README.md).
+``--real`` leaves the installed sglang (the GPU check, docs/reproducers.md).
 
 Usage: python run_isolated.py [--real] SCRIPT.py...
 Prints the script's output and "EXIT <code> <script>" per script; exit status: the largest code.

@@ -6,8 +6,6 @@ Run on the GPU machine after `source .gpu-bundle/device-setup.sh` (docs/gpu.md):
 from __future__ import annotations
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,18 +17,14 @@ if not torch.cuda.is_available():
 if importlib.util.find_spec("sglang") is None:
     pytest.skip("needs sglang 0.5.23 importable (docs/gpu.md)", allow_module_level=True)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "reports" / "gpu"))
-from drive import smoke_cases  # noqa: E402
-
 from hicache_fuzz.harness.model.outcome import Outcome  # noqa: E402
 from hicache_fuzz.harness.model.platform import detect  # noqa: E402
 from hicache_fuzz.harness.pipeline.runner import run_case  # noqa: E402
 from hicache_fuzz.kernels.registry import load_registry  # noqa: E402
+from tests.gpu.smoke_cases import smoke_cases  # noqa: E402
 
 MACHINE = detect()
 REGISTRY = load_registry()
-# Known sglang behaviour, kept as reproducers in corpus/sglang/ (see reports/gpu/README.md).
-KNOWN = {"pool-base-controller-mixed-group"}
 
 
 def _cases():  # type: ignore[no-untyped-def]
@@ -39,11 +33,9 @@ def _cases():  # type: ignore[no-untyped-def]
         if not backend.probe(MACHINE.platform).available:
             continue
         base_mixed = case.tuning_value("controller") == "base" and len(case.pools) == 3
-        yield pytest.param(
-            case,
-            id=f"{case.backend}-{case.case_id}",
-            marks=[pytest.mark.xfail(reason="known: base controller + mixed group")] if base_mixed else [],
-        )
+        known = pytest.mark.xfail(reason="known sglang behaviour (a reproducer in corpus/sglang): base controller "
+                                         "+ mixed group")
+        yield pytest.param(case, id=f"{case.backend}-{case.case_id}", marks=[known] if base_mixed else [])
 
 
 @pytest.mark.parametrize("case", list(_cases()))

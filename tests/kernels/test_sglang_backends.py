@@ -488,7 +488,7 @@ class _GuardedHostPool:
 def test_pool_load_back_also_loads_the_layers_just_outside_the_pool_and_expects_nothing() -> None:
     """Every load-back case of sglang-pool also asks for layers -1 and `layers` (a draft layer, another pool's):
     sglang's guard skips them; an off-by-one guard lets `layers` through and the case fails (the survivor
-    13cd2b6186b7 of reports/mutate/h200)."""
+    13cd2b6186b7 of the mutation run, reports/mutate/README.md)."""
     case = pool_case(GROUP[:1], "base", Direction.LOAD_BACK)
     assert sglang_pool.foreign_layers(case) == (-1, case.layers)
     assert all(not 0 <= layer < case.layers for layer in sglang_pool.foreign_layers(case))
@@ -588,9 +588,10 @@ def test_the_page_check_mutant_refuses_an_odd_page_count_for_power_of_two_page_s
 
 
 def test_the_pool_round_trip_sees_a_free_that_leaves_a_slot_marked_used() -> None:
-    """The survivor e579ef60fefe of reports/mutate/h200-s8: `free` clears `slot_used[indices - 1]`, so the last
-    slot it frees stays marked used (and the slot before the first is cleared). Freeing twice is still refused
-    for a run of slots, so only granting the whole pool again shows it: sglang's double-alloc check fires."""
+    """The survivor e579ef60fefe of the mutation run (reports/mutate/README.md): `free` clears
+    `slot_used[indices - 1]`, so the last slot it frees stays marked used (and the slot before the first is
+    cleared). Freeing twice is still refused for a run of slots, so only granting the whole pool again shows it:
+    sglang's double-alloc check fires."""
     case = pool_case(GROUP[:1], "base", Direction.WRITE_BACK)
     assert case.n > 0
     sglang_pool._allocator_round_trip(case, _AllocatingHostPool(case.host_slots, case.page_size))

@@ -444,8 +444,8 @@ def test_report_only_reports_finished_mutants_without_running(tree: Path, tmp_pa
 
 def test_report_only_names_results_made_with_other_target_options(
         tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A stored result whose target options differ is left out of the report, and named on stderr: the device
-    call of session 6 reported 0 of 6 finished mutants without a word (its report step lacked --jobs-per-gpu)."""
+    """A stored result whose target options differ is left out of the report, and named on stderr: a report step
+    that lacks an option of the run (e.g. --jobs-per-gpu) must not report 0 finished mutants without a word."""
     out = tmp_path / "out"
     base = ["--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement", "--out", out]
     assert _run(*base, "--test-cmd", SYNC_PRESENT) == 0
@@ -594,7 +594,7 @@ struct S {
     assert found == [(6, "<"), (7, "<="), (7, ">"), (8, "<")]
 
 
-# Mutant e0d98c28a365 on the H200 (session 8): the unmutated campaign's known rejection and the mutant's, one
+# Mutant e0d98c28a365 (reports/mutate/README.md): the unmutated campaign's known rejection and the mutant's, one
 # identity ("a valid input this path rejects"), two variants (the error texts differ).
 _KNOWN_REJECTION = "jit-staged-wrongly_rejected-ed0f6f73b4"
 

@@ -1,4 +1,4 @@
-"""reports/mutate/sglang_tests_conftest.py: the adapter that lets sglang's staged HiCache tests (written for the
+"""benchmarks/mutate/sglang_tests_conftest.py: the adapter that lets sglang's staged HiCache tests (written for the
 host-pool constructor before 0.5.23) build 0.5.23's host pools. Checked against stand-in pool classes with
 0.5.23's signatures (sglang itself is not importable on the CPU test machine)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-ADAPTER = Path(__file__).resolve().parents[2] / "reports" / "mutate" / "sglang_tests_conftest.py"
+ADAPTER = Path(__file__).resolve().parents[2] / "benchmarks" / "mutate" / "sglang_tests_conftest.py"
 
 
 class _HostPool:

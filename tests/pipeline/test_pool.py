@@ -161,7 +161,7 @@ def test_a_scale_case_runs_on_the_first_worker_while_the_others_take_the_batch(t
 def test_a_one_case_batch_behind_a_scale_case_goes_to_a_free_member(tmp_path: Path) -> None:
     """Only the scale tier's cases are the first member's: a batch of one ordinary case, queued while that member
     runs a scale case, is taken by the other member at once. (It once counted as lone: it waited for the scale
-    case, and the campaign, which records in order, stalled behind it; 2.5-4 s a scale case on the H200.)"""
+    case, and the campaign, which records in order, stalled behind it for seconds.)"""
     import time
 
     pool = WorkerPool(2, ["reference"], tmp_path)

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The GPU engine's proof run: campaigns of the `fuzz` command users type, bracketed by the bare loop (the
+# kernel-speed baseline: sglang's JIT load-back and a whole-pool byte compare, nothing else) measured in the same
+# call, so each campaign's rate has a baseline from the same machine and minute (docs/bench.md, docs/engine.md).
+#
+#   OUT=<empty folder> bash benchmarks/proof_run.sh        # from the checkout root; on a GPU machine after
+#                                                          # `source .gpu-bundle/device-setup.sh`
+# Environment (defaults in brackets):
+#   PLATFORM [cuda]; SEEDS ["11"]: one campaign per seed, in order; CAMPAIGN_SECONDS [60];
+#   BARE_SECONDS [10]: the bare loop before and after (0 skips it: it needs CUDA and sglang);
+#   JIT_WARM [1]: `hicache-fuzz jit-warm` first, so the campaigns run on a warm JIT cache (0 skips it);
+#   FUZZ_ARGS [""]: more `fuzz` arguments for every campaign (e.g. "--isolate no", "--variants 7");
+#   KNOWN [corpus/sglang]: the known-failure corpus; PYTHON [python3].
+# Writes to $OUT: rcs.txt (each step's exit code and seconds, then each campaign's summary), bare-before.json,
+# bare-after.json, campaign-<seed>.json (without case ids and coverage), campaign-<seed>.log (its console tail).
+# Exit status: 3 if the installed hicache-fuzz is not this checkout, else that of the last failing step (0 if none).
+set -u
+out=${OUT:?set OUT to an empty folder for the results}
+py=${PYTHON:-python3}
+platform=${PLATFORM:-cuda}
+seconds=${CAMPAIGN_SECONDS:-60}
+bare_seconds=${BARE_SECONDS:-10}
+here=$(cd "$(dirname "$0")" && pwd)
+rcs="$out/rcs.txt"
+work=$(mktemp -d "${TMPDIR:-/tmp}/proof-run.XXXXXX")
+status=0
+started=$(date +%s)
+
+step() {  # step NAME COMMAND...: run it, append "NAME rc=N S s (at T s)" to rcs.txt
+  local name=$1 t0 rc
+  shift
+  t0=$(date +%s)
+  "$@"
+  rc=$?
+  [ "$rc" -eq 0 ] || status=$rc
+  echo "$name rc=$rc $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - started )) s)" >> "$rcs"
+}
+
+"$py" -c "import hicache_fuzz.harness as h; print('harness from', h.__file__)" > "$rcs" 2>&1
+grep -q "harness from $PWD/" "$rcs" || { echo "the installed hicache-fuzz is not the checkout $PWD: stop" >> "$rcs"; exit 3; }
+{ git rev-parse --short HEAD 2>/dev/null || echo "(no git)"; echo "nproc $(nproc)"; } >> "$rcs"
+command -v nvidia-smi > /dev/null && timeout 20 nvidia-smi --query-gpu=name,memory.total --format=csv >> "$rcs" 2>&1
+
+if [ "${JIT_WARM:-1}" = 1 ]; then
+  step jit-warm timeout 400 "$py" -m hicache_fuzz jit-warm --platform "$platform" > "$work/jit-warm.log" 2>&1
+  tail -n 2 "$work/jit-warm.log" >> "$rcs"
+fi
+bare() {  # bare NAME
+  [ "$bare_seconds" = 0 ] && return
+  step "bare-$1" timeout $(( bare_seconds + 120 )) "$py" -m hicache_fuzz.harness.pipeline.bare_loop \
+    --seconds "$bare_seconds" --json "$out/bare-$1.json" > /dev/null 2>> "$rcs"
+}
+bare before
+for seed in ${SEEDS:-11}; do
+  launched=$(date +%s.%N)
+  # shellcheck disable=SC2086  # FUZZ_ARGS is a list of arguments
+  step "campaign-$seed" timeout $(( seconds + 300 )) "$py" -m hicache_fuzz fuzz --platform "$platform" --seed "$seed" \
+    --max-total-time "$seconds" --no-progress --known "${KNOWN:-corpus/sglang}" --corpus "$work/corpus-$seed" \
+    --json "$work/campaign-$seed.json" ${FUZZ_ARGS:-} > "$work/campaign-$seed.log" 2>&1
+  tail -c 4000 "$work/campaign-$seed.log" > "$out/campaign-$seed.log"
+  if [ -f "$work/campaign-$seed.json" ]; then
+    echo "== campaign seed $seed" >> "$rcs"
+    "$py" "$here/summarize.py" campaign "$work/campaign-$seed.json" --bare "$out/bare-before.json" \
+      --launched "$launched" >> "$rcs" 2>&1
+    "$py" "$here/summarize.py" slim "$work/campaign-$seed.json" "$out/campaign-$seed.json" >> "$rcs" 2>&1
+  fi
+done
+bare after
+echo "done at $(( $(date +%s) - started )) s, status $status" >> "$rcs"
+rm -rf "$work"
+exit "$status"

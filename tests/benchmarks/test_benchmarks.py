@@ -1,0 +1,100 @@
+"""The maintained benchmark scripts (benchmarks/, docs/bench.md) on the CPU: their plumbing, not their figures.
+
+The GPU runs use the same scripts with PLATFORM=cuda; here each runs end to end on the CPU reference with the
+smallest settings (no bare loop, no JIT warm-up: both need CUDA and sglang), and must produce its files and
+summary lines. The summarizer is checked on recorded reports (tests/data)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import standalone_scripts, summarize
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def _run(script: str, out: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "PLATFORM": "cpu",
+                   "TMPDIR": str(tmp_path), **env}
+    return subprocess.run(["bash", str(BENCHMARKS / script)], cwd=ROOT, env=environment, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("script", sorted(str(p.relative_to(BENCHMARKS)) for p in BENCHMARKS.rglob("*.sh")))
+def test_shell_scripts_parse(script: str) -> None:
+    done = subprocess.run(["bash", "-n", str(BENCHMARKS / script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_proof_run_on_the_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    done = _run("proof_run.sh", out, tmp_path, BARE_SECONDS="0", JIT_WARM="0", CAMPAIGN_SECONDS="2", SEEDS="5 6",
+                FUZZ_ARGS="--backend reference")
+    rcs = (out / "rcs.txt").read_text()
+    assert done.returncode == 0, rcs + done.stderr
+    for seed in (5, 6):
+        assert f"campaign-{seed} rc=0" in rcs and f"== campaign seed {seed}" in rcs
+        report = json.loads((out / f"campaign-{seed}.json").read_text())
+        assert report["seed"] == seed and report["cases"] > 0 and not set(summarize.BULKY_KEYS) & set(report)
+    assert "cases/s (no bare loop)" in rcs and "  engine: " in rcs
+
+
+def test_gate_cold_jit_on_the_cpu(tmp_path: Path) -> None:
+    out, empty = tmp_path / "out", tmp_path / "empty-corpus"
+    out.mkdir()
+    empty.mkdir()
+    done = _run("gate_cold_jit.sh", out, tmp_path, GATE_BUDGET="20",
+                GATE_ARGS=f"--corpus {empty} --cases-per-backend 3 --no-isa --allow-skip-isa --backend reference")
+    rcs = (out / "rcs.txt").read_text()
+    assert done.returncode == 0, rcs + done.stderr
+    assert "status pass exit 0 cases/backend 3" in rcs and "campaign reference: passed 3/3 cases" in rcs
+    assert {"gate.json", "summary.md", "junit.xml", "gate.log", "artifacts.tgz"} <= {p.name for p in out.iterdir()}
+
+
+def test_campaign_summary_of_a_recorded_gpu_campaign(tmp_path: Path) -> None:
+    report = json.loads((DATA / "gpu-engine-campaign-stalls.json").read_text())
+    lines = summarize.campaign_lines(report, [4000.0, 5000.0])
+    rate = report["cases_per_second"]
+    assert lines[0].startswith(f"{report['cases']} cases in {report['seconds']} s = {rate} cases/s ")
+    assert f"{rate / 5000.0:.3f} of the bare loop's 5000.0 cases/s" in lines[0]
+    assert any(line.startswith("  stalls") for line in lines)
+
+
+def test_gate_summary_and_slim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert summarize.main(["gate", str(DATA / "gate-cpu.json")]) == 0
+    assert capsys.readouterr().out.startswith("status pass exit 0")
+    slim = tmp_path / "slim.json"
+    assert summarize.main(["slim", str(DATA / "gpu-campaign.json"), str(slim)]) == 0
+    assert "case_ids" in json.loads((DATA / "gpu-campaign.json").read_text())
+    assert not set(summarize.BULKY_KEYS) & set(json.loads(slim.read_text()))
+
+
+@pytest.mark.parametrize(("content", "message"), [("{", "cannot read"), ("[1]", "not a JSON object"),
+                                                  ('{"cases": 1}', "not a campaign report")])
+def test_bad_report_exits_2(tmp_path: Path, content: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    assert summarize.main(["campaign", str(bad)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_standalone_scripts_writes_a_passing_and_a_broken_script_per_kind(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "standalone_scripts.py"), str(tmp_path / "s")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    names = {p.name for p in (tmp_path / "s").iterdir()}
+    kinds = {name.removesuffix(".py") for name in names if not name.endswith(".broken.py")}
+    assert len(kinds) >= 10 and names == {f"{k}.py" for k in kinds} | {f"{k}.broken.py" for k in kinds}
+    for kind in kinds:
+        whole, broken = ((tmp_path / "s" / f"{kind}{suffix}").read_text() for suffix in (".py", ".broken.py"))
+        assert "def test_" in whole and whole != broken
+    assert standalone_scripts.main([]) == 2  # no folder: usage error
