@@ -37,7 +37,9 @@ from typing import Any
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.platform import usable_cores
 from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharing, start_gpu_sharing
+from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 from hicache_fuzz.harness.pipeline.reuse import geometry_key
 from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 
@@ -97,14 +99,6 @@ def auto_pool_size(cpu_count: int | None = None) -> int:
     return max(1, min(6, (cores - 4) // 2))
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask: a container's share, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
-
-
 def geometry_groups(cases: Sequence[Case], limit: int = GROUP_LIMIT) -> list[range]:
     """Positions of `cases` cut into runs of consecutive cases of one geometry, at most `limit` long."""
     groups: list[range] = []
@@ -121,9 +115,10 @@ class WorkerPool:
     """`size` WorkerExecutors, each with its own journal folder, sharing batches."""
 
     def __init__(self, size: int, backend_names: Sequence[str], journal_dir: str | os.PathLike[str],
-                 gpu_sharing: str = "contexts", **worker_options: Any) -> None:
+                 gpu_sharing: str = "contexts", prebuild: Prebuild | None = None, **worker_options: Any) -> None:
         if size < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {size}")
+        self.prebuild = prebuild  # the JIT builder process the pool owns (closed with it), if any
         journal = Path(journal_dir)
         # Before any member spawns: they read the sharing's environment at every spawn.
         self.sharing: GpuSharing = start_gpu_sharing(gpu_sharing, worker_options.get("platform_kind", "cpu"), size)
@@ -303,6 +298,8 @@ class WorkerPool:
             member.close()
         self._threads.shutdown(wait=True)
         self.sharing.stop()  # after its clients are gone
+        if self.prebuild is not None:
+            self.prebuild.close()
 
     def __enter__(self) -> WorkerPool:
         return self
