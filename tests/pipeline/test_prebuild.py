@@ -131,3 +131,22 @@ def test_a_refusal_is_compiled_by_one_process_and_replayed_by_one_that_waited(tm
     thread.join()
     assert compiled == ["holder"]
     assert replayed is not None and str(replayed) == str(refusal)
+
+
+def test_menu_growth_leaves_the_growth_stages_to_a_builder() -> None:
+    from hicache_fuzz.harness.campaign.loop import MenuGrowth
+
+    asked: list[str] = []
+
+    class Prefetching(_Recording):
+        def prefetch(self, space: CaseSpace, platform: Platform) -> None:
+            asked.append(f"prefetch {space.row_bytes}")
+
+    backend = Prefetching("a", (1, 2), (5, 6), [])
+    with_builder = MenuGrowth([backend], CaseSpace(), Platform("cpu"), prefetch=False)
+    without = MenuGrowth([backend], CaseSpace(), Platform("cpu"))
+    for index in (0, 5, 10):
+        with_builder.before(backend, index)
+    assert asked == [] and with_builder.grown["a"] == [5, 6]  # nothing imported here; growth still recorded
+    without.before(backend, 0)
+    assert asked == ["prefetch (5,)"]
