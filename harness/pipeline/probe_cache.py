@@ -37,6 +37,7 @@ from typing import Any
 from hicache_fuzz.harness.model.json_input import InputError, read_json_file
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.kernels.base import Availability, Backend
+from hicache_fuzz.kernels.registry import BrokenBackend
 
 CACHE_ENV = "HICACHE_FUZZ_CACHE_DIR"
 SWITCH_ENV = "HICACHE_FUZZ_PROBE_CACHE"
@@ -130,8 +131,7 @@ def machine_state(machine: Machine) -> dict[str, str]:
         folder = _package_folder(package)
         state[package] = _installed_version(package)
         state[f"{package}_files"] = f"{folder} {_files_digest(folder)}" if folder is not None else "(not found)"
-    sglang_folder = _package_folder("sglang")
-    state["sglang_commit"] = (sglang_common._checkout_commit(sglang_folder) or "") if sglang_folder else ""
+    state["sglang_origin"] = sglang_common.sglang_origin()  # version, folder and a checkout's git commit
     return state
 
 
@@ -232,7 +232,9 @@ def probe(backend: Backend, machine: Machine) -> Probed:
     """`backend`'s availability on `machine`: from its entry when one matches, else probed and written.
     ProbeRaised when the probe itself raises (a plugin's)."""
     started = time.perf_counter()
-    key = backend_key(backend, _state_for(machine)) if enabled() else None
+    # A backend whose module failed to import answers at once, and what fixes it may lie outside the state.
+    keep = enabled() and not isinstance(backend, BrokenBackend)
+    key = backend_key(backend, _state_for(machine)) if keep else None
     path = _entry_path(key) if key is not None else None
     if path is not None and key is not None and (cached := _read(path, key)) is not None:
         if cached.available:
