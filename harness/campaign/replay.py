@@ -25,7 +25,13 @@ from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.harness.pipeline.runner import NOT_RUN, explain_crash
-from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, close_executors, executor_for, unavailable_reason
+from hicache_fuzz.harness.pipeline.setup import (
+    ExecutionOptions,
+    close_executors,
+    executor_for,
+    needs_worker,
+    unavailable_reason,
+)
 from hicache_fuzz.kernels.registry import Registry
 
 
@@ -66,9 +72,10 @@ def replay_entries(entries: list[CorpusEntry], registry: Registry, machine: Mach
         close_executors([early] if early is not None else [])
         raise
     runnable = [registry.get(name) for name in names if not skip_reasons[name]]
-    if early is not None and len(runnable) == len(installed):
-        executor = early
-    else:  # some cannot run here: an executor chosen for the runnable ones alone (in process where none needs a worker)
+    if early is not None and runnable and (needs_worker(runnable, options.isolate)
+                                           == needs_worker(installed, options.isolate)):
+        executor = early  # its worker, if any, also probes the unavailable ones; their entries are skipped
+    else:  # nothing runs here, or the runnable ones run in process while the others would need a worker
         close_executors([early] if early is not None else [])
         executor = executor_for(runnable, registry, machine, options, journal_dir) if runnable else None
     try:
