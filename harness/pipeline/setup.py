@@ -7,6 +7,7 @@ is bad usage" and "which backends need a worker process" are decided in one plac
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ from hicache_fuzz.harness.pipeline import probe_cache
 from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
 from hicache_fuzz.kernels.base import Availability, Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
+
+PREBUILD_ENV = "HICACHE_FUZZ_PREBUILD"
+PREBUILD_CHOICES = ("auto", "yes", "no")
 
 
 @dataclass
@@ -31,8 +35,8 @@ class ExecutionOptions:
     worker_processes: int | None = None  # worker processes behind one campaign (None: auto, pipeline/pool.py)
     gpu_sharing: str = "auto"  # how a pool's workers share a CUDA GPU: auto | mps | contexts (gpu_sharing.py)
     # a builder process for the JIT modules (pipeline/prebuild.py) where the workers would warm up: auto (on a
-    # GPU) | yes | no
-    prebuild: str = "auto"
+    # GPU) | yes | no; $HICACHE_FUZZ_PREBUILD sets it (e.g. to measure a campaign without the builder)
+    prebuild: str = field(default_factory=lambda: os.environ.get(PREBUILD_ENV, "auto").strip().lower() or "auto")
 
     def resolved_worker_processes(self, platform_kind: str) -> int:
         """auto: a pool sized by the CPU count on a GPU (pool.auto_pool_size), one worker on the CPU."""
@@ -166,6 +170,8 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
         spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
         size = options.resolved_worker_processes(machine.platform.kind)
         builder = None
+        if options.prebuild not in PREBUILD_CHOICES:
+            raise UsageError(f"{PREBUILD_ENV}={options.prebuild!r}: expected one of {', '.join(PREBUILD_CHOICES)}")
         if warm_up and (options.prebuild == "yes" or (options.prebuild == "auto" and machine.platform.kind != "cpu")):
             # One process builds the modules (all cores), the workers load them: no worker warms up or compiles.
             from hicache_fuzz.harness.pipeline.prebuild import Prebuild
