@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         probing_record,
         real_kernel_backends,
         registry_for,
-        startup_builds,
+        startup_details,
     )
 
     launched = process_started_unix()
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     report.extra["startup"] = startup_record(launched, probed, ready, report.extra.get("engine", {}),
                                              getattr(executor, "hello", {}))
-    report.extra["startup"].update(probing=probing_record(), **startup_builds(executor))
+    report.extra["startup"].update(probing=probing_record(), **startup_details(executor))
     print_campaign(report)
     return finish_campaign(report, args.json)
 

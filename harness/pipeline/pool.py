@@ -317,6 +317,10 @@ class WorkerPool:
         return self.members[0].hello
 
     @property
+    def parent_imports_at_ready(self) -> list[str] | None:
+        return self.members[0].parent_imports_at_ready
+
+    @property
     def stage_seconds(self) -> dict[str, float]:
         total: dict[str, float] = {}
         for member in self.members:

@@ -134,11 +134,16 @@ def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
     return [registry.get("reference")]
 
 
-def startup_builds(executor: Executor) -> dict[str, object]:
-    """The JIT builder's part of the start-up record (pipeline/prebuild.py); {} where none ran."""
+def startup_details(executor: Executor) -> dict[str, object]:
+    """The executor's part of the start-up record: the JIT builder's (pipeline/prebuild.py) and which of the
+    packages the workers import this process had imported when its first worker was ready (none is the aim)."""
     from hicache_fuzz.harness.pipeline.prebuild import startup_fields
 
-    return startup_fields(getattr(executor, "prebuild", None))
+    details: dict[str, object] = dict(startup_fields(getattr(executor, "prebuild", None)))
+    imported = getattr(executor, "parent_imports_at_ready", None)
+    if imported is not None:
+        details["parent_imports_at_ready"] = imported
+    return details
 
 
 def probing_record() -> dict[str, object]:

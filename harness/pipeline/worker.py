@@ -54,6 +54,9 @@ from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 LOG_TAIL_BYTES = 4000
 # Spare workers `fuzz` keeps on a GPU: runs of crashes are two or three cases long (see the module docstring).
 GPU_SPARE_WORKERS = 2
+# What a worker imports to run the real kernels and its parent need not: the start-up record says which of them
+# the parent had imported by the first worker's greeting (the probe cache keeps sglang out of the parent).
+WORKER_ONLY_PACKAGES = ("sglang", "sgl_kernel", "transformers")
 
 
 class WorkerError(RuntimeError):
@@ -108,6 +111,8 @@ class WorkerExecutor:
         self.started = 0
         self.spares_used = 0  # restarts served by a spare
         self.hello: dict[str, Any] = {}  # the worker's greeting: probes, warm-up seconds
+        # WORKER_ONLY_PACKAGES this (parent) process had imported when the first worker greeted (start-up record)
+        self.parent_imports_at_ready: list[str] | None = None
         self.compile_seconds = 0.0  # reported by workers: JIT compile time inside cases (and warm-up)
         # modules first needed inside a case (not by a warm-up): key -> (processes that needed it, seconds)
         self.compiled_in_cases: dict[str, tuple[int, float]] = {}
@@ -399,6 +404,8 @@ class WorkerExecutor:
             self._kill()
             raise WorkerError("; ".join(stale))
         self.hello = hello
+        if self.parent_imports_at_ready is None:  # the first greeting: what this process had imported by then
+            self.parent_imports_at_ready = [name for name in WORKER_ONLY_PACKAGES if name in sys.modules]
         waited = time.perf_counter() - started
         self.startup_seconds += waited
         if spare_spawned is not None:

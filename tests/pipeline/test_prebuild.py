@@ -16,7 +16,7 @@ from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpe
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform, require
 from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, close_executors, executor_for, startup_builds
+from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, close_executors, executor_for, startup_details
 from hicache_fuzz.kernels import compile_books
 from hicache_fuzz.kernels.base import Availability
 from hicache_fuzz.kernels.reference import ReferenceBackend
@@ -64,7 +64,7 @@ def test_each_module_is_built_once_menus_first_and_a_restart_does_not_rebuild(ji
         builds = [(pid, row) for pid, what, row in log_lines(jit_cache) if what == "build"]
         assert Counter(row for _, row in builds) == {128: 1, 256: 1, 512: 1, 1024: 1}  # once, across processes
         assert [row for _, row in builds][:2] in ([128, 256], [256, 128])  # the starting menu before growth
-        fields = startup_builds(pool)
+        fields = startup_details(pool)
         assert fields["prebuild_modules"] == 4 and fields["prebuild_done"] and fields["prebuild_s"] is not None
         # a worker that dies and is replaced loads what was built
         first = pool.members[0]  # type: ignore[attr-defined]

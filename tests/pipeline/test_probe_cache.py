@@ -176,3 +176,4 @@ def test_with_a_warm_cache_the_parent_does_not_import_what_the_probe_imports(tmp
     assert len(imported) == 3  # ...and each run's worker probed for itself (run 1: parent and worker)
     startup = json.loads((tmp_path / "report-1.json").read_text())["startup"]
     assert startup["probing"]["source"] == "cached"
+    assert startup["parent_imports_at_ready"] == []  # nothing of sglang's in the parent (none here at all)
