@@ -16,8 +16,9 @@ An entry is trusted only as far as it can be checked: one that cannot be read, i
 whose state differs from this machine's is ignored, the backend is probed and the entry rewritten. A backend
 taken as available from an entry is still confirmed where it runs: a worker probes its backends for itself, and
 one that finds a cached-available backend unavailable fails the run loudly (``contradictions``, exit 3) after
-removing the entry; in process, the real probe runs once before the backend's first case
-(:func:`confirm_in_process`). ``HICACHE_FUZZ_PROBE_CACHE=off`` probes every time.
+removing the entry, and one that finds a cached-unavailable backend available removes that entry; in process,
+the real probe runs once before the backend's first case (:func:`confirm_in_process`).
+``HICACHE_FUZZ_PROBE_CACHE=off`` probes every time.
 """
 
 from __future__ import annotations
@@ -178,6 +179,7 @@ class ProbeLog:
 
 LOG = ProbeLog()
 _trusted: dict[str, Path] = {}  # backends taken as available from an entry, not yet confirmed by a real probe
+_refused: dict[str, Path] = {}  # backends taken as unavailable from an entry (a worker that finds one usable drops it)
 _lock = threading.Lock()
 _state: dict[str, dict[str, str]] = {}  # machine description -> its state, read once per process
 
@@ -195,6 +197,7 @@ def forget_state() -> None:
     with _lock:
         _state.clear()
         _trusted.clear()
+        _refused.clear()
 
 
 def _entry_path(key: dict[str, str]) -> Path:
@@ -237,9 +240,8 @@ def probe(backend: Backend, machine: Machine) -> Probed:
     key = backend_key(backend, _state_for(machine)) if keep else None
     path = _entry_path(key) if key is not None else None
     if path is not None and key is not None and (cached := _read(path, key)) is not None:
-        if cached.available:
-            with _lock:
-                _trusted[backend.name] = path
+        with _lock:
+            (_trusted if cached.available else _refused)[backend.name] = path
         return Probed(cached, "cached", time.perf_counter() - started, path)
     try:
         availability = backend.probe(machine.platform)
@@ -281,12 +283,18 @@ def probe_all(backends: Iterable[Backend], machine: Machine,
 def contradictions(worker_probes: dict[str, Any]) -> list[str]:
     """The backends an entry said are available that a worker's own probe finds unavailable, each with the
     worker's reason; their entries are removed (the next run probes them). A backend the worker confirms is
-    trusted from then on."""
+    trusted from then on. An entry that said unavailable of a backend the worker finds available is removed
+    too (this run goes on without that backend; the next one probes it)."""
     found = []
     with _lock:
         for name, probed in worker_probes.items():
+            if not isinstance(probed, dict):
+                continue
+            refused = _refused.pop(name, None)
+            if refused is not None and probed.get("available"):
+                refused.unlink(missing_ok=True)
             path = _trusted.pop(name, None)
-            if path is None or not isinstance(probed, dict) or probed.get("available", True):
+            if path is None or probed.get("available", True):
                 continue
             path.unlink(missing_ok=True)
             found.append(f"backend {name}: the probe cache ({path}) said available, but the worker finds it "

@@ -133,6 +133,21 @@ def test_a_cached_available_contradicted_by_the_worker_fails_loudly(cache: Path,
     assert not list(cache.glob("*.json"))  # the entry is gone: the next run probes
 
 
+def test_a_cached_unavailable_that_a_worker_finds_available_is_dropped(cache: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    machine, backend = require("cpu"), registry().get("test-probe-gated")
+    monkeypatch.setenv("TEST_PROBE_CLOSED", "1")
+    probe_cache.probe(backend, machine)
+    assert not probe_cache.probe(backend, machine).availability.available  # cached: unavailable
+    monkeypatch.delenv("TEST_PROBE_CLOSED")
+    env = dict(os.environ, PYTHONPATH=TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with WorkerExecutor(["test-probe-gated"], [PLUGIN], "cpu", 30.0, tmp_path / "journal", env=env,
+                        startup_timeout_s=120) as worker:
+        worker.start()  # no error: this run simply went without the backend
+    assert not list(cache.glob("*.json"))
+    assert probe_cache.probe(backend, machine).source == "measured"
+
+
 def test_a_cached_available_contradicted_in_process_fails_loudly(cache: Path, monkeypatch: pytest.MonkeyPatch
                                                                   ) -> None:
     machine, reg = require("cpu"), registry()
