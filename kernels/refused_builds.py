@@ -150,12 +150,13 @@ class RefusedBuilds:
     def building(self, label: str, key: Any) -> Iterator[None]:
         """Hold the cross-process lock of module (`label`, `key`) of these sources around a lookup and the build:
         a process that asks for a module another is building waits, then finds its record (a refusal) or
-        sglang's cached build, instead of running nvcc again. No lock while the records are off."""
+        sglang's cached build, instead of running nvcc again. No lock while the records are off or where the folder
+        cannot be written."""
         fingerprint = self.fingerprint()
-        if fingerprint is None:
-            yield
-            return
-        with module_lock(self.folder / "locks", f"{fingerprint}|{label}|{key!r}"):
+        with contextlib.ExitStack() as held:
+            if fingerprint is not None:
+                with contextlib.suppress(OSError):  # a folder that cannot be written: build unlocked, as before
+                    held.enter_context(module_lock(self.folder / "locks", f"{fingerprint}|{label}|{key!r}"))
             yield
 
     def lookup(self, label: str, key: Any) -> RuntimeError | None:

@@ -181,8 +181,12 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
             # One process builds the modules (all cores), the workers load them: no worker warms up or compiles.
             from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 
-            builder = Prebuild([b.name for b in backends], options.backend_plugins, machine.platform.kind, journal)
-            warm_up = False
+            try:
+                builder = Prebuild([b.name for b in backends], options.backend_plugins, machine.platform.kind,
+                                   journal)
+                warm_up = False
+            except OSError:  # no builder process (no memory, no log file): the workers warm up instead
+                builder = None
         if size > 1:  # several workers behind one campaign: one spare each is enough (the others go on)
             from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharingUnavailable
             from hicache_fuzz.harness.pipeline.pool import WorkerPool

@@ -150,3 +150,15 @@ def test_menu_growth_leaves_the_growth_stages_to_a_builder() -> None:
     assert asked == [] and with_builder.grown["a"] == [5, 6]  # nothing imported here; growth still recorded
     without.before(backend, 0)
     assert asked == ["prefetch (5,)"]
+
+
+def test_an_unwritable_lock_folder_builds_unlocked(tmp_path: Path) -> None:
+    sources = tmp_path / "sglang" / "kernels" / "ops" / "kvcache"
+    sources.mkdir(parents=True)
+    (sources / "hicache.py").write_text("")
+    (tmp_path / "not-a-folder").write_text("")
+    books = RefusedBuilds(str(sources / "hicache.py"), tmp_path / "not-a-folder" / "records", toolchain=lambda: ["t"])
+    ran = []
+    with books.building("factory", (96,)):
+        ran.append("build")
+    assert ran == ["build"]
