@@ -122,9 +122,9 @@ class WorkerPool:
         journal = Path(journal_dir)
         # Before any member spawns: they read the sharing's environment at every spawn.
         self.sharing: GpuSharing = start_gpu_sharing(gpu_sharing, worker_options.get("platform_kind", "cpu"), size)
-        # Member 0 journals where a lone worker would; the others in folders beside it. Every member warms up
-        # (compiles, or loads from the disk cache, the menus' JIT modules): sglang builds each module once
-        # under a lock, so members starting together wait for one build and load it.
+        # Member 0 journals where a lone worker would; the others in folders beside it. With warm_up every member
+        # loads (or compiles) the menus' JIT modules; with a builder (`prebuild`) none does. Either way sglang
+        # builds each module once under a lock, so processes asking for it together wait for one build.
         self.members = [WorkerExecutor(backend_names, journal_dir=journal if i == 0 else journal / f"worker-{i}",
                                        sharing=self.sharing, **worker_options) for i in range(size)]
         self.log_path = self.members[0].log_path

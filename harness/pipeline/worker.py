@@ -15,14 +15,15 @@ result is a HANG. The worker is restarted lazily on the next case, so a campaign
 
 Worker startup (imports, sglang's ~12 s) has its own, longer timeout (``startup_timeout_s``).
 
-Spare workers (``spares=N``; ``fuzz`` keeps 2 on a GPU): N more workers are started in the background as
-soon as the first is up, and load the JIT modules of the backends' menus (from the on-disk cache) while the
-campaign runs. When a case kills the worker, the oldest spare takes over at once and a new spare starts
-behind it, so a crash costs the campaign about one case instead of an import of sglang plus JIT module loads
-(~20 s each on the H200). Crashes come in runs (the JIT backends share a case space, so case i of
-sglang-jit and of sglang-jit-register is often the same crashing case): one spare is not enough, the second
-crash of a run would wait for a spare still starting. Time spares spend starting while the campaign runs is
-reported apart (``background_startup_seconds``), not as campaign start-up.
+Spare workers (``spares=N``; ``fuzz`` keeps 2 on a GPU): N more workers are started in the background as soon as the
+first is up, and (with ``warm_up``) load the JIT modules of the backends' menus from the on-disk cache while the
+campaign runs; where the campaign's JIT builder runs (``prebuild``, pipeline/prebuild.py) no worker warms up, each
+loads the modules its cases need. When a case kills the worker, the oldest spare takes over at once and a new spare
+starts behind it, so a crash costs the campaign about one case instead of an import of sglang plus JIT module loads
+(~20 s each on the H200). Crashes come in runs (the JIT backends share a case space, so case i of sglang-jit and of
+sglang-jit-register is often the same crashing case): one spare is not enough, the second crash of a run would wait
+for a spare still starting. Time spares spend starting while the campaign runs is reported apart
+(``background_startup_seconds``), not as campaign start-up.
 
 Under MPS (``sharing``, pipeline/gpu_sharing.py: a pool's workers on one CUDA server) a crash that may have
 spread (gpu_sharing.spreads: anything but a launch the driver refused) is first taken for a fault every client
