@@ -115,10 +115,10 @@ class WorkerPool:
     """`size` WorkerExecutors, each with its own journal folder, sharing batches."""
 
     def __init__(self, size: int, backend_names: Sequence[str], journal_dir: str | os.PathLike[str],
-                 gpu_sharing: str = "contexts", prebuild: Prebuild | None = None, **worker_options: Any) -> None:
+                 gpu_sharing: str = "contexts", **worker_options: Any) -> None:
         if size < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {size}")
-        self.prebuild = prebuild  # the JIT builder process the pool owns (closed with it), if any
+        self.prebuild: Prebuild | None = None  # the JIT builder process the pool owns (attach_prebuild), if any
         journal = Path(journal_dir)
         # Before any member spawns: they read the sharing's environment at every spawn.
         self.sharing: GpuSharing = start_gpu_sharing(gpu_sharing, worker_options.get("platform_kind", "cpu"), size)
@@ -142,6 +142,16 @@ class WorkerPool:
         self._closing = False
         self._broken: WorkerError | None = None  # a member could not start a worker: the pool runs nothing more
         self._switch_interval: float | None = None  # the interpreter's, restored by close()
+
+    def attach_prebuild(self, prebuild: Prebuild | None) -> bool:
+        """Own `prebuild` (closed with the pool); False when there is none."""
+        self.prebuild = prebuild
+        return prebuild is not None
+
+    def warm_up_members(self) -> None:
+        """Let every member warm up (no builder could start): before any has spawned."""
+        for member in self.members:
+            member.warm_up = True
 
     # ---- executor API ----------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 from hicache_fuzz.harness.model.platform import Machine, PlatformUnavailable, detect, require
@@ -19,6 +20,9 @@ from hicache_fuzz.harness.pipeline import probe_cache
 from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
 from hicache_fuzz.kernels.base import Availability, Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
+
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 
 PREBUILD_ENV = "HICACHE_FUZZ_PREBUILD"
 PREBUILD_CHOICES = ("auto", "yes", "no")
@@ -174,35 +178,44 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
         # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
         spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
         size = options.resolved_worker_processes(machine.platform.kind)
-        builder = None
         if options.prebuild not in PREBUILD_CHOICES:
             raise UsageError(f"{PREBUILD_ENV}={options.prebuild!r}: expected one of {', '.join(PREBUILD_CHOICES)}")
-        if warm_up and (options.prebuild == "yes" or (options.prebuild == "auto" and machine.platform.kind != "cpu")):
-            # One process builds the modules (all cores), the workers load them: no worker warms up or compiles.
-            from hicache_fuzz.harness.pipeline.prebuild import Prebuild
-
-            try:
-                builder = Prebuild([b.name for b in backends], options.backend_plugins, machine.platform.kind,
-                                   journal)
-                warm_up = False
-            except OSError:  # no builder process (no memory, no log file): the workers warm up instead
-                builder = None
+        # One process builds the modules (all cores), the workers load them: no worker warms up or compiles.
+        prebuild = warm_up and (options.prebuild == "yes"
+                                or (options.prebuild == "auto" and machine.platform.kind != "cpu"))
         if size > 1:  # several workers behind one campaign: one spare each is enough (the others go on)
             from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharingUnavailable
             from hicache_fuzz.harness.pipeline.pool import WorkerPool
 
             try:
-                return WorkerPool(size, [b.name for b in backends], journal, gpu_sharing=options.gpu_sharing,
-                                  prebuild=builder, plugins=options.backend_plugins,
-                                  platform_kind=machine.platform.kind, timeout_s=options.case_timeout,
-                                  warm_up=warm_up, spares=min(spares, 1))
+                pool = WorkerPool(size, [b.name for b in backends], journal, gpu_sharing=options.gpu_sharing,
+                                  plugins=options.backend_plugins, platform_kind=machine.platform.kind,
+                                  timeout_s=options.case_timeout, warm_up=warm_up and not prebuild,
+                                  spares=min(spares, 1))
             except GpuSharingUnavailable as exc:
-                if builder is not None:
-                    builder.close()
                 raise Unavailable(str(exc)) from None
+            # After the pool's GPU sharing has started: the builder runs as one of its clients, like the workers.
+            if prebuild and not pool.attach_prebuild(_builder(backends, options, machine, journal,
+                                                               pool.sharing.worker_env())):
+                pool.warm_up_members()
+            return pool
+        builder = _builder(backends, options, machine, journal) if prebuild else None
         return WorkerExecutor([b.name for b in backends], options.backend_plugins, machine.platform.kind,
-                              options.case_timeout, journal, warm_up=warm_up, spares=spares, prebuild=builder)
+                              options.case_timeout, journal, warm_up=warm_up and builder is None, spares=spares,
+                              prebuild=builder)
     return InProcessExecutor(registry, machine)
+
+
+def _builder(backends: list[Backend], options: ExecutionOptions, machine: Machine, journal: Path,
+             env: dict[str, str] | None = None) -> Prebuild | None:
+    """The campaign's JIT builder process, or None when it cannot start (no memory, no log file): then the
+    workers warm up instead."""
+    from hicache_fuzz.harness.pipeline.prebuild import Prebuild
+
+    try:
+        return Prebuild([b.name for b in backends], options.backend_plugins, machine.platform.kind, journal, env)
+    except OSError:
+        return None
 
 
 TEMPORARY_JOURNALS: list[Path] = []  # made by executor_for for runs without a corpus (replay, minimize)
