@@ -194,9 +194,9 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
                                   spares=min(spares, 1))
             except GpuSharingUnavailable as exc:
                 raise Unavailable(str(exc)) from None
-            # After the pool's GPU sharing has started: the builder runs as one of its clients, like the workers.
-            if prebuild and not pool.attach_prebuild(_builder(backends, options, machine, journal,
-                                                               pool.sharing.worker_env())):
+            # After the pool's GPU sharing has started, in this process's environment, as this process queries the
+            # device: not an MPS client, so an MPS fall-back (which replaces the clients) cannot cost its builds.
+            if prebuild and not pool.attach_prebuild(_builder(backends, options, machine, journal)):
                 pool.warm_up_members()
             return pool
         builder = _builder(backends, options, machine, journal) if prebuild else None
@@ -206,14 +206,13 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
     return InProcessExecutor(registry, machine)
 
 
-def _builder(backends: list[Backend], options: ExecutionOptions, machine: Machine, journal: Path,
-             env: dict[str, str] | None = None) -> Prebuild | None:
+def _builder(backends: list[Backend], options: ExecutionOptions, machine: Machine, journal: Path) -> Prebuild | None:
     """The campaign's JIT builder process, or None when it cannot start (no memory, no log file): then the
     workers warm up instead."""
     from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 
     try:
-        return Prebuild([b.name for b in backends], options.backend_plugins, machine.platform.kind, journal, env)
+        return Prebuild([b.name for b in backends], options.backend_plugins, machine.platform.kind, journal)
     except OSError:
         return None
 
