@@ -112,7 +112,8 @@ def _replay_one(replay: Replayed, run: Callable[[Case], Result], expect: str) ->
 def rerun_alone(case: Case, registry: Registry, machine: Machine, options: ExecutionOptions) -> Result:
     """Run `case` once more, alone, in a fresh executor of its own (a fresh worker where isolation applies):
     a failure that does not come back this way is flaky (order- or state-dependent), not a finding."""
-    executor = executor_for([registry.get(case.backend)], registry, machine, options, None)
+    one = dataclasses.replace(options, worker_processes=1)  # one case: one worker, no pool or GPU sharing
+    executor = executor_for([registry.get(case.backend)], registry, machine, one, None)
     try:
         return explain_crash(executor.run(case), registry.get(case.backend), case, machine.platform)
     finally:
