@@ -162,3 +162,13 @@ def test_an_unwritable_lock_folder_builds_unlocked(tmp_path: Path) -> None:
     with books.building("factory", (96,)):
         ran.append("build")
     assert ran == ["build"]
+
+
+def test_a_bad_prebuild_setting_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hicache_fuzz.harness.model.exit_codes import UsageError
+
+    monkeypatch.setenv("HICACHE_FUZZ_PREBUILD", "sometimes")
+    registry = load_registry()
+    with pytest.raises(UsageError, match="HICACHE_FUZZ_PREBUILD='sometimes'"):
+        executor_for([registry.get("reference")], registry, require("cpu"), ExecutionOptions(isolate="yes"),
+                     tmp_path / "journal", warm_up=True)
