@@ -4,16 +4,27 @@ One :class:`CompileBooks` object per family of backends that share a module cach
 :data:`SGLANG_BOOKS`). A backend declares its books through ``Backend.compile_books()``; the worker, the CLI
 and the parallel runner read them through that hook instead of probing modules for attributes. Importing this
 module imports nothing else (no sglang, no GPU).
+
+A module is built once across processes: sglang's own loader builds each module variant under a file lock and
+publishes it by a rename, so a process that asks for a module another is building waits and then loads it; a
+build sglang refuses leaves nothing on disk, so its builder records the refusal (kernels/refused_builds.py) under
+:func:`module_lock`, and a process that waited on that lock replays the record instead of running nvcc again.
+:func:`prebuild_jobs` lists, for the campaign's builder process (harness/pipeline/prebuild.py), every module the
+backends' spaces can draw, in the order the campaign will need them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
+import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -82,3 +93,47 @@ def run_jobs(jobs: list[Callable[[], object]], workers: int | None = None) -> fl
     with ThreadPoolExecutor(max_workers=workers or min(16, len(jobs))) as pool:
         list(pool.map(run, jobs))
     return time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def module_lock(folder: Path, key: str) -> Iterator[None]:
+    """Hold the cross-process lock of module `key` (a file in `folder`): one process builds a module while the
+    others asking for it wait, then find what it left (the built module, or the recorded refusal). The kernel
+    drops the lock when its holder dies, so a killed builder never blocks the others."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(key.encode()).hexdigest()[:40]
+    handle = os.open(folder / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
+
+
+def _interleaved(per_backend: list[list[Callable[[], object]]]) -> list[Callable[[], object]]:
+    """One job of each backend in turn: a batch holds cases of every backend, so each needs its first rows."""
+    out: list[Callable[[], object]] = []
+    for position in range(max((len(jobs) for jobs in per_backend), default=0)):
+        out.extend(jobs[position] for jobs in per_backend if position < len(jobs))
+    return out
+
+
+def prebuild_jobs(backends: Iterable[Any], platform: Any, space: Any) -> tuple[list[Callable[[], object]], int]:
+    """Every module build the available backends' campaign spaces can draw (Backend.compile_jobs: the list
+    ``jit-warm`` builds), ordered by when a campaign needs them: the rows of the starting menus first (the
+    first batches draw from them), one backend after another in turn, then each growth stage in stage order.
+    Returns the jobs and how many of them are the starting menus'."""
+    available = [b for b in backends if b.probe(platform).available]
+    spaces = [b.case_space(space.narrowed(backend=b.name), platform) for b in available]
+    menus = _interleaved([b.compile_jobs(s.narrowed(row_bytes_growth=(), grow_every=0, head_dims=s.head_dims),
+                                         platform)
+                          for b, s in zip(available, spaces, strict=True)])
+    stages = max((len(s.row_bytes_growth) for s in spaces), default=0)
+    grown: list[Callable[[], object]] = []
+    for stage in range(stages):
+        grown += _interleaved([
+            b.compile_jobs(s.narrowed(row_bytes=(s.row_bytes_growth[stage],), row_bytes_growth=(), grow_every=0,
+                                      head_dims=s.head_dims), platform)
+            for b, s in zip(available, spaces, strict=True)
+            if stage < len(s.row_bytes_growth) and s.row_bytes_growth[stage] not in s.row_bytes])
+    return menus + grown, len(menus)

@@ -19,20 +19,25 @@ The records live beside sglang's own JIT cache (``$SGLANG_JIT_CACHE_DIR``, else 
 ``hicache-fuzz-refused-builds/``: a CI job that keeps that folder keeps both. A record replays the original
 error (a ``RuntimeError`` with the compiler's text), so the case that asks for the module sees what the build
 said. ``HICACHE_FUZZ_REFUSED_BUILDS=off`` turns the record off (every process compiles again).
+
+Processes that ask for the same module at once (the campaign's builder and a worker) take its lock in
+``locks/`` (:meth:`RefusedBuilds.building`), so a refusal is compiled by one of them and replayed by the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.model.json_input import InputError, read_json_file
+from hicache_fuzz.kernels.compile_books import module_lock
 
 FOLDER = "hicache-fuzz-refused-builds"
 SWITCH_ENV = "HICACHE_FUZZ_REFUSED_BUILDS"
@@ -140,6 +145,19 @@ class RefusedBuilds:
             return None
         name = hashlib.sha256(f"{fingerprint}|{label}|{key!r}".encode()).hexdigest()[:40]
         return self.folder / f"{name}.json"
+
+    @contextlib.contextmanager
+    def building(self, label: str, key: Any) -> Iterator[None]:
+        """Hold the cross-process lock of module (`label`, `key`) of these sources around a lookup and the build:
+        a process that asks for a module another is building waits, then finds its record (a refusal) or
+        sglang's cached build, instead of running nvcc again. No lock while the records are off or where the folder
+        cannot be written."""
+        fingerprint = self.fingerprint()
+        with contextlib.ExitStack() as held:
+            if fingerprint is not None:
+                with contextlib.suppress(OSError):  # a folder that cannot be written: build unlocked, as before
+                    held.enter_context(module_lock(self.folder / "locks", f"{fingerprint}|{label}|{key!r}"))
+            yield
 
     def lookup(self, label: str, key: Any) -> RuntimeError | None:
         """The recorded refusal of (`label`, `key`) for these sources, as the error the build raised; else None.

@@ -336,7 +336,8 @@ def _memo_factory(original: Callable[..., Any], path: str, label: str,
             key_lock = key_locks.setdefault(key, threading.Lock())
         # One build per key: warm-up threads of several backends ask for the same modules at once, and a
         # build that fails (rows sglang refuses at compile time) leaves nothing on disk for the others to find.
-        with key_lock:
+        # Across processes, the module's lock (refused_builds.building): one builds, the others wait for it.
+        with key_lock, refused.building(label, key) if refused is not None else contextlib.nullcontext():
             if key in results:
                 return results[key]
             if key in failures:

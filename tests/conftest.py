@@ -29,6 +29,9 @@ settings.load_profile(PROFILE)
 
 # Test cases are small; on a busy 2-core runner torch's intra-op threads make them ~10x slower, not faster.
 torch.set_num_threads(int(os.environ.get("HICACHE_FUZZ_TORCH_THREADS", "1")))
+# Tests probe test backends whose answers change within a session: no probe answers kept on disk (the probe
+# cache's own tests turn it on, in a folder of their own).
+os.environ.setdefault("HICACHE_FUZZ_PROBE_CACHE", "off")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -195,8 +195,10 @@ class MenuGrowth:
     """Starts each backend's next growth stage compiling (Backend.prefetch) one stage before cases can draw
     it, and records the rows each backend's menu has grown by."""
 
-    def __init__(self, backends: list[Backend], base_space: CaseSpace, platform: Platform) -> None:
+    def __init__(self, backends: list[Backend], base_space: CaseSpace, platform: Platform,
+                 prefetch: bool = True) -> None:
         self.platform = platform
+        self.prefetch = prefetch  # False where a JIT builder process builds every stage (pipeline/prebuild.py)
         self.spaces = {b.name: backend_space(b, base_space, platform) for b in backends}
         self.prefetched = {b.name: 0 for b in backends}  # highest stage handed to prefetch
         self.grown: dict[str, list[int]] = {b.name: [] for b in backends}
@@ -214,7 +216,7 @@ class MenuGrowth:
         while self.prefetched[backend.name] < min(stage + 1, len(space.row_bytes_growth)):
             self.prefetched[backend.name] += 1
             rows = space.rows_of_stage(self.prefetched[backend.name])
-            if rows:
+            if rows and self.prefetch:
                 backend.prefetch(space.narrowed(row_bytes=rows, row_bytes_growth=(), grow_every=0), self.platform)
 
 
@@ -236,7 +238,9 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     while index % n != k:
         index += 1
     report.first_index = index
-    growth = MenuGrowth(backends, config.space, platform)
+    # A campaign whose executor runs a JIT builder has every growth stage built there: a prefetch here would only
+    # import sglang into this process.
+    growth = MenuGrowth(backends, config.space, platform, prefetch=getattr(executor, "prebuild", None) is None)
     engine = config.engine
     feed, feed_kind = _make_feed(config, index, backends, growth, platform, executor)
     if feed_kind == "process" and hasattr(executor, "start"):

@@ -2,12 +2,16 @@
 
 The one replay loop, used by ``hicache-fuzz replay`` and the gate's corpus phase. An entry whose backend
 cannot run here is skipped with the reason; the runnable ones share one executor (one worker process on a
-GPU), so sglang is imported once rather than once per backend. An entry marked ``"expect": "fail"`` passes
-by failing with its recorded signature (:func:`hicache_fuzz.harness.campaign.reproducer.judge_replay`).
+GPU), so sglang is imported once rather than once per backend. Only the entries' backends are probed (their
+answers read from the probe cache where this machine state gave them before) and only they are loaded in the
+worker, which is launched before the probes so that its start-up overlaps them. An entry marked
+``"expect": "fail"`` passes by failing with its recorded signature
+(:func:`hicache_fuzz.harness.campaign.reproducer.judge_replay`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +25,13 @@ from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.harness.pipeline.runner import NOT_RUN, explain_crash
-from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, close_executors, executor_for
+from hicache_fuzz.harness.pipeline.setup import (
+    ExecutionOptions,
+    close_executors,
+    executor_for,
+    needs_worker,
+    unavailable_reason,
+)
 from hicache_fuzz.kernels.registry import Registry
 
 
@@ -47,9 +57,27 @@ def replay_entries(entries: list[CorpusEntry], registry: Registry, machine: Mach
     environment = detect_environment(machine)
     replays = [Replayed(e, e.case if backend is None else e.case.replace(backend=backend)) for e in entries]
     names = sorted({r.case.backend for r in replays})
-    skip_reasons = {name: registry.unavailable_reason(name, machine.platform) for name in names}
+    # Only the entries' own backends are probed (through the probe cache) and handed to the worker, which
+    # probes and loads nothing else. Where they need a worker it is launched first, so its imports overlap
+    # the probes here.
+    installed = [registry.get(name) for name in names if name in registry.backends]
+    options = dataclasses.replace(options, worker_processes=1)  # cases run one at a time: one worker serves them
+    early = executor_for(installed, registry, machine, options, journal_dir) if installed else None
+    spawn_early = getattr(early, "spawn_early", None)
+    if spawn_early is not None:
+        spawn_early()
+    try:
+        skip_reasons = {name: unavailable_reason(registry, name, machine) for name in names}
+    except BaseException:
+        close_executors([early] if early is not None else [])
+        raise
     runnable = [registry.get(name) for name in names if not skip_reasons[name]]
-    executor = executor_for(runnable, registry, machine, options, journal_dir) if runnable else None
+    if early is not None and runnable and (needs_worker(runnable, options.isolate)
+                                           == needs_worker(installed, options.isolate)):
+        executor = early  # its worker, if any, also probes the unavailable ones; their entries are skipped
+    else:  # nothing runs here, or the runnable ones run in process while the others would need a worker
+        close_executors([early] if early is not None else [])
+        executor = executor_for(runnable, registry, machine, options, journal_dir) if runnable else None
     try:
         for replay in replays:
             replay.skipped = skip_reasons[replay.case.backend]
@@ -84,7 +112,8 @@ def _replay_one(replay: Replayed, run: Callable[[Case], Result], expect: str) ->
 def rerun_alone(case: Case, registry: Registry, machine: Machine, options: ExecutionOptions) -> Result:
     """Run `case` once more, alone, in a fresh executor of its own (a fresh worker where isolation applies):
     a failure that does not come back this way is flaky (order- or state-dependent), not a finding."""
-    executor = executor_for([registry.get(case.backend)], registry, machine, options, None)
+    one = dataclasses.replace(options, worker_processes=1)  # one case: one worker, no pool or GPU sharing
+    executor = executor_for([registry.get(case.backend)], registry, machine, one, None)
     try:
         return explain_crash(executor.run(case), registry.get(case.backend), case, machine.platform)
     finally:

@@ -99,8 +99,10 @@ def run(args: argparse.Namespace) -> int:
         available_backend,
         executor_for,
         machine_for,
+        probing_record,
         real_kernel_backends,
         registry_for,
+        startup_details,
     )
 
     launched = process_started_unix()
@@ -174,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     report.extra["startup"] = startup_record(launched, probed, ready, report.extra.get("engine", {}),
                                              getattr(executor, "hello", {}))
+    report.extra["startup"].update(probing=probing_record(), **startup_details(executor))
     print_campaign(report)
     return finish_campaign(report, args.json)
 
@@ -341,7 +344,11 @@ def print_campaign(report: CampaignReport) -> None:
         up = report.extra["startup"]
         worker = ", ".join(f"{k} {v:.1f}" for k, v in up["first_worker"].items())
         first = "none" if up["first_result_s"] is None else f"{up['first_result_s']:.1f} s"
-        print(f"  start-up after launch: backends probed {up['backends_probed_s']:.1f} s, first worker ready "
+        probing = up.get("probing", {})
+        built = (f", JIT prebuild {up['prebuild_modules']} modules in {up['prebuild_s']:.1f} s"
+                 if up.get("prebuild_modules") else "")
+        print(f"  start-up after launch: backends probed {up['backends_probed_s']:.1f} s "
+              f"({probing.get('source', '?')}, {probing.get('seconds', 0.0):.1f} s probing){built}, first worker ready "
               f"{up['first_worker_ready_s']:.1f} s ({worker or 'in process'}), first result {first}")
     for backend, counts in sorted(report.outcomes.items()):
         listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))

@@ -90,3 +90,11 @@ def limit_torch_threads() -> int:
 
     torch.set_num_threads(max(1, int(os.environ.get(TORCH_THREADS_ENV, "1"))))
     return int(torch.get_num_threads())
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container's share, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1

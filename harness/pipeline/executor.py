@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.exit_codes import Unavailable
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.pipeline import probe_cache
 from hicache_fuzz.harness.pipeline.reuse import StorageReuse
 from hicache_fuzz.harness.pipeline.runner import DEVICE_CRASH_PREFIX, DeviceContextLost, run_case
 from hicache_fuzz.harness.pipeline.worker import WorkerError
@@ -115,6 +117,7 @@ class InProcessExecutor:
         self.stage_seconds: dict[str, float] = {}
         self.context_lost_by = ""  # case id whose sticky device error ended this process's usefulness
         self.reuse: StorageReuse | None = None
+        self._confirmed: set[str] = set()  # backends whose cached probe answer was checked in this process
 
     def enable_storage_reuse(self) -> None:
         """Let consecutive cases of one geometry share storages (pipeline/reuse.py)."""
@@ -129,6 +132,11 @@ class InProcessExecutor:
             raise DeviceContextLost(f"the device context was lost in case {self.context_lost_by}; "
                                     "run with --isolate yes to go on past sticky device errors")
         backend = self.registry.get(case.backend)
+        if case.backend not in self._confirmed:  # an answer read from the probe cache is checked once, here
+            stale = probe_cache.confirm_in_process(backend, self.machine)
+            if stale:
+                raise Unavailable(stale)
+            self._confirmed.add(case.backend)
         memory = HostMemory(simulate=self.machine.device.type == "cpu")
         try:
             return run_case(case, backend, self.machine.platform, self.machine.device, memory, self.stage_seconds,

@@ -37,7 +37,9 @@ from typing import Any
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.platform import usable_cores
 from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharing, start_gpu_sharing
+from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 from hicache_fuzz.harness.pipeline.reuse import geometry_key
 from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 
@@ -97,14 +99,6 @@ def auto_pool_size(cpu_count: int | None = None) -> int:
     return max(1, min(6, (cores - 4) // 2))
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask: a container's share, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
-
-
 def geometry_groups(cases: Sequence[Case], limit: int = GROUP_LIMIT) -> list[range]:
     """Positions of `cases` cut into runs of consecutive cases of one geometry, at most `limit` long."""
     groups: list[range] = []
@@ -124,12 +118,13 @@ class WorkerPool:
                  gpu_sharing: str = "contexts", **worker_options: Any) -> None:
         if size < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {size}")
+        self.prebuild: Prebuild | None = None  # the JIT builder process the pool owns (attach_prebuild), if any
         journal = Path(journal_dir)
         # Before any member spawns: they read the sharing's environment at every spawn.
         self.sharing: GpuSharing = start_gpu_sharing(gpu_sharing, worker_options.get("platform_kind", "cpu"), size)
-        # Member 0 journals where a lone worker would; the others in folders beside it. Every member warms up
-        # (compiles, or loads from the disk cache, the menus' JIT modules): sglang builds each module once
-        # under a lock, so members starting together wait for one build and load it.
+        # Member 0 journals where a lone worker would; the others in folders beside it. With warm_up every member
+        # loads (or compiles) the menus' JIT modules; with a builder (`prebuild`) none does. Either way sglang
+        # builds each module once under a lock, so processes asking for it together wait for one build.
         self.members = [WorkerExecutor(backend_names, journal_dir=journal if i == 0 else journal / f"worker-{i}",
                                        sharing=self.sharing, **worker_options) for i in range(size)]
         self.log_path = self.members[0].log_path
@@ -147,6 +142,16 @@ class WorkerPool:
         self._closing = False
         self._broken: WorkerError | None = None  # a member could not start a worker: the pool runs nothing more
         self._switch_interval: float | None = None  # the interpreter's, restored by close()
+
+    def attach_prebuild(self, prebuild: Prebuild | None) -> bool:
+        """Own `prebuild` (closed with the pool); False when there is none."""
+        self.prebuild = prebuild
+        return prebuild is not None
+
+    def warm_up_members(self) -> None:
+        """Let every member warm up (no builder could start): before any has spawned."""
+        for member in self.members:
+            member.warm_up = True
 
     # ---- executor API ----------------------------------------------------------------------------------
     def run(self, case: Case) -> Result:
@@ -303,6 +308,8 @@ class WorkerPool:
             member.close()
         self._threads.shutdown(wait=True)
         self.sharing.stop()  # after its clients are gone
+        if self.prebuild is not None:
+            self.prebuild.close()
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -318,6 +325,10 @@ class WorkerPool:
     @property
     def hello(self) -> dict[str, Any]:
         return self.members[0].hello
+
+    @property
+    def parent_imports_at_ready(self) -> list[str] | None:
+        return self.members[0].parent_imports_at_ready
 
     @property
     def stage_seconds(self) -> dict[str, float]:

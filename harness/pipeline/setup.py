@@ -7,16 +7,25 @@ is bad usage" and "which backends need a worker process" are decided in one plac
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 from hicache_fuzz.harness.model.platform import Machine, PlatformUnavailable, detect, require
+from hicache_fuzz.harness.pipeline import probe_cache
 from hicache_fuzz.harness.pipeline.executor import Executor, InProcessExecutor
 from hicache_fuzz.kernels.base import Availability, Backend
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry
+
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.pipeline.prebuild import Prebuild
+
+PREBUILD_ENV = "HICACHE_FUZZ_PREBUILD"
+PREBUILD_CHOICES = ("auto", "yes", "no")
 
 
 @dataclass
@@ -29,6 +38,9 @@ class ExecutionOptions:
     case_timeout: float = 60.0  # seconds before a case in a worker counts as a hang
     worker_processes: int | None = None  # worker processes behind one campaign (None: auto, pipeline/pool.py)
     gpu_sharing: str = "auto"  # how a pool's workers share a CUDA GPU: auto | mps | contexts (gpu_sharing.py)
+    # a builder process for the JIT modules (pipeline/prebuild.py) where the workers would warm up: auto (on a
+    # GPU) | yes | no; $HICACHE_FUZZ_PREBUILD sets it (e.g. to measure a campaign without the builder)
+    prebuild: str = field(default_factory=lambda: os.environ.get(PREBUILD_ENV, "auto").strip().lower() or "auto")
 
     def resolved_worker_processes(self, platform_kind: str) -> int:
         """auto: a pool sized by the CPU count on a GPU (pool.auto_pool_size), one worker on the CPU."""
@@ -71,11 +83,31 @@ def registry_for(backend_plugins: list[str]) -> Registry:
 
 
 def probe(backend: Backend, machine: Machine) -> Availability:
-    """backend.probe, where a probe that raises (a plugin's) means the backend is unavailable: exit 3."""
-    try:
-        return backend.probe(machine.platform)
-    except Exception as exc:
-        raise Unavailable(f"backend {backend.name}: its probe raised {type(exc).__name__}: {exc}") from None
+    """backend.probe, read from the probe cache when this machine state answered it before (probe_cache.py),
+    where a probe that raises (a plugin's) means the backend is unavailable: exit 3."""
+    return probe_many([backend], machine)[backend.name]
+
+
+def probe_many(backends: list[Backend], machine: Machine) -> dict[str, Availability]:
+    """Each backend's availability, probed concurrently (or read from the probe cache); a probe that raises is
+    Unavailable (exit 3)."""
+    found = probe_cache.probe_all(backends, machine)
+    answers: dict[str, Availability] = {}
+    for name, probed in found.items():
+        if isinstance(probed, probe_cache.ProbeRaised):
+            raise Unavailable(f"backend {name}: its probe raised {probed}")
+        answers[name] = probed.availability
+    return answers
+
+
+def unavailable_reason(registry: Registry, name: str, machine: Machine) -> str:
+    """Why backend `name` cannot run here ("" if it can), through the probe cache: what replay skips on."""
+    if name not in registry.backends:
+        return f"backend {name!r} is not installed here"
+    found = probe_cache.probe_all([registry.get(name)], machine)[name]
+    if isinstance(found, probe_cache.ProbeRaised):
+        return f"backend {name} unavailable: its probe raised {found}"
+    return "" if found.availability.available else f"backend {name} unavailable: {found.availability.reason}"
 
 
 def available_backend(registry: Registry, name: str, machine: Machine) -> Backend:
@@ -98,10 +130,30 @@ def real_kernel_backends(registry: Registry) -> list[Backend]:
 def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
     """The best backends present: every available real-kernel backend on a GPU, else the CPU reference."""
     if machine.platform.kind != "cpu":
-        real = [b for b in real_kernel_backends(registry) if probe(b, machine).available]
+        candidates = real_kernel_backends(registry)
+        answers = probe_many(candidates, machine)
+        real = [b for b in candidates if answers[b.name].available]
         if real:
             return real
     return [registry.get("reference")]
+
+
+def startup_details(executor: Executor) -> dict[str, object]:
+    """The executor's part of the start-up record: the JIT builder's (pipeline/prebuild.py) and which of the
+    packages the workers import this process had imported when its first worker was ready (none is the aim)."""
+    from hicache_fuzz.harness.pipeline.prebuild import startup_fields
+
+    details: dict[str, object] = dict(startup_fields(getattr(executor, "prebuild", None)))
+    imported = getattr(executor, "parent_imports_at_ready", None)
+    if imported is not None:
+        details["parent_imports_at_ready"] = imported
+    return details
+
+
+def probing_record() -> dict[str, object]:
+    """This process's probes for the start-up record: wall seconds, source (cached, measured, mixed, none) and
+    each backend's source."""
+    return probe_cache.LOG.record()
 
 
 def needs_worker(backends: list[Backend], isolate: str) -> bool:
@@ -126,19 +178,43 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
         # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
         spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
         size = options.resolved_worker_processes(machine.platform.kind)
+        if options.prebuild not in PREBUILD_CHOICES:
+            raise UsageError(f"{PREBUILD_ENV}={options.prebuild!r}: expected one of {', '.join(PREBUILD_CHOICES)}")
+        # One process builds the modules (all cores), the workers load them: no worker warms up or compiles.
+        prebuild = warm_up and (options.prebuild == "yes"
+                                or (options.prebuild == "auto" and machine.platform.kind != "cpu"))
         if size > 1:  # several workers behind one campaign: one spare each is enough (the others go on)
             from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharingUnavailable
             from hicache_fuzz.harness.pipeline.pool import WorkerPool
 
             try:
-                return WorkerPool(size, [b.name for b in backends], journal, gpu_sharing=options.gpu_sharing,
+                pool = WorkerPool(size, [b.name for b in backends], journal, gpu_sharing=options.gpu_sharing,
                                   plugins=options.backend_plugins, platform_kind=machine.platform.kind,
-                                  timeout_s=options.case_timeout, warm_up=warm_up, spares=min(spares, 1))
+                                  timeout_s=options.case_timeout, warm_up=warm_up and not prebuild,
+                                  spares=min(spares, 1))
             except GpuSharingUnavailable as exc:
                 raise Unavailable(str(exc)) from None
+            # After the pool's GPU sharing has started, in this process's environment, as this process queries the
+            # device: not an MPS client, so an MPS fall-back (which replaces the clients) cannot cost its builds.
+            if prebuild and not pool.attach_prebuild(_builder(backends, options, machine, journal)):
+                pool.warm_up_members()
+            return pool
+        builder = _builder(backends, options, machine, journal) if prebuild else None
         return WorkerExecutor([b.name for b in backends], options.backend_plugins, machine.platform.kind,
-                              options.case_timeout, journal, warm_up=warm_up, spares=spares)
+                              options.case_timeout, journal, warm_up=warm_up and builder is None, spares=spares,
+                              prebuild=builder)
     return InProcessExecutor(registry, machine)
+
+
+def _builder(backends: list[Backend], options: ExecutionOptions, machine: Machine, journal: Path) -> Prebuild | None:
+    """The campaign's JIT builder process, or None when it cannot start (no memory, no log file): then the
+    workers warm up instead."""
+    from hicache_fuzz.harness.pipeline.prebuild import Prebuild
+
+    try:
+        return Prebuild([b.name for b in backends], options.backend_plugins, machine.platform.kind, journal)
+    except OSError:
+        return None
 
 
 TEMPORARY_JOURNALS: list[Path] = []  # made by executor_for for runs without a corpus (replay, minimize)

@@ -1,7 +1,7 @@
 """Crash isolation: run cases in a persistent worker process; a dead or stuck worker becomes a result.
 
 :class:`WorkerExecutor` has the API of the in-process executor (``run(case) -> Result``, ``close()``).
-It starts ``python -m hicache_fuzz.harness.pipeline.worker`` and talks JSON lines over pipes: one request line per
+It starts ``python -m hicache_fuzz.harness.pipeline.worker_main`` and talks JSON lines over pipes: one request line per
 case, one response line per result. The worker's own stdout is redirected to its stderr before any backend
 is imported (sglang and nvcc print), so the protocol channel stays clean; stderr goes to
 ``<journal_dir>/worker.log``.
@@ -15,14 +15,15 @@ result is a HANG. The worker is restarted lazily on the next case, so a campaign
 
 Worker startup (imports, sglang's ~12 s) has its own, longer timeout (``startup_timeout_s``).
 
-Spare workers (``spares=N``; ``fuzz`` keeps 2 on a GPU): N more workers are started in the background as
-soon as the first is up, and load the JIT modules of the backends' menus (from the on-disk cache) while the
-campaign runs. When a case kills the worker, the oldest spare takes over at once and a new spare starts
-behind it, so a crash costs the campaign about one case instead of an import of sglang plus JIT module loads
-(tens of seconds on a GPU). Crashes come in runs (the JIT backends share a case space, so case i of
-sglang-jit and of sglang-jit-register is often the same crashing case): one spare is not enough, the second
-crash of a run would wait for a spare still starting. Time spares spend starting while the campaign runs is
-reported apart (``background_startup_seconds``), not as campaign start-up.
+Spare workers (``spares=N``; ``fuzz`` keeps 2 on a GPU): N more workers are started in the background as soon as the
+first is up, and (with ``warm_up``) load the JIT modules of the backends' menus from the on-disk cache while the
+campaign runs; where the campaign's JIT builder runs (``prebuild``, pipeline/prebuild.py) no worker warms up, each
+loads the modules its cases need. When a case kills the worker, the oldest spare takes over at once and a new spare
+starts behind it, so a crash costs the campaign about one case instead of an import of sglang plus JIT module loads
+(tens of seconds on a GPU). Crashes come in runs (the JIT backends share a case space, so case i of sglang-jit and of
+sglang-jit-register is often the same crashing case): one spare is not enough, the second crash of a run would wait
+for a spare still starting. Time spares spend starting while the campaign runs is reported apart
+(``background_startup_seconds``), not as campaign start-up.
 
 Under MPS (``sharing``, pipeline/gpu_sharing.py: a pool's workers on one CUDA server) a crash that may have
 spread (gpu_sharing.spreads: anything but a launch the driver refused) is first taken for a fault every client
@@ -47,12 +48,16 @@ from typing import Any
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.pipeline import probe_cache
 from hicache_fuzz.harness.pipeline.gpu_sharing import Collateral, GpuSharing, spreads
+from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 
-PROTOCOL = 1
 LOG_TAIL_BYTES = 4000
 # Spare workers `fuzz` keeps on a GPU: runs of crashes are two or three cases long (see the module docstring).
 GPU_SPARE_WORKERS = 2
+# What a worker imports to run the real kernels and its parent need not: the start-up record says which of them
+# the parent had imported by the first worker's greeting (the probe cache keeps sglang out of the parent).
+WORKER_ONLY_PACKAGES = ("sglang", "sgl_kernel", "transformers")
 
 
 class WorkerError(RuntimeError):
@@ -81,6 +86,7 @@ class WorkerExecutor:
         env: dict[str, str] | None = None,
         spares: int = 0,
         sharing: GpuSharing | None = None,
+        prebuild: Prebuild | None = None,
     ) -> None:
         self.backend_names = list(backend_names)
         self.plugins = list(plugins)
@@ -91,6 +97,7 @@ class WorkerExecutor:
         self.python = python or sys.executable
         self.env = env
         self.sharing = sharing
+        self.prebuild = prebuild  # the JIT builder process this executor owns (closed with it), if any
         self._generation: dict[int, int] = {}  # pid -> sharing.generation when that worker was spawned
         self.journal = Path(journal_dir)
         for sub in ("inflight", "crashes", "hangs"):
@@ -105,6 +112,8 @@ class WorkerExecutor:
         self.started = 0
         self.spares_used = 0  # restarts served by a spare
         self.hello: dict[str, Any] = {}  # the worker's greeting: probes, warm-up seconds
+        # WORKER_ONLY_PACKAGES this (parent) process had imported when the first worker greeted (start-up record)
+        self.parent_imports_at_ready: list[str] | None = None
         self.compile_seconds = 0.0  # reported by workers: JIT compile time inside cases (and warm-up)
         # modules first needed inside a case (not by a warm-up): key -> (processes that needed it, seconds)
         self.compiled_in_cases: dict[str, tuple[int, float]] = {}
@@ -254,6 +263,8 @@ class WorkerExecutor:
             self._early = self._spawn(self.warm_up, "first")
 
     def close(self) -> None:
+        if self.prebuild is not None:
+            self.prebuild.close()
         if self._early is not None:
             _kill_group(self._early)
             _close_streams(self._early)
@@ -327,7 +338,7 @@ class WorkerExecutor:
         env = self.sharing.worker_env(self.env) if self.sharing is not None else dict(
             os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        args = [self.python, "-m", "hicache_fuzz.harness.pipeline.worker", "--platform", self.platform_kind]
+        args = [self.python, "-m", "hicache_fuzz.harness.pipeline.worker_main", "--platform", self.platform_kind]
         for name in self.backend_names:
             args += ["--backend", name]
         for plugin in self.plugins:
@@ -389,7 +400,13 @@ class WorkerExecutor:
             self._kill()
             detail = hello.get("error", hello) if isinstance(hello, dict) else hello
             raise WorkerError(f"worker did not start: {detail}")
+        stale = probe_cache.contradictions(hello.get("probes") or {})
+        if stale:  # the parent chose backends on a cached answer this worker's own probe contradicts
+            self._kill()
+            raise WorkerError("; ".join(stale))
         self.hello = hello
+        if self.parent_imports_at_ready is None:  # the first greeting: what this process had imported by then
+            self.parent_imports_at_ready = [name for name in WORKER_ONLY_PACKAGES if name in sys.modules]
         waited = time.perf_counter() - started
         self.startup_seconds += waited
         if spare_spawned is not None:
@@ -505,125 +522,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
 
 
-# ---- the worker side --------------------------------------------------------------------------------------
+if __name__ == "__main__":  # the worker process's entry point lives in worker_main
+    from hicache_fuzz.harness.pipeline.worker_main import serve
 
-
-def _serve(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="hicache_fuzz.harness.pipeline.worker")
-    parser.add_argument("--platform", default="cpu")
-    parser.add_argument("--backend", action="append", default=[])
-    parser.add_argument("--backend-plugin", action="append", default=[])
-    parser.add_argument("--warm-up", action="store_true")
-    args = parser.parse_args(argv)
-
-    # The protocol channel is a private copy of fd 1; fd 1 itself now points at stderr (the log).
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def reply(message: dict[str, Any]) -> None:
-        proto.write(json.dumps(message) + "\n")
-        proto.flush()
-
-    began = time.perf_counter()
-    try:
-        from hicache_fuzz.harness.model import platform as platform_mod
-
-        torch_threads = platform_mod.limit_torch_threads()  # before any backend starts a thread pool
-        from hicache_fuzz.harness.pipeline.reuse import StorageReuse
-        from hicache_fuzz.harness.pipeline.runner import DeviceContextLost, run_case
-        from hicache_fuzz.kernels.buffers import HostMemory  # noqa: F401 - import cost paid up front
-        from hicache_fuzz.kernels.registry import load_registry
-
-        machine = platform_mod.require(args.platform)
-        registry = load_registry(args.backend_plugin)
-        backends = {name: registry.get(name) for name in args.backend}
-        imported = time.perf_counter()
-        probes = {}
-        for name, backend in backends.items():
-            availability = backend.probe(machine.platform)
-            probes[name] = {"available": availability.available, "reason": availability.reason}
-        # JIT bookkeeping, declared by the backends (Backend.compile_books); one object per shared module cache
-        books = list({id(b): b for backend in backends.values() if (b := backend.compile_books()) is not None}.values())
-        probed = time.perf_counter()
-        warm_up_s = 0.0
-        if args.warm_up:
-            warm_up_s = _warm_up(list(backends.values()), machine.platform)
-        from hicache_fuzz.kernels.refused_builds import replayed_here
-    except Exception as exc:
-        reply({"op": "failed", "error": f"{type(exc).__name__}: {exc}"})
-        return 2
-    reply(
-        {
-            "op": "hello",
-            "protocol": PROTOCOL,
-            "pid": os.getpid(),
-            "platform": machine.description,
-            "probes": probes,
-            "warm_up_s": warm_up_s,
-            "torch_threads": torch_threads,
-            # where its start-up went (the interpreter's own start is before `began`): the harness and torch
-            # imports, the backends' probes (sglang's import), the JIT warm-up
-            "startup_s": {"import": round(imported - began, 3), "probe": round(probed - imported, 3),
-                          "warm_up": round(warm_up_s, 3)},
-            "refused_builds_replayed": replayed_here(),  # nvcc runs its warm-up skipped (kernels/refused_builds.py)
-        }
-    )
-
-    stages: dict[str, float] = {}
-    reuse = StorageReuse()
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request.get("op") == "exit":
-            break
-        # "run": one case, one reply. "batch": one reply per case as it finishes, then {"op": "batch_done"};
-        # a worker that dies mid-batch has answered every case before the one that killed it.
-        batch = request["cases"] if request.get("op") == "batch" else [request["case"]]
-        if not request.get("reuse"):
-            reuse.drop()
-        reused_before = reuse.reused
-        for position, case_dict in enumerate(batch):
-            try:
-                case = Case.from_dict(case_dict)
-                backend = backends.get(case.backend) or registry.get(case.backend)
-                marks = [b.mark() for b in books]
-                result = run_case(case, backend, machine.platform, machine.device, stage_seconds=stages,
-                                  reuse=reuse if request.get("reuse") else None)
-                compile_s, compiled = 0.0, {}
-                for b, mark in zip(books, marks, strict=True):
-                    seconds, built = b.since(mark)
-                    compile_s += seconds
-                    compiled.update(built)
-                reply({"position": position, "result": result.to_dict(), "compile_s": compile_s,
-                       "compiled": compiled})
-            except Exception as exc:
-                message = f"{type(exc).__name__}: {exc}"
-                reuse.drop()  # what failed may have been the kept storages themselves
-                if isinstance(exc, DeviceContextLost) or _is_device_error(exc):
-                    reply({"position": position, "fatal": str(exc) if isinstance(exc, DeviceContextLost)
-                           else message})
-                    return 3  # the CUDA/HIP context is poisoned: start afresh
-                reply({"position": position, "error": message})
-        if request.get("op") == "batch":
-            reply({"op": "batch_done", "stages": stages, "reused": reuse.reused - reused_before})
-            stages = {}
-    return 0
-
-
-def _is_device_error(exc: BaseException) -> bool:
-    from hicache_fuzz.harness.pipeline.runner import is_device_error
-
-    return is_device_error(exc)
-
-
-def _warm_up(backends: list[Any], platform: Any) -> float:
-    from hicache_fuzz.harness.model.space import CaseSpace
-    from hicache_fuzz.kernels.compile_books import warm_up
-
-    return warm_up(backends, platform, CaseSpace())
-
-
-if __name__ == "__main__":
-    sys.exit(_serve())
+    sys.exit(serve())

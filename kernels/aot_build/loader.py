@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -147,8 +148,17 @@ def _route_kvcacheio(package: ModuleType | None) -> None:
 _state: AotState | None = None
 
 
+_activate_lock = threading.Lock()
+
+
 def activate() -> AotState:
-    """Make the AOT ops callable if at all possible (idempotent); the resulting state."""
+    """Make the AOT ops callable if at all possible (idempotent); the resulting state. Thread-safe: backends
+    are probed in threads at once (pipeline/probe_cache.py), and a library loaded twice fails the second load."""
+    with _activate_lock:
+        return _activate()
+
+
+def _activate() -> AotState:
     global _state
     if _state is not None:
         return _state

@@ -1,0 +1,174 @@
+"""The campaign's JIT builder (harness/pipeline/prebuild.py, kernels/compile_books.py): every module is built once
+across the builder and N workers, the starting menus before the growth stages, and a restarted worker loads what
+was built instead of building it again. CPU only, with the fake JIT backend of tests/_jit_plugin.py."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
+from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.model.platform import Platform, require
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, close_executors, executor_for, startup_details
+from hicache_fuzz.kernels import compile_books
+from hicache_fuzz.kernels.base import Availability
+from hicache_fuzz.kernels.reference import ReferenceBackend
+from hicache_fuzz.kernels.refused_builds import RefusedBuilds
+from hicache_fuzz.kernels.registry import load_registry
+
+TESTS = str(Path(__file__).resolve().parents[1])  # where _jit_plugin.py lives
+PLUGIN = "_jit_plugin:backends"
+
+
+def case(seed: int) -> Case:
+    return Case(direction=Direction.WRITE_BACK, scope=Scope.ALL_LAYERS, layout=HostLayout.LAYER_FIRST,
+                pools=(PoolSpec(head_dim=8),), layers=2, page_size=1, device_rows=8, host_slots=8,
+                host_indices=(0, 3), device_indices=(2, 5), backend="test-jit", seed=seed)
+
+
+def log_lines(cache: Path) -> list[tuple[str, str, int]]:
+    path = cache / "log"
+    lines = path.read_text().split("\n") if path.exists() else []
+    return [(pid, what, int(row)) for pid, what, row in (line.split() for line in lines if line)]
+
+
+@pytest.fixture
+def jit_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "jit"
+    cache.mkdir()
+    monkeypatch.setenv("TEST_JIT_CACHE", str(cache))
+    monkeypatch.setenv("PYTHONPATH", TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.syspath_prepend(TESTS)
+    return cache
+
+
+def test_each_module_is_built_once_menus_first_and_a_restart_does_not_rebuild(jit_cache: Path,
+                                                                              tmp_path: Path) -> None:
+    machine = require("cpu")
+    registry = load_registry([PLUGIN])
+    options = ExecutionOptions(platform="cpu", backend_plugins=[PLUGIN], isolate="yes", worker_processes=3,
+                               prebuild="yes")
+    pool = executor_for([registry.get("test-jit")], registry, machine, options, tmp_path / "journal", warm_up=True)
+    try:
+        results = pool.run_batch([case(seed) for seed in range(12)])  # type: ignore[attr-defined]
+        assert all(r.outcome is Outcome.PASS for r in results), [r.summary for r in results]
+        record = pool.prebuild.wait(120)  # type: ignore[attr-defined]
+        assert record["done"] and record["modules"] == 4 and record["menu_modules"] == 2
+        builds = [(pid, row) for pid, what, row in log_lines(jit_cache) if what == "build"]
+        assert Counter(row for _, row in builds) == {128: 1, 256: 1, 512: 1, 1024: 1}  # once, across processes
+        assert [row for _, row in builds][:2] in ([128, 256], [256, 128])  # the starting menu before growth
+        fields = startup_details(pool)
+        assert fields["prebuild_modules"] == 4 and fields["prebuild_done"] and fields["prebuild_s"] is not None
+        # a worker that dies and is replaced loads what was built
+        first = pool.members[0]  # type: ignore[attr-defined]
+        before = len(builds)
+        first._kill()
+        assert first.run(case(0)).outcome is Outcome.PASS and first.restarts == 1
+        after = log_lines(jit_cache)
+        assert sum(1 for _, what, _ in after if what == "build") == before
+        assert any(what == "load" and pid == str(first._proc.pid) for pid, what, _ in after)
+    finally:
+        close_executors([pool])
+
+
+class _Recording(ReferenceBackend):
+    """compile_jobs that record which row they were asked for."""
+
+    def __init__(self, name: str, menu: tuple[int, ...], growth: tuple[int, ...], asked: list[str]) -> None:
+        self.name = name  # type: ignore[misc]
+        self.menu, self.growth, self.asked = menu, growth, asked
+
+    def probe(self, platform: Platform) -> Availability:
+        return Availability(True, "")
+
+    def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
+        return space.narrowed(row_bytes=self.menu, row_bytes_growth=self.growth, grow_every=5)
+
+    def compile_jobs(self, space: CaseSpace, platform: Platform) -> list:  # type: ignore[type-arg]
+        return [lambda row=row: self.asked.append(f"{self.name}{row}") for row in space.row_bytes]
+
+
+def test_prebuild_jobs_put_the_starting_menus_first_one_backend_after_another() -> None:
+    asked: list[str] = []
+    backends = [_Recording("a", (1, 2), (5,), asked), _Recording("b", (3,), (6, 7), asked)]
+    jobs, menus = compile_books.prebuild_jobs(backends, Platform("cpu"), CaseSpace())
+    for job in jobs:
+        job()
+    assert menus == 3
+    assert asked == ["a1", "b3", "a2", "a5", "b6", "b7"]
+
+
+def test_a_refusal_is_compiled_by_one_process_and_replayed_by_one_that_waited(tmp_path: Path) -> None:
+    sources = tmp_path / "sglang" / "kernels" / "ops" / "kvcache"
+    sources.mkdir(parents=True)
+    (sources / "hicache.py").write_text("")
+    module_file = str(sources / "hicache.py")
+    refusal = RuntimeError("Failed to build JIT module: error: static assertion failed with \"rows\"")
+    compiled: list[str] = []
+    holder_in = threading.Event()
+
+    def holder() -> None:
+        books = RefusedBuilds(module_file, tmp_path / "records", toolchain=lambda: ["t"])
+        with books.building("factory", (96,)):
+            holder_in.set()
+            time.sleep(0.5)  # nvcc
+            compiled.append("holder")
+            books.record("factory", (96,), refusal)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    holder_in.wait(10)
+    waiter = RefusedBuilds(module_file, tmp_path / "records", toolchain=lambda: ["t"])  # another process's
+    with waiter.building("factory", (96,)):
+        replayed = waiter.lookup("factory", (96,))
+    thread.join()
+    assert compiled == ["holder"]
+    assert replayed is not None and str(replayed) == str(refusal)
+
+
+def test_menu_growth_leaves_the_growth_stages_to_a_builder() -> None:
+    from hicache_fuzz.harness.campaign.loop import MenuGrowth
+
+    asked: list[str] = []
+
+    class Prefetching(_Recording):
+        def prefetch(self, space: CaseSpace, platform: Platform) -> None:
+            asked.append(f"prefetch {space.row_bytes}")
+
+    backend = Prefetching("a", (1, 2), (5, 6), [])
+    with_builder = MenuGrowth([backend], CaseSpace(), Platform("cpu"), prefetch=False)
+    without = MenuGrowth([backend], CaseSpace(), Platform("cpu"))
+    for index in (0, 5, 10):
+        with_builder.before(backend, index)
+    assert asked == [] and with_builder.grown["a"] == [5, 6]  # nothing imported here; growth still recorded
+    without.before(backend, 0)
+    assert asked == ["prefetch (5,)"]
+
+
+def test_an_unwritable_lock_folder_builds_unlocked(tmp_path: Path) -> None:
+    sources = tmp_path / "sglang" / "kernels" / "ops" / "kvcache"
+    sources.mkdir(parents=True)
+    (sources / "hicache.py").write_text("")
+    (tmp_path / "not-a-folder").write_text("")
+    books = RefusedBuilds(str(sources / "hicache.py"), tmp_path / "not-a-folder" / "records", toolchain=lambda: ["t"])
+    ran = []
+    with books.building("factory", (96,)):
+        ran.append("build")
+    assert ran == ["build"]
+
+
+def test_a_bad_prebuild_setting_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hicache_fuzz.harness.model.exit_codes import UsageError
+
+    monkeypatch.setenv("HICACHE_FUZZ_PREBUILD", "sometimes")
+    registry = load_registry()
+    with pytest.raises(UsageError, match="HICACHE_FUZZ_PREBUILD='sometimes'"):
+        executor_for([registry.get("reference")], registry, require("cpu"), ExecutionOptions(isolate="yes"),
+                     tmp_path / "journal", warm_up=True)
