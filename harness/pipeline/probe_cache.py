@@ -1,6 +1,6 @@
 """Backend probes kept on disk per machine state, so a run does not import sglang only to learn what it learnt before.
 
-Probing the sglang backends imports sglang (12-20 s on the H200), and a campaign's worker imports it again to run
+Probing the sglang backends imports sglang (seconds to tens of seconds), and a campaign's worker imports it again to run
 the cases. The answer depends only on the machine's state, so it is kept as plain JSON under
 ``${HICACHE_FUZZ_CACHE_DIR:-~/.cache/hicache-fuzz}/probes/``, one file per backend and state, and the next run
 with the same state reads it instead of probing.
