@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from hicache_fuzz.harness.model.json_input import (
     safe_name,
 )
 from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.model.output_paths import write_text_atomic
 
 REPRODUCER_FORMAT = "hicache-fuzz-reproducer"
 REPRODUCER_VERSION = 1
@@ -62,21 +62,9 @@ class CorpusEntry:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write, fsync and rename: a reader (or a crash) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; reports and reproducers are for everyone to read
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write, fsync and rename, onto a regular file or a new path only: a reader (or a crash) never sees half a
+    file, and a device node or FIFO at `path` is never replaced (harness/model/output_paths.py)."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def reproducer_dict(case: Case, result: Result) -> dict[str, Any]:

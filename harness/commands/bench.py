@@ -50,6 +50,9 @@ def campaign_compile_share(path: Path) -> dict[str, Any]:
         raise UsageError(f"--campaign-report {path}: not a campaign report (a JSON object)")
     return {"source": str(path), **{k: data[k] for k in CAMPAIGN_COMPILE_KEYS if k in data}}
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "markdown": "file"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from hicache_fuzz.harness.model.outcome import Result
     from hicache_fuzz.harness.model.platform import Machine
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("--backend", action="append", default=[], metavar="NAME",

@@ -69,6 +69,9 @@ def planned_cases_per_backend(budget_seconds: float, platform_kind: str, backend
     rate = PLANNING_CASES_PER_SECOND[platform_kind]
     return max(1, math.floor(budget_seconds * rate / max(1, backend_count)))
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "markdown": "file", "junit": "file", "artifacts": "dir"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", required=True, choices=["cpu", "cuda", "rocm"],

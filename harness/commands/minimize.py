@@ -14,6 +14,9 @@ from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, Usa
 if TYPE_CHECKING:
     from hicache_fuzz.harness.pipeline.executor import Executor
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)

@@ -8,11 +8,13 @@ The caller learns whether the report reached the path that was asked for (exit 3
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +59,11 @@ def write_text_report(path: Path | str | None, text: str, what: str, suffix: str
     is returned (the command then exits 3 unless it found something: exit_codes.final_exit_code)."""
     if path is None or path == "":
         return True
+    from hicache_fuzz.harness.model.output_paths import write_text_atomic
+
     target = Path(path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        write_text_atomic(target, text)
         return True
     except OSError as exc:
         reason = os_reason(exc)
@@ -78,6 +81,18 @@ def write_text_report(path: Path | str | None, text: str, what: str, suffix: str
         print(text)
         print(STDOUT_END, flush=True)
     return False
+
+
+def check_declared_outputs(args: argparse.Namespace, outputs: Mapping[str, str]) -> None:
+    """Check every output path a command declares (``OUTPUT_OPTIONS``: argparse dest -> "file" or "dir")
+    before it does any work: OutputPathError (exit 2) names the option (harness/model/output_paths.py)."""
+    from hicache_fuzz.harness.model.output_paths import check_output_dir, check_output_file
+
+    for dest, kind in outputs.items():
+        values = getattr(args, dest, None)
+        option = "--" + dest.replace("_", "-")
+        for value in values if isinstance(values, list) else [values]:
+            (check_output_dir if kind == "dir" else check_output_file)(value, option)
 
 
 def _write_fallback(data: Any, what: str) -> Path | None:

@@ -13,6 +13,9 @@ from pathlib import Path
 
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_USAGE, final_exit_code
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"html": "file"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("report", type=Path, metavar="REPORT.json")

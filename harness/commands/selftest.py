@@ -57,6 +57,9 @@ class MutantRow:
     reference_on_kill_case: str = ""  # the reference's outcome on the killing case (must not be a failure)
     note: str = ""
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
