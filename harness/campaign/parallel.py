@@ -59,6 +59,7 @@ AUTO_WORKERS_PER_GPU = 1
 WORKERS_PER_GPU_ENV = "HICACHE_FUZZ_WORKERS_PER_GPU"
 VISIBLE_DEVICES_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 LOG_TAIL_LINES = 15
+WORKERS_PER_CORE = 4  # the --workers cap (max_workers): a typo like 100000 must not start 100,000 processes
 
 
 class ParallelUsageError(ValueError):
@@ -146,7 +147,18 @@ def resolve_worker_count(text: str, kind: str, devices: list[str]) -> int:
         raise ParallelUsageError(f"--workers {text!r}: expected a number or auto") from None
     if count < 1:
         raise ParallelUsageError(f"--workers {text!r}: need at least 1")
+    cap = max_workers(devices)
+    if count > cap:
+        raise ParallelUsageError(f"--workers {text}: this machine can run at most {cap} workers "
+                                 f"({WORKERS_PER_CORE} per CPU core, {cpu_count()} cores"
+                                 + (f"; or {workers_per_gpu()} per GPU, {len(devices)} GPUs" if devices else "") + ")")
     return count
+
+
+def max_workers(devices: list[str]) -> int:
+    """The most workers --workers accepts: WORKERS_PER_CORE per CPU core (each worker is a busy process; more only
+    oversubscribes the cores), never fewer than --workers auto would start."""
+    return max(WORKERS_PER_CORE * cpu_count(), len(devices) * workers_per_gpu() if devices else 1)
 
 
 def device_for_worker(worker: int, devices: list[str]) -> str | None:
