@@ -91,6 +91,7 @@ _REPRODUCER_KEYS = frozenset({"format", "version", "signature", "signature_key",
                               "minimized", "gate_corpus_file"})
 _OBSERVED_KEYS = frozenset({"case_id", "backend", "outcome", "expected_path", "path", "prediction", "error", "diff",
                             "summary", "seconds"})
+_OBSERVED_REQUIRED = ("case_id", "backend", "outcome")
 
 
 def load_entries(path: Path) -> list[CorpusEntry]:
@@ -165,6 +166,9 @@ def _per_backend(case_data: dict[str, Any], where: str) -> list[dict[str, Any]]:
 def _observed(value: Any) -> Result:
     data = expect_object(value, "reproducer.observed")
     expect_keys(data, _OBSERVED_KEYS, "reproducer.observed")
+    missing = [key for key in _OBSERVED_REQUIRED if key not in data]
+    if missing:  # what the failure was, and where: without them the reproducer is not one (replay, minimize alike)
+        raise InputError(f"reproducer.observed: missing field(s) {missing}")
     outcome = expect_str(data.get("outcome"), "reproducer.observed.outcome")
     if outcome not in {o.value for o in Outcome}:
         raise InputError(f"reproducer.observed.outcome: {outcome[:40]!r} is not an outcome")

@@ -498,6 +498,10 @@ def _run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], r
         say(f"{len(children)} workers started ({where}); logs and reports in {run_dir}", flush=True)
         for child in children:
             child.process.wait()
+    except KeyboardInterrupt:  # a second signal: the shards are killed; keep what they had written (exit 130)
+        _stop(children)
+        keep_partial_report(children, run_dir, workers)
+        raise
     except BaseException:
         _stop(children)
         raise
@@ -528,6 +532,35 @@ def _run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], r
         if exit_code == EXIT_CLEAN and merged["new_failure_signatures"]:
             exit_code = EXIT_FAILURES
     return ParallelRun(merged, prepared, exit_code, workers, devices, time.perf_counter() - started, problems)
+
+
+def keep_partial_report(children: list[_Child], run_dir: Path, workers: int) -> Path | None:
+    """After a second signal killed the shards: merge the reports they had written (their checkpoints, rewritten
+    every few seconds, or their final ones) into ``run_dir/report-interrupted.json`` and say on stderr where it
+    and the shards' own reports are. The failures are in the corpus already (saved as found). Returns the path
+    of the merged report, None when no shard had written one (the message then names their logs)."""
+    from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+    from hicache_fuzz.harness.campaign.merge import merge_reports
+    from hicache_fuzz.harness.model.json_input import MAX_REPORT_FILE_BYTES, InputError, read_json_file
+
+    paths = [Path(child.job.report) for child in children if Path(child.job.report).is_file()]
+    if not paths:
+        print(f"hicache-fuzz: interrupted again: no shard had written a report yet; their logs are "
+              f"{run_dir}/worker-*.log, the failures found so far are in the corpus", file=sys.stderr, flush=True)
+        return None
+    try:
+        reports = [read_json_file(path, MAX_REPORT_FILE_BYTES) for path in paths]
+        merged = merge_reports(reports, [str(p) for p in paths], True)
+        merged.update(workers=workers, partial=True, stopped_early=True, stopped_by="second signal")
+        target = run_dir / "report-interrupted.json"
+        write_json_atomic(target, merged)
+    except (InputError, OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"hicache-fuzz: interrupted again; the shards' reports could not be merged ({exc}); they are "
+              f"{', '.join(map(str, paths))}", file=sys.stderr, flush=True)
+        return None
+    print(f"hicache-fuzz: interrupted again: the shards were killed; their reports so far, merged (partial): "
+          f"{target}; each shard's: {', '.join(map(str, paths))}", file=sys.stderr, flush=True)
+    return target
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def write_report(path: Path | str | None, data: Any, what: str = "report") -> bo
         return True
     except OSError as exc:
         reason = os_reason(exc)
-    fallback = _write_fallback(data, what)
+    fallback = write_fallback(data, what)
     if fallback is not None:
         print(f"hicache-fuzz: could not write the {what} to {target}: {reason}; written to {fallback} instead",
               file=sys.stderr, flush=True)
@@ -95,7 +95,8 @@ def check_declared_outputs(args: argparse.Namespace, outputs: Mapping[str, str])
             (check_output_dir if kind == "dir" else check_output_file)(value, option)
 
 
-def _write_fallback(data: Any, what: str) -> Path | None:
+def write_fallback(data: Any, what: str) -> Path | None:
+    """`data` as JSON in a fresh temporary file (mode 0644); its path, or None when even that cannot be written."""
     try:
         fd, name = tempfile.mkstemp(prefix=f"hicache-fuzz-{what.replace(' ', '-')}-", suffix=".json")
     except OSError:
@@ -120,7 +121,7 @@ def flush_unsaved_reproducers(reproducers: list[dict[str, Any]], reason: str) ->
     print(f"hicache-fuzz: {len(reproducers)} failure reproducer(s) could not be saved to the corpus ({reason}); "
           "they are in the report under unsaved_reproducers", file=sys.stderr, flush=True)
     for data in reproducers:
-        fallback = _write_fallback(data, "reproducer")
+        fallback = write_fallback(data, "reproducer")
         if fallback is not None:
             print(f"  {data.get('signature', '?')}: written to {fallback}", file=sys.stderr, flush=True)
         else:
