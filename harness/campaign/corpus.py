@@ -166,12 +166,12 @@ def _per_backend(case_data: dict[str, Any], where: str) -> list[dict[str, Any]]:
 def _observed(value: Any) -> Result:
     data = expect_object(value, "reproducer.observed")
     expect_keys(data, _OBSERVED_KEYS, "reproducer.observed")
-    missing = [key for key in _OBSERVED_REQUIRED if key not in data]
-    if missing:  # what the failure was, and where: without them the reproducer is not one (replay, minimize alike)
-        raise InputError(f"reproducer.observed: missing field(s) {missing}")
     outcome = expect_str(data.get("outcome"), "reproducer.observed.outcome")
     if outcome not in {o.value for o in Outcome}:
         raise InputError(f"reproducer.observed.outcome: {outcome[:40]!r} is not an outcome")
+    missing = [key for key in _OBSERVED_REQUIRED if key not in data]
+    if missing:  # what the failure was, and where: without them the reproducer is not one (replay, minimize alike)
+        raise InputError(f"reproducer.observed: missing field(s) {missing}")
     texts = {key: expect_str(data.get(key, ""), f"reproducer.observed.{key}")
              for key in ("case_id", "backend", "expected_path", "path", "prediction", "error", "summary")}
     return Result(outcome=Outcome(outcome), diff=expect_object(data.get("diff", {}), "reproducer.observed.diff"),

@@ -33,6 +33,24 @@ def cli(capsys: pytest.CaptureFixture[str]) -> object:
 
 
 @pytest.fixture
+def block_after_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A path that becomes a regular file once the command has checked its output paths: a late fault (as a
+    full disk is), so a path under it fails at write time, not at the check (which refuses a path already under
+    a file at once, exit 2)."""
+    from hicache_fuzz.harness.commands import output
+
+    blocker = tmp_path / "blocker"
+    check = output.check_declared_outputs
+
+    def check_then_block(*args: object, **kwargs: object) -> None:
+        check(*args, **kwargs)  # type: ignore[arg-type]
+        blocker.write_text("a file where a folder should be")
+
+    monkeypatch.setattr(output, "check_declared_outputs", check_then_block)
+    return blocker
+
+
+@pytest.fixture
 def short_tmp() -> Iterator[Path]:
     """A short folder (a UNIX socket path must stay under ~100 characters)."""
     folder = Path(tempfile.mkdtemp(prefix="hf-adv-", dir="/tmp"))
