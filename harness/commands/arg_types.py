@@ -87,3 +87,11 @@ def existing_dir(text: str) -> Path:
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text}: {'not a folder' if path.exists() else 'no such folder'}")
     return path
+
+
+def output_path(text: str) -> Path:
+    """A path the command will write (the output boundary checks it fully before the command runs): never empty,
+    which ``Path("")`` would silently turn into the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (give a file or folder name)")
+    return Path(text)

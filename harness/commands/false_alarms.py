@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.commands.arg_types import finite_non_negative_float, finite_positive_float, positive_int
+from hicache_fuzz.harness.commands.arg_types import (
+    finite_non_negative_float,
+    finite_positive_float,
+    output_path,
+    positive_int,
+)
 from hicache_fuzz.harness.model.exit_codes import (
     EXIT_CLEAN,
     EXIT_FAILURES,
@@ -54,9 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "started are listed as not run, not counted): keeps a time-boxed run's report whole")
     parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
                         help="corpus files or folders of known failures (as fuzz --known); repeatable")
-    parser.add_argument("--out", type=Path, required=True, help="folder for each campaign's report and corpus")
-    parser.add_argument("--json", type=Path, help="write the summary as JSON")
-    parser.add_argument("--markdown", type=Path, help="write the summary as Markdown")
+    parser.add_argument("--out", type=output_path, required=True, help="folder for each campaign's report and corpus")
+    parser.add_argument("--json", type=output_path, help="write the summary as JSON")
+    parser.add_argument("--markdown", type=output_path, help="write the summary as Markdown")
     parser.add_argument("fuzz_args", nargs=argparse.REMAINDER,
                         help="after --: more `hicache-fuzz fuzz` options (--platform, --backend, ...)")
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hicache_fuzz.harness.commands.arg_types import non_negative_int
+from hicache_fuzz.harness.commands.arg_types import non_negative_int, output_path
 from hicache_fuzz.harness.commands.common import write_json_report
 from hicache_fuzz.harness.model.exit_codes import (
     EXIT_CLEAN,
@@ -27,9 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "folders holding them")
     parser.add_argument("--corpus", nargs="+", action="extend", default=[], type=Path, metavar="DIR",
                         help="corpus directories to merge into OUT/corpus (repeatable)")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+    parser.add_argument("--out", type=output_path, required=True, metavar="DIR",
                         help="writes DIR/report.json, DIR/corpus/ and DIR/junit.xml")
-    parser.add_argument("--junit", type=Path, metavar="PATH", help="JUnit XML path (default: OUT/junit.xml)")
+    parser.add_argument("--junit", type=output_path, metavar="PATH", help="JUnit XML path (default: OUT/junit.xml)")
     parser.add_argument("--suite-name", default="hicache-fuzz",
                         help="JUnit testsuite name (default: %(default)s)")
     parser.add_argument("--max-per-signature", type=non_negative_int, default=3,

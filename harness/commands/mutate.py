@@ -21,6 +21,7 @@ from hicache_fuzz.harness.commands.arg_types import (
     existing_dir,
     finite_non_negative_float,
     finite_positive_float,
+    output_path,
     positive_int,
     regex,
     unit_interval,
@@ -119,8 +120,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "per mutant")
     p.add_argument("--build-error-pattern", type=regex, default=DEFAULT_BUILD_ERROR_PATTERN, metavar="REGEX",
                    help="output that marks a mutant that did not build (not scored)")
-    p.add_argument("--out", type=Path, metavar="DIR", help="results: mutants/<id>.json (resumable), summary.json, "
-                                                           "summary.md, junit.xml")
+    p.add_argument("--out", type=output_path, metavar="DIR",
+                   help="results: mutants/<id>.json (resumable), summary.json, summary.md, junit.xml")
     p.add_argument("--min-score", type=unit_interval, metavar="X",
                    help="exit 1 when a target's score is below X (a number in [0, 1])")
     p.add_argument("--keep-workspace", action="store_true", help="keep the private sglang copies under --out")
