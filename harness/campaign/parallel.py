@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.campaign.stop import ForwardSignals, StopOnSignal
+from hicache_fuzz.harness.campaign.stop import Checkpoint, ForwardSignals, StopOnSignal
 from hicache_fuzz.harness.model.exit_codes import (
     EXIT_CLEAN,
     EXIT_FAILURES,
@@ -50,7 +50,10 @@ from hicache_fuzz.harness.model.exit_codes import (
 )
 
 if TYPE_CHECKING:  # the parent imports the campaign and pipeline layers (and torch) only when it runs
+    from hicache_fuzz.harness.campaign.loop import CampaignReport
     from hicache_fuzz.harness.campaign.options import CampaignOptions
+    from hicache_fuzz.harness.model.case import Case
+    from hicache_fuzz.harness.model.outcome import Result
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
 
 # Workers per GPU for `--workers auto`. Measured on 2x H200 (reports/parallel/README.md): 2 workers per GPU ran
@@ -335,8 +338,14 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
         max_cases = (None if job.runs_total is None else worker_case_budget(
             job.runs_total, len(backends), job.shard, job.worker, job.workers, job.start_index))
         print(f"shard worker {job.worker} of {job.workers}: running cases", flush=True)  # to its log
+        # the shard's report is rewritten as it goes, so a parent killed by a second signal can still merge it
+        checkpoint = Checkpoint(job.report)
+
+        def on_result(case: Case, result: Result, report: CampaignReport) -> None:
+            checkpoint(report, force=result.outcome.is_failure)
+
         report = run_from_options(_campaign_options(job, max_cases), backends, machine.platform, executor,
-                                  should_stop=stop.requested)
+                                  on_result, should_stop=stop.requested)
     finally:
         stop.restore()
         executor.close()
