@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -56,3 +58,19 @@ def short_tmp() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="hf-adv-", dir="/tmp"))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    """A command that blocks (a FIFO opened for reading waits for a writer forever) fails the test after 60 s
+    instead of hanging the suite."""
+    def expire(number: int, frame: FrameType | None) -> None:
+        raise TimeoutError("the command hung")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(60)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

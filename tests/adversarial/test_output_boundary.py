@@ -106,7 +106,7 @@ def _cases() -> list[tuple[list[str], str, str]]:
 @pytest.mark.parametrize(("argv", "option", "bad"), _cases(),
                          ids=[f"{a[0]}-{o}-{b}" for a, o, b in _cases()])
 def test_a_bad_output_path_is_exit_2_at_once(argv: list[str], option: str, bad: str, workdir: Path,
-                                            cli: object) -> None:
+                                            cli: object, no_hang: None) -> None:
     names = {"CASE": str(workdir / "case.json"), "REPRO": str(workdir / "repro.json"),
              "REPORT": str(workdir / "report.json")}
     line = [names.get(a, a.replace("OUT/", f"{workdir}/OUT/")) for a in argv] + [option, _target(bad, workdir)]

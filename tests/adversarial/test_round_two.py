@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
 
@@ -36,22 +35,6 @@ def work(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (short_tmp / "a-file").write_text("a regular file")
     monkeypatch.chdir(short_tmp)
     yield short_tmp
-
-
-@pytest.fixture
-def no_hang() -> Iterator[None]:
-    """A command that blocks (a FIFO opened for reading waits for a writer forever) fails the test after 60 s
-    instead of hanging the suite."""
-    def expire(number: int, frame: FrameType | None) -> None:
-        raise TimeoutError("the command hung")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(60)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _space_fifo(root: Path) -> str:
