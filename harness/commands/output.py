@@ -1,9 +1,11 @@
 """Writing what a command computed, so that a late write error never loses it.
 
-A campaign may run for hours before its report is written; if ``--json`` then points at a full disk, a
-read-only folder or a path under a file, the report goes to a fresh file in the temporary directory instead
-and the message says where (and why); if even that fails, the JSON is printed on stdout between marker lines.
-The caller learns whether the report reached the path that was asked for (exit 3 when nothing else failed).
+Every output path is checked before the command starts (:func:`check_declared_outputs`, the rules in
+harness/model/output_paths.py: exit 2 naming the option). A campaign may still run for hours before its report
+is written; if the disk then fills up, or the folder was replaced meanwhile, the report goes to a fresh file in
+the temporary directory instead and the message says where (and why); if even that fails, the JSON is printed
+on stdout between marker lines. The caller learns whether the report reached the path that was asked for
+(exit 3 when nothing else failed).
 """
 
 from __future__ import annotations

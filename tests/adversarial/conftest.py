@@ -22,6 +22,11 @@ class Ran:
     err: str
 
 
+def error_lines(err: str) -> str:
+    """The lines of `err` that state the error (not argparse's usage lines, which list every option)."""
+    return "\n".join(line for line in err.splitlines() if "error" in line or "unavailable" in line)
+
+
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> object:
     def run(*argv: str) -> Ran:

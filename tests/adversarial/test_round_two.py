@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.adversarial.conftest import error_lines
 from tests.adversarial.inputs import valid_case, valid_reproducer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,7 +86,7 @@ def test_bad_usage_is_exit_2_before_any_work(argv: list[str], words: str, work: 
     ran = cli(*line)  # type: ignore[operator]
     assert ran.code == 2, (ran.code, ran.out[-1500:], ran.err[-1500:])
     assert "Traceback" not in ran.err + ran.out
-    assert words in ran.err, ran.err
+    assert words in error_lines(ran.err), ran.err
     assert _tree(work) == before  # nothing written: no corpus, no report, no run folder
 
 
