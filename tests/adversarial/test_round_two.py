@@ -70,6 +70,7 @@ USAGE: list[tuple[list[str], str]] = [
     (["false-alarms", "--seeds", "0", "--out", "OUT"], "--seeds"),
     (["minimize", "CASE", "--corpus", "FILE"], "--corpus"),
     (["bench", "--cpu", "--zoo-seconds", "-1"], "--zoo-seconds"),
+    (["jit-warm", "--jobs", "0"], "--jobs"),
     (["bench", "--cpu", "--zoo-seconds", "nan"], "--zoo-seconds"),
 ]
 
