@@ -143,6 +143,9 @@ def load_registry(plugins: Iterable[str] = ()) -> Registry:
             add(_instances(entry_point.load(), f"entry point {entry_point.name}"))
         except Exception as exc:
             add([BrokenBackend(entry_point.name, f"entry point {entry_point.value} failed: {exc}")])
+        except (SystemExit, KeyboardInterrupt) as exc:  # an installed plugin must not end the command either
+            add([BrokenBackend(entry_point.name, f"entry point {entry_point.value} raised {type(exc).__name__} "
+                                                 "while loading")])
     for spec in plugins:
         add(_run_plugin(spec))
     return Registry(backends)
