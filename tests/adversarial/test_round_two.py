@@ -210,3 +210,18 @@ def test_a_second_sigint_keeps_a_partial_merged_report(short_tmp: Path) -> None:
     assert str(merged) in err
     data = json.loads(merged.read_text())
     assert data["partial"] is True and data["cases"] > 0 and data["stopped_by"] == "second signal"
+
+
+def test_an_entry_point_plugin_that_exits_is_listed_as_broken(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hicache_fuzz.kernels import registry
+
+    class ExitingEntryPoint:
+        name = "exiting-plugin"
+        value = "some_package:backends"
+
+        def load(self) -> object:
+            raise SystemExit(0)
+
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: [ExitingEntryPoint()])
+    broken = registry.load_registry().get("exiting-plugin")
+    assert isinstance(broken, registry.BrokenBackend) and "SystemExit" in broken.reason
