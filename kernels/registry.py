@@ -143,6 +143,26 @@ def load_registry(plugins: Iterable[str] = ()) -> Registry:
             add(_instances(entry_point.load(), f"entry point {entry_point.name}"))
         except Exception as exc:
             add([BrokenBackend(entry_point.name, f"entry point {entry_point.value} failed: {exc}")])
+        except (SystemExit, KeyboardInterrupt) as exc:  # an installed plugin must not end the command either
+            add([BrokenBackend(entry_point.name, f"entry point {entry_point.value} raised {type(exc).__name__} "
+                                                 "while loading")])
     for spec in plugins:
-        add(_instances(_import(spec), f"--backend-plugin {spec}"))
+        add(_run_plugin(spec))
     return Registry(backends)
+
+
+class PluginAborted(RuntimeError):
+    """A plugin's import or factory raised SystemExit or KeyboardInterrupt: reported as the plugin's failure
+    (exit 3, naming it), never as the command's own exit (a plugin calling sys.exit(0) must not make a run of
+    nothing exit 0)."""
+
+
+def _run_plugin(spec: str) -> list[Backend]:
+    """The backends of ``--backend-plugin spec``. Its ordinary exceptions propagate (the caller maps them);
+    SystemExit and KeyboardInterrupt at import or factory time become PluginAborted."""
+    try:
+        return _instances(_import(spec), f"--backend-plugin {spec}")
+    except SystemExit as exc:
+        raise PluginAborted(f"plugin {spec} called sys.exit({exc.code!r}) while loading") from None
+    except KeyboardInterrupt:
+        raise PluginAborted(f"plugin {spec} raised KeyboardInterrupt while loading") from None

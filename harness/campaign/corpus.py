@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from hicache_fuzz.harness.model.json_input import (
     safe_name,
 )
 from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.model.output_paths import write_text_atomic
 
 REPRODUCER_FORMAT = "hicache-fuzz-reproducer"
 REPRODUCER_VERSION = 1
@@ -62,21 +62,9 @@ class CorpusEntry:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write, fsync and rename: a reader (or a crash) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; reports and reproducers are for everyone to read
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write, fsync and rename, onto a regular file or a new path only: a reader (or a crash) never sees half a
+    file, and a device node or FIFO at `path` is never replaced (harness/model/output_paths.py)."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def reproducer_dict(case: Case, result: Result) -> dict[str, Any]:
@@ -103,6 +91,7 @@ _REPRODUCER_KEYS = frozenset({"format", "version", "signature", "signature_key",
                               "minimized", "gate_corpus_file"})
 _OBSERVED_KEYS = frozenset({"case_id", "backend", "outcome", "expected_path", "path", "prediction", "error", "diff",
                             "summary", "seconds"})
+_OBSERVED_REQUIRED = ("case_id", "backend", "outcome")
 
 
 def load_entries(path: Path) -> list[CorpusEntry]:
@@ -180,6 +169,9 @@ def _observed(value: Any) -> Result:
     outcome = expect_str(data.get("outcome"), "reproducer.observed.outcome")
     if outcome not in {o.value for o in Outcome}:
         raise InputError(f"reproducer.observed.outcome: {outcome[:40]!r} is not an outcome")
+    missing = [key for key in _OBSERVED_REQUIRED if key not in data]
+    if missing:  # what the failure was, and where: without them the reproducer is not one (replay, minimize alike)
+        raise InputError(f"reproducer.observed: missing field(s) {missing}")
     texts = {key: expect_str(data.get(key, ""), f"reproducer.observed.{key}")
              for key in ("case_id", "backend", "expected_path", "path", "prediction", "error", "summary")}
     return Result(outcome=Outcome(outcome), diff=expect_object(data.get("diff", {}), "reproducer.observed.diff"),

@@ -62,8 +62,13 @@ def engine_options(args: Any) -> Any:
     every = getattr(args, "backend_every", "auto")
     if every not in ("auto", "none"):
         from hicache_fuzz.harness.campaign.feed import parse_backend_every
+        from hicache_fuzz.harness.pipeline.setup import registry_for
 
-        parse_backend_every(every)  # raises ValueError naming the problem
+        known = registry_for(list(getattr(args, "backend_plugin", []) or [])).names()
+        unknown = sorted(set(parse_backend_every(every)) - set(known))  # parse: ValueError naming the problem
+        if unknown:  # a misspelt name would otherwise be ignored: that backend would run every index
+            raise ValueError(f"--backend-every {every!r}: unknown backend(s) {', '.join(unknown)}; known backends: "
+                             f"{', '.join(known)}")
     return EngineOptions(batch=batch, mix=mix, scale=getattr(args, "scale", "auto"), scale_share=share,
                          variants=variants, backend_every=every,
                          batches_ahead=ahead, feed=getattr(args, "feed", "auto"))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.model.json_input import InputError, read_json_file
+from hicache_fuzz.harness.model.output_paths import write_text_atomic
 
 FAILURE_OUTCOMES = ("mismatch", "crash", "hang", "wrongly_accepted", "wrongly_rejected", "unexpected_path")
 GATE_FORMAT = "hicache-fuzz-gate"
@@ -47,8 +48,7 @@ def write_html(report: Mapping[str, Any], path: Path | str, corpora: Iterable[Pa
     reproducer is not on this machine links to the reproducer with the same signature in `corpora` (e.g. the
     committed corpus/sglang), if there is one."""
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(report, out.parent.resolve(), signature_files(corpora)))
+    write_text_atomic(out, render_html(report, out.parent.resolve(), signature_files(corpora)))
     return out
 
 

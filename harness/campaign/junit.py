@@ -8,12 +8,14 @@ backend x failure signature (or per shard) keeps the report meaningful however t
 
 from __future__ import annotations
 
+import io
 import os
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hicache_fuzz.harness.model.output_paths import write_bytes_atomic
 
 # XML 1.0 forbids most control characters; kernel error text occasionally carries them.
 _XML_INVALID = {c: None for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)}
@@ -65,16 +67,13 @@ def junit_element(suite_name: str, cases: Sequence[JUnitCase]) -> ET.Element:
 def write_junit(path: str | os.PathLike[str], suite_name: str, cases: Sequence[JUnitCase]) -> None:
     """Write one <testsuite> with a <testcase> per row; written to a temporary file and renamed, so a CI
     collector never reads half a file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(Path(path), junit_bytes(suite_name, cases))  # onto a regular file or a new path only
+
+
+def junit_bytes(suite_name: str, cases: Sequence[JUnitCase]) -> bytes:
+    """The JUnit XML document of one <testsuite>, indented, with its XML declaration."""
     tree = ET.ElementTree(junit_element(suite_name, cases))
     ET.indent(tree)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".xml")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            tree.write(handle, encoding="utf-8", xml_declaration=True)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    buffer = io.BytesIO()
+    tree.write(buffer, encoding="utf-8", xml_declaration=True)
+    return buffer.getvalue()

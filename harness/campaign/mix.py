@@ -23,6 +23,7 @@ be unchanged), ``empty`` (an accepted zero-length transfer), ``undefined`` (not 
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -53,8 +54,10 @@ class Mix:
                 weight = float(value)
             except ValueError:
                 raise ValueError(f"--mix {text!r}: weight of {name} is not a number: {value!r}") from None
-            if weight < 0:
-                raise ValueError(f"--mix {text!r}: weight of {name} is negative")
+            if not math.isfinite(weight) or weight < 0:  # NaN would make every draw fall through the weights
+                raise ValueError(f"--mix {text!r}: weight of {name} must be a finite number >= 0, got {value!r}")
+            if name in weights:
+                raise ValueError(f"--mix {text!r}: {name} is given twice")
             weights[name] = weight
         total = sum(weights.values())
         if total <= 0:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.campaign.stop import ForwardSignals, StopOnSignal
+from hicache_fuzz.harness.campaign.stop import Checkpoint, ForwardSignals, StopOnSignal
 from hicache_fuzz.harness.model.exit_codes import (
     EXIT_CLEAN,
     EXIT_FAILURES,
@@ -50,7 +50,10 @@ from hicache_fuzz.harness.model.exit_codes import (
 )
 
 if TYPE_CHECKING:  # the parent imports the campaign and pipeline layers (and torch) only when it runs
+    from hicache_fuzz.harness.campaign.loop import CampaignReport
     from hicache_fuzz.harness.campaign.options import CampaignOptions
+    from hicache_fuzz.harness.model.case import Case
+    from hicache_fuzz.harness.model.outcome import Result
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
 
 # Workers per GPU for `--workers auto`: a second worker on a GPU ran the same cases no faster than one per GPU
@@ -59,6 +62,7 @@ AUTO_WORKERS_PER_GPU = 1
 WORKERS_PER_GPU_ENV = "HICACHE_FUZZ_WORKERS_PER_GPU"
 VISIBLE_DEVICES_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 LOG_TAIL_LINES = 15
+WORKERS_PER_CORE = 4  # the --workers cap (max_workers): a typo like 100000 must not start 100,000 processes
 
 
 class ParallelUsageError(ValueError):
@@ -146,7 +150,18 @@ def resolve_worker_count(text: str, kind: str, devices: list[str]) -> int:
         raise ParallelUsageError(f"--workers {text!r}: expected a number or auto") from None
     if count < 1:
         raise ParallelUsageError(f"--workers {text!r}: need at least 1")
+    cap = max_workers(devices)
+    if count > cap:
+        raise ParallelUsageError(f"--workers {text}: this machine can run at most {cap} workers "
+                                 f"({WORKERS_PER_CORE} per CPU core, {cpu_count()} cores"
+                                 + (f"; or {workers_per_gpu()} per GPU, {len(devices)} GPUs" if devices else "") + ")")
     return count
+
+
+def max_workers(devices: list[str]) -> int:
+    """The most workers --workers accepts: WORKERS_PER_CORE per CPU core (each worker is a busy process; more only
+    oversubscribes the cores), never fewer than --workers auto would start."""
+    return max(WORKERS_PER_CORE * cpu_count(), len(devices) * workers_per_gpu() if devices else 1)
 
 
 def device_for_worker(worker: int, devices: list[str]) -> str | None:
@@ -323,8 +338,14 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
         max_cases = (None if job.runs_total is None else worker_case_budget(
             job.runs_total, len(backends), job.shard, job.worker, job.workers, job.start_index))
         print(f"shard worker {job.worker} of {job.workers}: running cases", flush=True)  # to its log
+        # the shard's report is rewritten as it goes, so a parent killed by a second signal can still merge it
+        checkpoint = Checkpoint(job.report)
+
+        def on_result(case: Case, result: Result, report: CampaignReport) -> None:
+            checkpoint(report, force=result.outcome.is_failure)
+
         report = run_from_options(_campaign_options(job, max_cases), backends, machine.platform, executor,
-                                  should_stop=stop.requested)
+                                  on_result, should_stop=stop.requested)
     finally:
         stop.restore()
         executor.close()
@@ -486,6 +507,10 @@ def _run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], r
         say(f"{len(children)} workers started ({where}); logs and reports in {run_dir}", flush=True)
         for child in children:
             child.process.wait()
+    except KeyboardInterrupt:  # a second signal: the shards are killed; keep what they had written (exit 130)
+        _stop(children)
+        keep_partial_report(children, run_dir, workers)
+        raise
     except BaseException:
         _stop(children)
         raise
@@ -516,6 +541,35 @@ def _run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], r
         if exit_code == EXIT_CLEAN and merged["new_failure_signatures"]:
             exit_code = EXIT_FAILURES
     return ParallelRun(merged, prepared, exit_code, workers, devices, time.perf_counter() - started, problems)
+
+
+def keep_partial_report(children: list[_Child], run_dir: Path, workers: int) -> Path | None:
+    """After a second signal killed the shards: merge the reports they had written (their checkpoints, rewritten
+    every few seconds, or their final ones) into ``run_dir/report-interrupted.json`` and say on stderr where it
+    and the shards' own reports are. The failures are in the corpus already (saved as found). Returns the path
+    of the merged report, None when no shard had written one (the message then names their logs)."""
+    from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+    from hicache_fuzz.harness.campaign.merge import merge_reports
+    from hicache_fuzz.harness.model.json_input import MAX_REPORT_FILE_BYTES, InputError, read_json_file
+
+    paths = [Path(child.job.report) for child in children if Path(child.job.report).is_file()]
+    if not paths:
+        print(f"hicache-fuzz: interrupted again: no shard had written a report yet; their logs are "
+              f"{run_dir}/worker-*.log, the failures found so far are in the corpus", file=sys.stderr, flush=True)
+        return None
+    try:
+        reports = [read_json_file(path, MAX_REPORT_FILE_BYTES) for path in paths]
+        merged = merge_reports(reports, [str(p) for p in paths], True)
+        merged.update(workers=workers, partial=True, stopped_early=True, stopped_by="second signal")
+        target = run_dir / "report-interrupted.json"
+        write_json_atomic(target, merged)
+    except (InputError, OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"hicache-fuzz: interrupted again; the shards' reports could not be merged ({exc}); they are "
+              f"{', '.join(map(str, paths))}", file=sys.stderr, flush=True)
+        return None
+    print(f"hicache-fuzz: interrupted again: the shards were killed; their reports so far, merged (partial): "
+          f"{target}; each shard's: {', '.join(map(str, paths))}", file=sys.stderr, flush=True)
+    return target
 
 
 if __name__ == "__main__":

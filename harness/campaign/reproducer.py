@@ -31,6 +31,7 @@ from hicache_fuzz.harness.campaign.identity import signature, signature_key
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import child_path
 from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.output_paths import write_text_atomic
 
 # ---- judging a replay against the entry's expectation -----------------------------------------------------
 
@@ -141,8 +142,7 @@ def write_script(path: Path, case: Case, recorded_signature: str, expect: str, b
         expect=repr(expect),
         recorded_signature=repr(recorded_signature),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_text_atomic(path, text)  # onto a regular file or a new path only (harness/model/output_paths.py)
     path.chmod(0o755)  # a script to run
 
 

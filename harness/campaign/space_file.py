@@ -18,7 +18,6 @@ reports carry them unchanged; :func:`apply_space` turns them into a ``CaseSpace`
 from __future__ import annotations
 
 import argparse
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,8 @@ RATES = ("invalid_rate", "irregular_rate", "empty_rate", "partial_rate", "big_po
          "tail_rate", "honour_rate", "long_rate")
 FLAGS = ("schedule",)
 SETTABLE = (*ENUM_MENUS, *INT_MENUS, *INTS, *RATES, *FLAGS)
+MAX_SPACE_INT = (1 << 63) - 1  # sizes and counts become int64 tensor indices; anything larger is a typo
+MAX_SPACE_FILE_BYTES = 1 << 20  # a space file lists a few dozen fields
 
 
 def _as_list(value: Any, key: str) -> list[Any]:
@@ -66,8 +67,10 @@ def _integer(value: Any, key: str, minimum: int) -> int:
             value = int(value, 0)
         except ValueError:
             raise UsageError(f"space key {key!r}: {value!r} is not an integer") from None
-    if type(value) is not int or value < minimum:
-        raise UsageError(f"space key {key!r}: expected an integer >= {minimum}, got {value!r}")
+    if type(value) is not int or not minimum <= value <= MAX_SPACE_INT:
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
+        raise UsageError(f"space key {key!r}: expected an integer from {minimum} to {MAX_SPACE_INT} (int64), "
+                         f"got {shown}")
     return value
 
 
@@ -112,15 +115,18 @@ def normalize_all(overrides: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def load_space_file(path: Path) -> dict[str, Any]:
-    """A space file (TOML, or JSON by its .json suffix) -> plain overrides."""
+    """A space file (TOML, or JSON by its .json suffix) -> plain overrides. Read through the strict input loader
+    (harness/model/json_input.py): regular files only (a FIFO is refused, never waited on), bounded size, and
+    for JSON no duplicate keys, NaN or over-long numbers (TOML refuses duplicate keys itself)."""
+    from hicache_fuzz.harness.model.json_input import InputError, parse_json, read_text_file
+
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"--space {path}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"--space {path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'} ({exc})") from None
+        text = read_text_file(path, MAX_SPACE_FILE_BYTES)
+        data = parse_json(text, str(path)) if path.suffix == ".json" else tomllib.loads(text)
+    except InputError as exc:
+        raise UsageError(f"--space {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--space {path}: not valid TOML ({exc})") from None
     if isinstance(data, dict) and set(data) == {"space"}:
         data = data["space"]
     return normalize_all(data, f"--space {path}")

@@ -22,6 +22,7 @@ from typing import Any
 from hicache_fuzz.harness.campaign.standalone_calls import CALLS
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, IndexDevice, PoolSpec
 from hicache_fuzz.harness.model.json_input import read_json_file
+from hicache_fuzz.harness.model.output_paths import write_text_atomic
 from hicache_fuzz.harness.pipeline.fill import salt as _salt
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, TORCH_DTYPES
 from hicache_fuzz.oracles import layouts
@@ -49,7 +50,7 @@ def write_standalone(json_path: Path, platform: Platform = DEFAULT_PLATFORM) -> 
     """Write ``<stem>.standalone.py`` next to the reproducer ``json_path``; returns its path."""
     data = read_json_file(json_path)
     path = standalone_path(json_path)
-    path.write_text(standalone_script(data, platform))
+    write_text_atomic(path, standalone_script(data, platform))  # onto a regular file or a new path only
     path.chmod(0o755)
     return path
 

@@ -1,5 +1,6 @@
 """Stopping campaigns from outside: SIGTERM (what `timeout` and CI runners send) and SIGINT end a campaign
-after its case in flight, with its report; a parallel campaign forwards the signal to its shards."""
+after its case in flight, with its report; a parallel campaign forwards the signal to its shards. A campaign
+killed outright (SIGKILL, a second signal, the OOM killer) keeps its last checkpoint (:class:`Checkpoint`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import contextlib
 import os
 import signal
 import subprocess
-from typing import Any
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.campaign.loop import CampaignReport
 
 
 class StopOnSignal:
@@ -73,3 +80,29 @@ class ForwardSignals:
         for number, previous in self._previous.items():
             signal.signal(number, previous)
         self._previous.clear()
+
+
+class Checkpoint:
+    """Writes the campaign report (``"partial": true``) every `every` seconds and after each failure, so a
+    campaign killed from outside (a CI time limit, the OOM killer) still leaves its counts on disk. The
+    failures themselves are on disk already (saved as they are found)."""
+
+    def __init__(self, path: str | None, every: float = 10.0) -> None:
+        self.path = Path(path) if path else None
+        self.every = every
+        self.last = time.monotonic()
+
+    def __call__(self, report: CampaignReport, force: bool = False) -> None:
+        """Write the checkpoint if `every` seconds passed since the last one (at once with `force`)."""
+        now = time.monotonic()
+        if self.path is None or (not force and now - self.last < self.every):
+            return
+        self.last = now
+        from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+
+        try:
+            write_json_atomic(self.path, {**report.to_dict(), "partial": True})
+        except OSError as exc:  # the final report has its own fallback; a checkpoint is not worth a campaign
+            print(f"hicache-fuzz: cannot write the checkpoint {self.path} ({exc.strerror or exc}); checkpoints "
+                  "stop, the final report will still be written", file=sys.stderr, flush=True)
+            self.path = None

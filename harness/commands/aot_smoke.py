@@ -94,6 +94,9 @@ def pool_cases(platform: Any) -> list[Case]:
                             chosen.setdefault((path, page_size, spec.row_bytes(spec.components[0])), case)
     return list(chosen.values())
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="write the results here")

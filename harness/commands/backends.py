@@ -7,6 +7,9 @@ import argparse
 from hicache_fuzz.harness.commands.common import add_common, write_json_report
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, final_exit_code
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)

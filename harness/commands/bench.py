@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
+from hicache_fuzz.harness.commands.arg_types import finite_non_negative_float, finite_positive_float, positive_int
 from hicache_fuzz.harness.commands.common import add_common, write_json_report
 from hicache_fuzz.harness.commands.output import write_text_report
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_UNAVAILABLE, UsageError, final_exit_code
@@ -50,6 +50,9 @@ def campaign_compile_share(path: Path) -> dict[str, Any]:
         raise UsageError(f"--campaign-report {path}: not a campaign report (a JSON object)")
     return {"source": str(path), **{k: data[k] for k in CAMPAIGN_COMPILE_KEYS if k in data}}
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "markdown": "file"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
@@ -60,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=finite_positive_float, default=10.0,
                         help="seconds per throughput measurement (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=5, help="case seed (default: %(default)s)")
-    parser.add_argument("--zoo-seconds", type=finite_positive_float, default=60.0,
+    parser.add_argument("--zoo-seconds", type=finite_non_negative_float, default=60.0,
                         help="time-to-kill budget per mutant; 0 skips the zoo (default: %(default)s)")
     parser.add_argument("--zoo-max-cases", type=positive_int, default=20000, help="case budget per mutant")
     parser.add_argument("--repeats", type=positive_int, default=20, help="timed runs per bandwidth point")

@@ -66,7 +66,8 @@ def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
             command.set_defaults(run=_broken(module_name, exc))
             continue
         module.add_arguments(command)
-        command.set_defaults(run=module.run)
+        # OUTPUT_OPTIONS (argparse dest -> "file" | "dir"): every path the command writes, checked before it runs
+        command.set_defaults(run=module.run, output_options=getattr(module, "OUTPUT_OPTIONS", {}))
     return parser
 
 
@@ -91,12 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
+    from hicache_fuzz.harness.commands.output import check_declared_outputs
     from hicache_fuzz.harness.model.json_input import InputError
     from hicache_fuzz.harness.model.platform import limit_torch_threads
     from hicache_fuzz.harness.pipeline.worker import WorkerError
 
     limit_torch_threads()
     try:
+        check_declared_outputs(args, getattr(args, "output_options", {}))
         return int(args.run(args))
     except (UsageError, InputError) as exc:  # InputError: CaseError, CorpusError, MergeError, ...
         print(f"hicache-fuzz: error: {exc}", file=sys.stderr)

@@ -12,7 +12,6 @@ Exit codes: 0 no campaign raised a new identity; 1 some did (listed); 2 bad usag
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -24,29 +23,45 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, UsageError
+from hicache_fuzz.harness.commands.arg_types import (
+    finite_non_negative_float,
+    finite_positive_float,
+    output_path,
+    positive_int,
+)
+from hicache_fuzz.harness.model.exit_codes import (
+    EXIT_CLEAN,
+    EXIT_FAILURES,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    UsageError,
+    final_exit_code,
+)
 
 FORMAT = "hicache-fuzz-false-alarms"
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"out": "dir", "json": "file", "markdown": "file"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int, default=20, help="number of campaigns (seeds FIRST..FIRST+N-1)")
+    parser.add_argument("--seeds", type=positive_int, default=20, help="number of campaigns (seeds FIRST..FIRST+N-1)")
     parser.add_argument("--first-seed", type=int, default=1)
-    parser.add_argument("--seconds", type=float, default=60.0, help="each campaign's --max-total-time")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--seconds", type=finite_positive_float, default=60.0, help="each campaign's --max-total-time")
+    parser.add_argument("--jobs", type=positive_int, default=1,
                         help="campaigns at once (on one GPU several fit: each is mostly host-side Python; mind "
                              "memory: a GPU campaign's scale tier holds GiBs of pinned host and device memory)")
     parser.add_argument("--gpus", default="none", metavar="none|N|LIST",
                         help="pin campaign k to one device, round robin: N (the first N visible) or a list 0,2,3; "
                              "none (default): every campaign sees what this process sees")
-    parser.add_argument("--start-deadline", type=float, metavar="S",
+    parser.add_argument("--start-deadline", type=finite_non_negative_float, metavar="S",
                         help="start no campaign later than S seconds after this command began (the seeds not "
                              "started are listed as not run, not counted): keeps a time-boxed run's report whole")
     parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
                         help="corpus files or folders of known failures (as fuzz --known); repeatable")
-    parser.add_argument("--out", type=Path, required=True, help="folder for each campaign's report and corpus")
-    parser.add_argument("--json", type=Path, help="write the summary as JSON")
-    parser.add_argument("--markdown", type=Path, help="write the summary as Markdown")
+    parser.add_argument("--out", type=output_path, required=True, help="folder for each campaign's report and corpus")
+    parser.add_argument("--json", type=output_path, help="write the summary as JSON")
+    parser.add_argument("--markdown", type=output_path, help="write the summary as Markdown")
     parser.add_argument("fuzz_args", nargs=argparse.REMAINDER,
                         help="after --: more `hicache-fuzz fuzz` options (--platform, --backend, ...)")
 
@@ -65,13 +80,11 @@ class CampaignRun:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seeds < 1 or args.jobs < 1 or not args.seconds > 0:
-        raise UsageError("--seeds and --jobs must be >= 1 and --seconds > 0")
+    from hicache_fuzz.harness.commands.output import write_report, write_text_report
+
     for path in args.known:
         if not path.exists():
             raise UsageError(f"--known {path}: no such file or folder")
-    if args.start_deadline is not None and not args.start_deadline >= 0:
-        raise UsageError("--start-deadline must be >= 0")
     devices = device_ids(args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     extra = [a for a in args.fuzz_args if a != "--"]
     if args.jobs > 1 and not any(a.startswith("--worker-processes") for a in extra):
@@ -95,15 +108,19 @@ def run(args: argparse.Namespace) -> int:
     summary = summarize(runs, time.perf_counter() - started, args, extra)
     summary["seeds_not_run"] = not_run
     print_summary(summary)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=2) + "\n")
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(render_markdown(summary))
+    written = write_report(args.json, summary, "false-alarm summary")
+    written = write_text_report(args.markdown, render_markdown(summary), "false-alarm summary", ".md") and written
+    if any(r.exit_code == EXIT_USAGE for r in runs):
+        # the options passed to fuzz (after --) are bad, e.g. an unknown backend: the campaigns' own message says
+        # which (printed above); not an environment fault
+        print("hicache-fuzz false-alarms: error: the campaigns refused their options (exit 2): "
+              f"{next(r.error for r in runs if r.exit_code == EXIT_USAGE)}", file=sys.stderr)
+        return EXIT_USAGE
     if any(r.exit_code not in (EXIT_CLEAN, EXIT_FAILURES) for r in runs):
         return EXIT_UNAVAILABLE
-    return EXIT_FAILURES if summary["campaigns_with_new_identities"] else EXIT_CLEAN
+    if summary["campaigns_with_new_identities"]:
+        return EXIT_FAILURES
+    return final_exit_code(EXIT_CLEAN, written)
 
 
 def device_ids(spec: str, inherited: str | None) -> list[str]:
@@ -146,8 +163,10 @@ def run_campaign(seed: int, seconds: float, known: list[Path], out: Path, extra:
     (folder / "log.txt").write_text(tail)
     outcome = CampaignRun(seed, code, seconds=round(time.perf_counter() - started, 1), report=str(report_path),
                           device=device)
-    if not report_path.is_file():
+    if code not in (EXIT_CLEAN, EXIT_FAILURES) or not report_path.is_file():
+        # the campaign's own last words (e.g. "error: unknown backend 'nope'; known backends: ...")
         outcome.error = tail.strip().splitlines()[-1] if tail.strip() else f"exit {code}, no report"
+    if not report_path.is_file():
         return outcome
     from hicache_fuzz.harness.model.json_input import read_json_file
 
@@ -188,6 +207,9 @@ def print_summary(summary: dict[str, Any]) -> None:
     print(f"{summary['campaigns']} campaigns x {summary['seconds_per_campaign']:g} s, "
           f"{summary['total_cases']} cases: {summary['campaigns_with_new_identities']} raised a new identity, "
           f"{summary['campaigns_failed_to_run']} failed to run")
+    for run_row in summary["runs"]:
+        if run_row["exit_code"] not in (EXIT_CLEAN, EXIT_FAILURES):
+            print(f"  FAILED seed {run_row['seed']} (exit {run_row['exit_code']}): {run_row['error'] or 'see its log'}")
     for identity, count in summary["new_identities"].items():
         print(f"  NEW   {identity}: in {count} campaign(s)")
     for identity, count in summary["known_identities"].items():

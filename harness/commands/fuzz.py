@@ -21,7 +21,7 @@ from hicache_fuzz.harness.campaign.parallel import (
     visible_devices,
 )
 from hicache_fuzz.harness.campaign.space_file import add_space_arguments, space_from_args
-from hicache_fuzz.harness.campaign.stop import StopOnSignal
+from hicache_fuzz.harness.campaign.stop import Checkpoint, StopOnSignal
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, Unavailable, UsageError
@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from hicache_fuzz.harness.model.case import Case
     from hicache_fuzz.harness.model.outcome import Result
     from hicache_fuzz.harness.model.platform import Machine
+
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
@@ -278,31 +282,6 @@ def compiled_in_cases(found: dict[str, tuple[int, float]], top: int = 40) -> lis
     add to a backend's compile_jobs when the compile share is high."""
     rows = sorted(found.items(), key=lambda item: -item[1][1])[:top]
     return [{"module": key, "processes": count, "seconds": round(seconds, 3)} for key, (count, seconds) in rows]
-
-
-class Checkpoint:
-    """Writes the campaign report (``"partial": true``) every `every` seconds and after each failure, so a
-    campaign killed from outside (a CI time limit, the OOM killer) still leaves its counts on disk. The
-    failures themselves are on disk already (saved as they are found)."""
-
-    def __init__(self, path: str | None, every: float = 10.0) -> None:
-        self.path = Path(path) if path else None
-        self.every = every
-        self.last = time.monotonic()
-
-    def __call__(self, report: CampaignReport, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.path is None or (not force and now - self.last < self.every):
-            return
-        self.last = now
-        from hicache_fuzz.harness.campaign.corpus import write_json_atomic
-
-        try:
-            write_json_atomic(self.path, {**report.to_dict(), "partial": True})
-        except OSError as exc:  # the final report has its own fallback; a checkpoint is not worth a campaign
-            print(f"hicache-fuzz: cannot write the checkpoint {self.path} ({exc.strerror or exc}); checkpoints "
-                  "stop, the final report will still be written", file=sys.stderr, flush=True)
-            self.path = None
 
 
 class Progress:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from hicache_fuzz.harness.campaign.junit import write_junit
 from hicache_fuzz.harness.campaign.space_file import add_space_arguments, space_from_args
-from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
+from hicache_fuzz.harness.commands.arg_types import finite_positive_float, output_path, positive_int
 from hicache_fuzz.harness.commands.common import write_json_report
 from hicache_fuzz.harness.commands.gate_report import GateReport, junit_cases, one_line, render_markdown
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError, final_exit_code
@@ -68,6 +68,9 @@ def planned_cases_per_backend(budget_seconds: float, platform_kind: str, backend
     """The fixed campaign size for a budget: a pure function of the inputs, never of measured speed."""
     rate = PLANNING_CASES_PER_SECOND[platform_kind]
     return max(1, math.floor(budget_seconds * rate / max(1, backend_count)))
+
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "markdown": "file", "junit": "file", "artifacts": "dir"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,11 +105,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isa-cache-dir", default=None, metavar="DIR",
                         help="cache of fetched ISA headers and tools")
     parser.add_argument("--no-fetch", action="store_true", help="never download headers, tools or sglang")
-    parser.add_argument("--artifacts", type=Path, default=DEFAULT_ARTIFACTS, metavar="DIR",
+    parser.add_argument("--artifacts", type=output_path, default=DEFAULT_ARTIFACTS, metavar="DIR",
                         help="reproducers of failing cases, ISA reports, worker logs (default: %(default)s)")
-    parser.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML")
-    parser.add_argument("--markdown", type=Path, metavar="PATH", help="write a Markdown summary (PR comment)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
+    parser.add_argument("--junit", type=output_path, metavar="PATH", help="write JUnit XML")
+    parser.add_argument("--markdown", type=output_path, metavar="PATH", help="write a Markdown summary (PR comment)")
+    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the full report as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
 
 

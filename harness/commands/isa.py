@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "markdown": "file", "keep_dir": "dir"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from hicache_fuzz.harness.isa import check

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from hicache_fuzz.harness.commands.arg_types import positive_int
 from hicache_fuzz.harness.commands.common import add_common
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN
 
@@ -23,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("--backend", action="append", default=[], metavar="NAME",
                         help="the backends whose modules to build (default: those `fuzz` runs here)")
-    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel builds (default: up to 16)")
+    parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                        help="parallel builds (default: up to 16)")
 
 
 def run(args: argparse.Namespace) -> int:

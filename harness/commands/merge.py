@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hicache_fuzz.harness.commands.arg_types import non_negative_int
+from hicache_fuzz.harness.commands.arg_types import non_negative_int, output_path
 from hicache_fuzz.harness.commands.common import write_json_report
 from hicache_fuzz.harness.model.exit_codes import (
     EXIT_CLEAN,
@@ -17,6 +17,9 @@ from hicache_fuzz.harness.model.exit_codes import (
     final_exit_code,
 )
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"out": "dir", "junit": "file"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json",
@@ -24,9 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "folders holding them")
     parser.add_argument("--corpus", nargs="+", action="extend", default=[], type=Path, metavar="DIR",
                         help="corpus directories to merge into OUT/corpus (repeatable)")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+    parser.add_argument("--out", type=output_path, required=True, metavar="DIR",
                         help="writes DIR/report.json, DIR/corpus/ and DIR/junit.xml")
-    parser.add_argument("--junit", type=Path, metavar="PATH", help="JUnit XML path (default: OUT/junit.xml)")
+    parser.add_argument("--junit", type=output_path, metavar="PATH", help="JUnit XML path (default: OUT/junit.xml)")
     parser.add_argument("--suite-name", default="hicache-fuzz",
                         help="JUnit testsuite name (default: %(default)s)")
     parser.add_argument("--max-per-signature", type=non_negative_int, default=3,
@@ -36,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache_fuzz.harness.campaign.junit import write_junit
+    from hicache_fuzz.harness.campaign.junit import junit_bytes
     from hicache_fuzz.harness.campaign.merge import (
         MergeError,
         describe,
@@ -47,6 +50,13 @@ def run(args: argparse.Namespace) -> int:
         point_failures_at,
         report_files,
     )
+    from hicache_fuzz.harness.commands.output import write_text_report
+    from hicache_fuzz.harness.model.output_paths import check_output_file
+
+    # the files merge writes inside --out must be writable too (a FIFO named report.json is not)
+    check_output_file(args.out / "report.json", "--out")
+    if args.junit is None:
+        check_output_file(args.out / "junit.xml", "--out")
 
     try:
         paths = report_files(args.reports)
@@ -67,11 +77,9 @@ def run(args: argparse.Namespace) -> int:
                         "over_cap": corpus.over_cap, "unreadable": corpus.unreadable}
     written = write_json_report(merged, args.out / "report.json")
     junit_path = args.junit or args.out / "junit.xml"
-    try:
-        write_junit(junit_path, args.suite_name, junit_cases(merged))
-    except OSError as exc:
-        print(f"hicache-fuzz merge: cannot write {junit_path}: {exc.strerror or exc}", file=sys.stderr)
-        written = False
+    # like the report, a JUnit file that cannot go where asked goes to a temporary file and the message says where
+    junit_text = junit_bytes(args.suite_name, junit_cases(merged)).decode("utf-8")
+    written = write_text_report(junit_path, junit_text, "JUnit XML", ".xml") and written
     print(describe(merged))
     print(f"corpus: {len(corpus.kept)} files kept, {corpus.duplicates} duplicates, {corpus.over_cap} over "
           f"the per-signature cap, {len(corpus.unreadable)} unreadable -> {args.out / 'corpus'}")

@@ -4,15 +4,26 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
-from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError, final_exit_code
+from hicache_fuzz.harness.model.exit_codes import (
+    EXIT_CLEAN,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    UsageError,
+    final_exit_code,
+)
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.pipeline.executor import Executor
+
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,10 +82,12 @@ def step_text(number: int, total: int, state: Any, max_runs: int, max_seconds: f
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0: every input reproduced its failure and was minimized; 1: some input no longer fails."""
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus
+    """Exit 0: every input reproduced its failure and was minimized; 2: some input does not fail here (nothing to
+    minimize); 3: some input's backend cannot run here (skipped, as replay skips it), or a write went elsewhere."""
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus, reproducer_dict
     from hicache_fuzz.harness.campaign.minimize import DEFAULT_MAX_RUNS, DEFAULT_MAX_SECONDS, NotFailing, minimize
     from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+    from hicache_fuzz.harness.commands.output import os_reason, write_fallback
     from hicache_fuzz.harness.model.progress import ProgressLine
     from hicache_fuzz.harness.pipeline.setup import (
         available_backend,
@@ -97,11 +110,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no reproducer files under {', '.join(map(str, args.paths))}")
     corpus = Path(args.corpus)
     rows: list[dict[str, Any]] = []
-    not_failing = 0
+    not_failing = skipped = 0
+    written = True
     executors: dict[str, Executor] = {}
     progress = ProgressLine(not args.no_progress)
     try:
         for number, entry in enumerate(entries, start=1):
+            # a backend unknown or unavailable here is skipped and counted, as replay does (exit 3 at the end)
+            reason = registry.unavailable_reason(entry.case.backend, machine.platform)
+            if reason:
+                skipped += 1
+                progress.print(f"SKIP {entry.path}: {reason}")
+                rows.append({"file": str(entry.path), "skipped": reason})
+                continue
             backend = available_backend(registry, entry.case.backend, machine)
             if backend.name not in executors:
                 executors[backend.name] = executor_for([backend], registry, machine, execution, None)
@@ -124,7 +145,16 @@ def run(args: argparse.Namespace) -> int:
             if entry.expect == "fail":
                 extra["expect"] = "fail"
             spec = f"{type(backend).__module__}:{type(backend).__qualname__}"
-            out = save_reproducer(corpus, done.case, done.result, extra, backend_class=spec)
+            try:
+                out = save_reproducer(corpus, done.case, done.result, extra, backend_class=spec)
+            except OSError as exc:  # the disk filled up after the check: the minimized case is not lost
+                saved = write_fallback(reproducer_dict(done.case, done.result) | extra, "minimized reproducer")
+                progress.print(f"hicache-fuzz minimize: cannot write to {corpus}: {os_reason(exc)}; "
+                               f"the minimized reproducer of {entry.path} went to {saved or 'nowhere (see stdout)'}")
+                if saved is None:
+                    print(json.dumps(reproducer_dict(done.case, done.result) | extra, sort_keys=True))
+                written = False
+                out = saved or corpus
             rows.append({"file": str(entry.path), "output": str(out), **report})
             progress.print(f"{entry.path} [{done.signature}]: indices {done.original_size.indices} -> "
                            f"{done.size.indices}, bytes {done.original_size.bytes} -> {done.size.bytes} "
@@ -133,7 +163,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
         close_executors(list(executors.values()))
-    written = write_json_report({"summary": summarize(rows), "results": rows}, args.json)
+    written = write_json_report({"summary": summarize(rows), "results": rows}, args.json) and written
     if not_failing:
-        return EXIT_FAILURES
+        # nothing to shrink is not a finding: the file is not a failing reproducer here (bad input, named above)
+        print(f"hicache-fuzz minimize: error: {not_failing} file(s) do not fail here, nothing to minimize (see the "
+              "SKIP lines)", file=sys.stderr)
+        return EXIT_USAGE
+    if skipped:
+        print(f"hicache-fuzz: unavailable: {skipped} file(s) not minimized: their backend cannot run here (see the "
+              "SKIP lines)", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     return final_exit_code(EXIT_CLEAN, written)

@@ -17,6 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hicache_fuzz.harness.commands.arg_types import (
+    existing_dir,
+    finite_non_negative_float,
+    finite_positive_float,
+    output_path,
+    positive_int,
+    regex,
+    unit_interval,
+)
 from hicache_fuzz.harness.mutate import report, sources
 from hicache_fuzz.harness.mutate.mutant import Mutant
 from hicache_fuzz.harness.mutate.operators import OPERATORS
@@ -51,18 +60,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_arguments(p)
     return p
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"out": "dir"}
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options (the CLI's SUBCOMMAND_MODULES protocol: add_arguments + run)."""
-    p.add_argument("--sglang-src", type=Path, metavar="DIR",
+    p.add_argument("--sglang-src", type=existing_dir, metavar="DIR",
                    help="sglang sources: the package, a folder holding it (site-packages, unpacked wheel) or a "
                         "checkout with python/sglang (default: the installed sglang, found without importing it)")
     p.add_argument("--file", action="append", default=[], metavar="PATTERN",
                    help="only mutants of files matching this fnmatch pattern or path suffix (repeatable)")
     p.add_argument("--operator", action="append", default=[], choices=OPERATORS,
                    help="only mutants of this operator (repeatable)")
-    p.add_argument("--sample", type=int, metavar="N", help="a seeded sample of N mutants spread over files and "
-                                                            "operators (default: all)")
+    p.add_argument("--sample", type=positive_int, metavar="N",
+                   help="a seeded sample of N mutants spread over files and operators (default: all)")
     p.add_argument("--seed", type=int, default=0, help="sample seed (default 0)")
     p.add_argument("--only", action="append", default=[], metavar="ID",
                    help="of the selected (sampled) mutants, only this id (repeatable; with --only-from: the union); "
@@ -77,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test-cmd", action="append", default=[], metavar="CMD",
                    help="a shell command; non-zero exit kills the mutant (repeatable, at most 2)")
     p.add_argument("--platform", default="auto", help="campaign platform (passed to fuzz --platform)")
-    p.add_argument("--campaign-seconds", type=float, default=60.0, help="campaign length (default 60)")
+    p.add_argument("--campaign-seconds", type=finite_positive_float, default=60.0, help="campaign length (default 60)")
     p.add_argument("--campaign-full", action="store_true",
                    help="run each mutant's campaign for its whole clock (default: it ends at its first new "
                         "failure, which decides the verdict; the full clock lists every identity a mutant raises)")
@@ -88,15 +100,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="after `--`: more arguments for `hicache-fuzz fuzz` (same as --fuzz-arg)")
     p.add_argument("--known", action="append", default=[], metavar="PATH",
                    help="passed to fuzz --known: failures the unmutated sglang already has (e.g. corpus/sglang)")
-    p.add_argument("--timeout", type=float, metavar="S",
+    p.add_argument("--timeout", type=finite_positive_float, metavar="S",
                    help="per mutant and target (default: 2 x campaign + 600 s; 900 s for a test command)")
-    p.add_argument("--test-cmd-timeout", type=float, metavar="S",
+    p.add_argument("--test-cmd-timeout", type=finite_positive_float, metavar="S",
                    help="the limit for --test-cmd targets only (default: --timeout); e.g. a tight one for a test "
                         "suite that could hang under a mutant and a generous one for the campaign, whose own "
                         "--case-timeout already turns a hung kernel into a failure")
     p.add_argument("--gpus", default="auto", help="auto (all visible), N (the first N), a list 0,2,3, or 0 (no "
                                                   "device pinning): one mutant per GPU at a time")
-    p.add_argument("--jobs-per-gpu", type=int, default=1, metavar="K",
+    p.add_argument("--jobs-per-gpu", type=positive_int, default=1, metavar="K",
                    help="mutants at once on each GPU (default 1): K slots per device, each with its own private "
                         "sglang copy; the shared JIT cache is safe for concurrent builds (sglang publishes a build "
                         "by an atomic rename under a per-module lock, and keys it by source content)")
@@ -106,11 +118,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jit-cache", choices=("shared", "per-mutant"), default="shared",
                    help="sglang JIT cache: one content-addressed cache under --out (default), or a fresh one "
                         "per mutant")
-    p.add_argument("--build-error-pattern", default=DEFAULT_BUILD_ERROR_PATTERN, metavar="REGEX",
+    p.add_argument("--build-error-pattern", type=regex, default=DEFAULT_BUILD_ERROR_PATTERN, metavar="REGEX",
                    help="output that marks a mutant that did not build (not scored)")
-    p.add_argument("--out", type=Path, metavar="DIR", help="results: mutants/<id>.json (resumable), summary.json, "
-                                                           "summary.md, junit.xml")
-    p.add_argument("--min-score", type=float, metavar="X", help="exit 1 when a target's score is below X (0..1)")
+    p.add_argument("--out", type=output_path, metavar="DIR",
+                   help="results: mutants/<id>.json (resumable), summary.json, summary.md, junit.xml")
+    p.add_argument("--min-score", type=unit_interval, metavar="X",
+                   help="exit 1 when a target's score is below X (a number in [0, 1])")
     p.add_argument("--keep-workspace", action="store_true", help="keep the private sglang copies under --out")
     p.add_argument("--reuse-baseline", action="store_true",
                    help="keep a passed baseline already under --out for the same targets (resuming on the same "
@@ -119,7 +132,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="when the unmutated campaign raises new failures: abort (exit 3, default) or known (they "
                         "become known failures of every mutant's campaign, listed in the baseline and the report; "
                         "a mutant is then killed only by a failure the unmutated sglang did not show)")
-    p.add_argument("--start-deadline", type=float, metavar="S",
+    p.add_argument("--start-deadline", type=finite_non_negative_float, metavar="S",
                    help="start no mutant later than S seconds after this command began; those running finish "
                         "and the rest stay unfinished for a rerun (a time-boxed call keeps its slots' work)")
     p.add_argument("--report-only", action="store_true",

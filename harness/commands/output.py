@@ -1,18 +1,22 @@
 """Writing what a command computed, so that a late write error never loses it.
 
-A campaign may run for hours before its report is written; if ``--json`` then points at a full disk, a
-read-only folder or a path under a file, the report goes to a fresh file in the temporary directory instead
-and the message says where (and why); if even that fails, the JSON is printed on stdout between marker lines.
-The caller learns whether the report reached the path that was asked for (exit 3 when nothing else failed).
+Every output path is checked before the command starts (:func:`check_declared_outputs`, the rules in
+harness/model/output_paths.py: exit 2 naming the option). A campaign may still run for hours before its report
+is written; if the disk then fills up, or the folder was replaced meanwhile, the report goes to a fresh file in
+the temporary directory instead and the message says where (and why); if even that fails, the JSON is printed
+on stdout between marker lines. The caller learns whether the report reached the path that was asked for
+(exit 3 when nothing else failed).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +42,7 @@ def write_report(path: Path | str | None, data: Any, what: str = "report") -> bo
         return True
     except OSError as exc:
         reason = os_reason(exc)
-    fallback = _write_fallback(data, what)
+    fallback = write_fallback(data, what)
     if fallback is not None:
         print(f"hicache-fuzz: could not write the {what} to {target}: {reason}; written to {fallback} instead",
               file=sys.stderr, flush=True)
@@ -57,10 +61,11 @@ def write_text_report(path: Path | str | None, text: str, what: str, suffix: str
     is returned (the command then exits 3 unless it found something: exit_codes.final_exit_code)."""
     if path is None or path == "":
         return True
+    from hicache_fuzz.harness.model.output_paths import write_text_atomic
+
     target = Path(path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        write_text_atomic(target, text)
         return True
     except OSError as exc:
         reason = os_reason(exc)
@@ -80,7 +85,20 @@ def write_text_report(path: Path | str | None, text: str, what: str, suffix: str
     return False
 
 
-def _write_fallback(data: Any, what: str) -> Path | None:
+def check_declared_outputs(args: argparse.Namespace, outputs: Mapping[str, str]) -> None:
+    """Check every output path a command declares (``OUTPUT_OPTIONS``: argparse dest -> "file" or "dir")
+    before it does any work: OutputPathError (exit 2) names the option (harness/model/output_paths.py)."""
+    from hicache_fuzz.harness.model.output_paths import check_output_dir, check_output_file
+
+    for dest, kind in outputs.items():
+        values = getattr(args, dest, None)
+        option = "--" + dest.replace("_", "-")
+        for value in values if isinstance(values, list) else [values]:
+            (check_output_dir if kind == "dir" else check_output_file)(value, option)
+
+
+def write_fallback(data: Any, what: str) -> Path | None:
+    """`data` as JSON in a fresh temporary file (mode 0644); its path, or None when even that cannot be written."""
     try:
         fd, name = tempfile.mkstemp(prefix=f"hicache-fuzz-{what.replace(' ', '-')}-", suffix=".json")
     except OSError:
@@ -105,7 +123,7 @@ def flush_unsaved_reproducers(reproducers: list[dict[str, Any]], reason: str) ->
     print(f"hicache-fuzz: {len(reproducers)} failure reproducer(s) could not be saved to the corpus ({reason}); "
           "they are in the report under unsaved_reproducers", file=sys.stderr, flush=True)
     for data in reproducers:
-        fallback = _write_fallback(data, "reproducer")
+        fallback = write_fallback(data, "reproducer")
         if fallback is not None:
             print(f"  {data.get('signature', '?')}: written to {fallback}", file=sys.stderr, flush=True)
         else:

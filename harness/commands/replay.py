@@ -19,6 +19,9 @@ from hicache_fuzz.harness.model.exit_codes import (
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.replay import Replayed
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)

@@ -11,12 +11,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from hicache_fuzz.harness.commands.arg_types import output_path
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_USAGE, final_exit_code
+
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"html": "file"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("report", type=Path, metavar="REPORT.json")
-    parser.add_argument("--html", type=Path, required=True, metavar="OUT.html", help="where to write the page")
+    parser.add_argument("--html", type=output_path, required=True, metavar="OUT.html", help="where to write the page")
     parser.add_argument("--corpus", type=Path, action="append", default=[], metavar="DIR",
                         help="link failures whose reproducer is not on this machine to the reproducer with the "
                              "same signature under DIR (e.g. corpus/sglang); repeatable")

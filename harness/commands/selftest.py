@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, positive_int
+from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, output_path, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError, final_exit_code
 
@@ -57,6 +57,9 @@ class MutantRow:
     reference_on_kill_case: str = ""  # the reference's outcome on the killing case (must not be a failure)
     note: str = ""
 
+# Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
+OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
@@ -70,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mutant", action="append", default=[], metavar="NAME",
                         help="run only this zoo mutant (repeatable; default: every registered mutant)")
     parser.add_argument("--byte-budget", type=positive_int, help="largest case in bytes (default: the generator's)")
-    parser.add_argument("--corpus", type=Path, help="save the killing cases here as reproducers")
+    parser.add_argument("--corpus", type=output_path, help="save the killing cases here as reproducers")
     parser.add_argument("--json", metavar="PATH", help="write the table and summary as JSON")
     add_isolation(parser)
 

@@ -18,3 +18,14 @@ class ProbeRaises(ReferenceBackend):
 
 def probe_raises() -> list[Backend]:
     return [ProbeRaises()]
+
+
+def factory_exits() -> list[Backend]:
+    """A factory that ends the process (exit 0): the command must not exit 0 having run nothing."""
+    import sys
+
+    sys.exit(0)
+
+
+def factory_interrupts() -> list[Backend]:
+    raise KeyboardInterrupt

@@ -27,9 +27,9 @@ def _fallback_files(err: str) -> list[Path]:
     return [Path(p) for p in re.findall(r"written to (\S+\.json)", err)]
 
 
-def test_corpus_under_a_file_keeps_the_failure_and_stops(tmp_path: Path, cli: object) -> None:
-    blocker = tmp_path / "blocker"
-    blocker.write_text("a file where the corpus folder should be")
+def test_corpus_under_a_file_keeps_the_failure_and_stops(tmp_path: Path, cli: object,
+                                                         block_after_check: Path) -> None:
+    blocker = block_after_check  # a regular file appears where the corpus folder should be, after the check
     report = tmp_path / "report.json"
     ran = cli("fuzz", "--platform", "cpu", "--seed", "1", "--runs", "200", "--no-progress", *FAILING,  # type: ignore[operator]
               "--corpus", str(blocker / "corpus"), "--json", str(report))
@@ -68,9 +68,9 @@ def test_full_disk_prints_what_could_not_be_written(tmp_path: Path) -> None:
         data["unique_failures"][0]["signature"]
 
 
-def test_unwritable_json_report_goes_elsewhere_and_says_where(tmp_path: Path, cli: object) -> None:
-    blocker = tmp_path / "blocker"
-    blocker.write_text("")
+def test_unwritable_json_report_goes_elsewhere_and_says_where(tmp_path: Path, cli: object,
+                                                              block_after_check: Path) -> None:
+    blocker = block_after_check  # checked fine at the start; under a regular file by the time it is written
     ran = cli("fuzz", "--platform", "cpu", "--seed", "2", "--runs", "30", "--no-progress",  # type: ignore[operator]
               "--corpus", str(tmp_path / "corpus"), "--json", str(blocker / "report.json"))
     assert ran.code == 3, ran.err  # a clean run whose report is not where it was asked: an environment fault

@@ -19,9 +19,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture()
 def blocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A folder path that cannot exist (a regular file sits where its parent must be); fallbacks go to tmp_path."""
+    """A folder path that stops existing after the command checked its outputs (a regular file appears where the
+    folder must be: a late fault, as a full disk is), so the late-write fallback is what runs; fallbacks go to
+    tmp_path. (A path already blocked when the command starts is refused at once: tests/adversarial.)"""
+    from hicache_fuzz.harness.commands import output
+
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    (tmp_path / "file").write_text("")
+    check = output.check_declared_outputs
+
+    def check_then_block(*args: object, **kwargs: object) -> None:
+        check(*args, **kwargs)  # type: ignore[arg-type]
+        (tmp_path / "file").write_text("")
+
+    monkeypatch.setattr(output, "check_declared_outputs", check_then_block)
     return tmp_path / "file"
 
 

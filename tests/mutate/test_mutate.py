@@ -262,7 +262,8 @@ def test_min_score_and_usage_and_environment_errors(tree: Path, tmp_path: Path) 
     assert _run(*base, "--test-cmd", "true") == 2  # no --out
     assert _run("--sglang-src", tree, "--file", "nothing-matches", "--list") == 2
     assert _run(*base, "--test-cmd", "true", "--gpus", "two", "--out", tmp_path / "c") == 2
-    assert _run("--sglang-src", tmp_path / "missing", "--list") == 3
+    assert _run("--sglang-src", tmp_path / "missing", "--list") == 2  # a wrong path, like every other wrong path
+    assert _run("--sglang-src", tmp_path, "--list") == 3  # a folder that holds no sglang: sources missing
     assert _run(*base, "--test-cmd", "true", "--out", tmp_path / "d", "--", "--workers", "2") == 2  # no campaign
 
 
