@@ -145,6 +145,18 @@ def _cause(result: Result, case: Case | None) -> str:
     return ""  # unexpected path: the location says it all
 
 
+def contract_cause(result: Result, prediction: str | None = None) -> str:
+    """The cause of a failure whose identity the contract decides, or "": an accepted input that breaks a rule
+    (the primary rule), a crash or hang on such an input ("unchecked" and the rule). `prediction` replaces
+    the result's own (Prediction.describe()), to ask whether another case would show the same cause."""
+    said = result.prediction if prediction is None else prediction
+    if result.outcome is Outcome.WRONGLY_ACCEPTED:
+        return primary_rule(_reasons(said)) if _input_rule(said) != "valid" else ""
+    if result.outcome in (Outcome.CRASH, Outcome.HANG) and _input_rule(said) != "valid":
+        return f"unchecked|{_input_rule(said)}"
+    return ""
+
+
 def _input_rule(prediction: str) -> str:
     """"valid" for an input the contract accepts, else the primary rule it breaks."""
     if not prediction or prediction.startswith("accept"):
