@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="corpus files or folders whose expected failures (\"expect\": \"fail\") are known: "
                              "failures with their signatures are counted and marked known, and only new ones "
                              "make the exit status 1 (repeatable; e.g. corpus/sglang)")
+    parser.add_argument("--baseline", metavar="PATH",
+                        help="a second sglang (a folder holding the sglang package, or the Python of another "
+                             "environment with sglang installed): every failure is replayed there; one it shares "
+                             "is pre-existing, one it does not is new whatever --known says (docs/gate.md)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
     add_worker_arguments(parser)  # --workers (one process per GPU or more)
     parser.add_argument("--minimize", action="store_true",
@@ -91,6 +95,8 @@ def _check_budget(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     if args.workers != "1":
+        if getattr(args, "baseline", None):
+            raise UsageError("--baseline replays a campaign's failures: run it with --workers 1")
         print(f"hicache-fuzz: seed {seed}", flush=True)
         return run_parallel_fuzz(args, seed)
     from hicache_fuzz.harness.campaign.options import run_from_options
@@ -113,6 +119,15 @@ def run(args: argparse.Namespace) -> int:
     corpus = options.corpus
     assert corpus is not None  # fuzz always has a corpus folder
     journal = corpus / ".journal"
+    baseline = None
+    if getattr(args, "baseline", None):  # probed before the campaign: a baseline that cannot run is exit 2 or 3
+        from hicache_fuzz.harness.campaign.baseline import resolve_baseline
+
+        baseline = resolve_baseline(args.baseline, corpus / ".baseline")
+        print(f"baseline: {baseline.describe()}", flush=True)
+        # Every failure is saved (one reproducer per variant) and judged afterwards: the baseline decides, the
+        # known corpus only where the baseline could not replay (campaign/baseline.py judge_failure).
+        known, options.known_signatures = options.known_signatures, {}
     early = None
     if not args.backend and machine.platform.kind != "cpu":
         # Launch the worker for every real-kernel backend now: its imports and JIT module loads (most of a GPU
@@ -174,6 +189,11 @@ def run(args: argparse.Namespace) -> int:
                             compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
     report.extra["startup"] = startup_record(launched, probed, ready, report.extra.get("engine", {}),
                                              getattr(executor, "hello", {}))
+    if baseline is not None:
+        from hicache_fuzz.harness.campaign.baseline import judge_campaign
+
+        judge_campaign(report, baseline, known, execution.platform, list(execution.backend_plugins),
+                       execution.case_timeout, corpus / ".baseline")
     print_campaign(report)
     return finish_campaign(report, args.json)
 
@@ -352,6 +372,10 @@ def print_campaign(report: CampaignReport) -> None:
             print(f"  coverage gaps of {backend} (never executed): {', '.join(gaps)}")
         for bucket, why in report.coverage.exemptions.get(backend, {}).items():
             print(f"  coverage of {backend}: {bucket} exempt ({why})")
+    if "baseline" in report.extra:
+        done = report.extra["baseline"]
+        print(f"  baseline {done['baseline']}: {done['cases']} failures replayed in {done['seconds']:.1f} s"
+              + (f"; {done['error']}" if done.get("error") else ""))
     if report.failures:
         new = report.new_failures
         print(f"{report.failure_count} failures, {len(report.failures)} unique, {len(new)} new:")
