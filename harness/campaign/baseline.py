@@ -18,6 +18,7 @@ baseline is imported into the campaign's process.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -87,9 +88,9 @@ def resolve_baseline(text: str, work_dir: Path) -> Baseline:
 def harness_links(work_dir: Path) -> Path:
     """A folder that makes this harness importable as ``hicache_fuzz`` by another interpreter: links to its
     package folders, never a copy (the import root maps onto several top-level folders, pyproject.toml)."""
-    import hicache_fuzz
-
-    package = Path(hicache_fuzz.__file__).resolve().parent
+    spec = importlib.util.find_spec("hicache_fuzz")  # the import root's own folder, without importing it here
+    assert spec is not None and spec.origin is not None  # this module is part of it
+    package = Path(spec.origin).resolve().parent
     links = work_dir / "harness-links"
     target = links / "hicache_fuzz"
     target.mkdir(parents=True, exist_ok=True)

@@ -114,6 +114,14 @@ def known_files(known: KnownMap) -> list[str]:
     return sorted({record["file"] for key in known for record in known_records(known, key, "")})
 
 
+def known_trigger(known: KnownMap, bug: str, backend: str, file: str) -> dict[str, str]:
+    """The trigger of the known entry `file` that accounted for a failure `bug` on `backend` (for reports)."""
+    for record in known_records(known, bug, backend):
+        if record["file"] == file:
+            return dict(record["trigger"])
+    return {}
+
+
 def match_known(known: KnownMap, bug: str, backend: str, case: Case) -> str:
     """The file of the known entry that accounts for the failure `bug` of `case` on `backend`: same identity
     and a trigger the case meets; "" when none does (the failure is new)."""

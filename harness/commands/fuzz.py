@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     assert corpus is not None  # fuzz always has a corpus folder
     journal = corpus / ".journal"
     baseline = None
+    known = options.known_signatures
     if getattr(args, "baseline", None):  # probed before the campaign: a baseline that cannot run is exit 2 or 3
         from hicache_fuzz.harness.campaign.baseline import resolve_baseline
 
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"baseline: {baseline.describe()}", flush=True)
         # Every failure is saved (one reproducer per variant) and judged afterwards: the baseline decides, the
         # known corpus only where the baseline could not replay (campaign/baseline.py judge_failure).
-        known, options.known_signatures = options.known_signatures, {}
+        options.known_signatures = {}
     early = None
     if not args.backend and machine.platform.kind != "cpu":
         # Launch the worker for every real-kernel backend now: its imports and JIT module loads (most of a GPU
@@ -194,8 +195,19 @@ def run(args: argparse.Namespace) -> int:
 
         judge_campaign(report, baseline, known, execution.platform, list(execution.backend_plugins),
                        execution.case_timeout, corpus / ".baseline")
+    _name_known_triggers(report, known)
     print_campaign(report)
     return finish_campaign(report, args.json)
+
+
+def _name_known_triggers(report: CampaignReport, known: dict[str, Any]) -> None:
+    """Each known failure's entry and its trigger, for the report (JSON ``known_triggers``: file -> trigger)."""
+    from hicache_fuzz.harness.campaign.known import known_trigger
+
+    triggers = {f.known: known_trigger(known, f.signature, f.backend, f.known) for f in report.failures
+                if f.known and not f.known.startswith("pre-existing")}
+    if triggers:
+        report.extra["known_triggers"] = triggers
 
 
 def process_started_unix() -> float:
@@ -382,7 +394,10 @@ def print_campaign(report: CampaignReport) -> None:
         for failure in report.failures:
             print(f"  [{failure.signature}] x{failure.count} {failure.summary}")
             if failure.known:
-                print(f"      known: {failure.known}")
+                from hicache_fuzz.harness.campaign.trigger import describe
+
+                trigger = report.extra.get("known_triggers", {}).get(failure.known)
+                print(f"      known: {failure.known}" + ("" if trigger is None else f" (trigger: {describe(trigger)})"))
             elif failure.file:
                 print(f"      reproducer: {failure.file}")
     else:

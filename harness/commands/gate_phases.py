@@ -21,7 +21,7 @@ from hicache_fuzz.harness.campaign.baseline import (
     variant_files,
 )
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry, load_entry
-from hicache_fuzz.harness.campaign.known import KnownMap, known_records
+from hicache_fuzz.harness.campaign.known import KnownMap, known_trigger
 from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
 from hicache_fuzz.harness.campaign.replay import Replayed, replay_entries, rerun_alone
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
@@ -155,7 +155,7 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
                                       machine.platform, executor, on_result)
             failures = [{**f.__dict__, "status": "new"} for f in report.new_failures]
             known_found = [{**f.__dict__, "status": "known",
-                            "trigger": _trigger_of(campaign.known_signatures, f.signature, f.backend, f.known)}
+                            "trigger": known_trigger(campaign.known_signatures, f.signature, f.backend, f.known)}
                            for f in report.failures if f.known]
             status = PASSED
             if report.cases < cases_per_backend:
@@ -178,14 +178,6 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
     return rows
 
 
-def _trigger_of(known: KnownMap, bug: str, backend: str, file: str) -> dict[str, str]:
-    """The trigger of the known entry `file` that accounted for a failure (for the report)."""
-    for record in known_records(known, bug, backend):
-        if record["file"] == file:
-            return dict(record["trigger"])
-    return {}
-
-
 def judge_on_baseline(report: GateReport, baseline: Baseline, known: KnownMap, execution: ExecutionOptions,
                       artifacts: Path) -> None:
     """Re-judge the campaign's failures (found without the known corpus, each variant saved) on the baseline
@@ -204,7 +196,7 @@ def judge_on_baseline(report: GateReport, baseline: Baseline, known: KnownMap, e
             judged = {**failure, "status": status, "baseline_detail": detail}
             if known_file:
                 judged.update(known=known_file,
-                              trigger=_trigger_of(known, failure["signature"], failure["backend"], known_file))
+                              trigger=known_trigger(known, failure["signature"], failure["backend"], known_file))
             sorted_out[status].append(judged)
         row.failures, row.pre_existing = sorted_out[NEW], sorted_out[PRE_EXISTING]
         row.known_failures = [*row.known_failures, *sorted_out["known"]]

@@ -124,3 +124,16 @@ def test_an_unusable_baseline_is_named(tmp_path: Path, capsys: pytest.CaptureFix
     broken.chmod(0o755)
     assert main([*args, "--baseline", str(broken)]) == 3
     assert "cannot import sglang and torch" in capsys.readouterr().err
+
+
+def test_a_baseline_interpreter_runs_the_replay(base_sglang: Path, tmp_path: Path) -> None:
+    """The other form: the Python of another environment (here a wrapper whose environment has the baseline
+    sglang); the harness reaches it through links, not through that environment's own installs."""
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={base_sglang}:$PYTHONPATH exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    code, report = fuzz(tmp_path, "--baseline", str(python))
+    assert code == 0
+    assert report["baseline"]["python"] == str(python)
+    assert [f["status"] for f in report["baseline"]["failures"]] == ["pre-existing"]
+    assert (tmp_path / "corpus" / ".baseline" / "harness-links" / "hicache_fuzz" / "harness").is_symlink()
