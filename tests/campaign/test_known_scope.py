@@ -118,3 +118,24 @@ def test_a_malformed_trigger_is_named(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(CorpusError, match=r"reproducer\.trigger: unknown feature 'colour'"):
         load_entry(path)
+
+
+def test_the_gate_names_the_known_entry_and_its_trigger(known_corpus: Path, tmp_path: Path) -> None:
+    from hicache_fuzz.harness.commands.cli import main
+
+    out = tmp_path / "gate"
+    code = main(["gate", "--platform", "cpu", "--backend-plugin", "tests.campaign._scoped_plugin:backends",
+                 "--backend", BACKEND.name, "--cases-per-backend", str(CASES), "--corpus", str(known_corpus),
+                 "--no-isa", "--allow-skip-isa", "--no-progress", "--artifacts", str(out), "--json",
+                 str(out / "g.json"), "--markdown", str(out / "g.md"), "--junit", str(out / "g.xml")])
+    assert code == 0
+    (row,) = json.loads((out / "g.json").read_text())["campaign"]
+    assert row["failures"] == [] and [f["status"] for f in row["known_failures"]] == ["known"]
+    assert row["known_failures"][0]["trigger"] == {"host_memory": "pageable"}
+    assert "trigger host_memory=pageable" in (out / "g.md").read_text()
+    assert "(trigger host_memory=pageable)" in (out / "g.xml").read_text()
+
+
+def test_every_recorded_case_is_within_its_own_trigger() -> None:
+    for entry in load_corpus([SGLANG_CORPUS]):
+        assert in_trigger(entry.trigger, entry.case), entry.path
