@@ -35,6 +35,7 @@ from hicache_fuzz.harness.campaign.loop import CampaignReport
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 
 PRE_EXISTING, NEW, NOT_REPLAYED = "pre-existing", "new", "not replayed"
+PRE_EXISTING_NOTE = "pre-existing on the baseline"  # a campaign failure class's `known` note for such a failure
 _PROBE = "import sglang, torch; print(getattr(sglang, '__version__', '') or 'unknown', sglang.__file__)"
 
 
@@ -217,7 +218,7 @@ def judge_campaign(report: CampaignReport, baseline: Baseline, known: KnownMap, 
         status, detail, known_file = judge_failure(replay, files[id(failure)], failure.signature, failure.backend,
                                                    known)
         failure.known = {NEW: "", "known": known_file,
-                         PRE_EXISTING: f"pre-existing on the baseline ({baseline.describe()})"}[status]
+                         PRE_EXISTING: f"{PRE_EXISTING_NOTE} ({baseline.describe()})"}[status]
         verdicts.append({"signature": failure.signature, "files": files[id(failure)], "status": status,
                          "detail": detail, "known_entry": known_file})
     report.extra["baseline"] = {**replay.to_dict(), "failures": verdicts}

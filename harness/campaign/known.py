@@ -21,7 +21,13 @@ from typing import Any
 
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry
 from hicache_fuzz.harness.campaign.scope import Environment, KnownScope
-from hicache_fuzz.harness.campaign.trigger import derive_trigger, describe, in_trigger, predicted_by_contract
+from hicache_fuzz.harness.campaign.trigger import (
+    derive_trigger,
+    describe,
+    in_trigger,
+    outside_trigger,
+    predicted_by_contract,
+)
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.kernels.base import Backend
@@ -120,6 +126,14 @@ def known_trigger(known: KnownMap, bug: str, backend: str, file: str) -> dict[st
         if record["file"] == file:
             return dict(record["trigger"])
     return {}
+
+
+def outside_triggers(known: KnownMap, bug: str, backend: str, case: Case) -> dict[str, dict[str, str]]:
+    """For a new failure `bug` of `case`: each known entry with its identity -> the conditions of its trigger
+    the case does not meet, with the case's own values (empty when no entry has the identity). What a report
+    shows so that a reader sees why a known identity was called new."""
+    return {str(record["file"]): outside_trigger(record["trigger"], case)
+            for record in known_records(known, bug, backend)}
 
 
 def match_known(known: KnownMap, bug: str, backend: str, case: Case) -> str:

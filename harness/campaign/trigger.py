@@ -82,10 +82,6 @@ def plain_value(feature: str) -> str:
     return "" if feature.startswith(TUNING_PREFIX) else PLAIN[feature]
 
 
-def feature_value(case: Case, feature: str) -> str:
-    return features(case).get(feature, plain_value(feature))
-
-
 def in_trigger(trigger: dict[str, str], case: Case) -> bool:
     """True if `case` meets every condition of `trigger` (an empty trigger: every case)."""
     values = features(case)

@@ -195,19 +195,39 @@ def run(args: argparse.Namespace) -> int:
 
         judge_campaign(report, baseline, known, execution.platform, list(execution.backend_plugins),
                        execution.case_timeout, corpus / ".baseline")
-    _name_known_triggers(report, known)
+    _name_failure_statuses(report, known)
     print_campaign(report)
     return finish_campaign(report, args.json)
 
 
-def _name_known_triggers(report: CampaignReport, known: dict[str, Any]) -> None:
-    """Each known failure's entry and its trigger, for the report (JSON ``known_triggers``: file -> trigger)."""
-    from hicache_fuzz.harness.campaign.known import known_trigger
+def _name_failure_statuses(report: CampaignReport, known: dict[str, Any]) -> None:
+    """Each unique failure as new, known (with the entry and its trigger) or pre-existing on the baseline, for
+    the report (JSON ``failure_status``, in the order of ``unique_failures``); a new failure with a known
+    identity names the trigger conditions its case does not meet."""
+    from hicache_fuzz.harness.campaign.baseline import PRE_EXISTING, PRE_EXISTING_NOTE
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_entry
+    from hicache_fuzz.harness.campaign.known import known_trigger, outside_triggers
 
-    triggers = {f.known: known_trigger(known, f.signature, f.backend, f.known) for f in report.failures
-                if f.known and not f.known.startswith("pre-existing")}
-    if triggers:
-        report.extra["known_triggers"] = triggers
+    statuses: list[dict[str, Any]] = []
+    for failure in report.failures:
+        status: dict[str, Any] = {"signature": failure.signature}
+        if failure.known.startswith(PRE_EXISTING_NOTE):
+            status.update(status=PRE_EXISTING, detail=failure.known)
+        elif failure.known:
+            status.update(status="known", known=failure.known,
+                          trigger=known_trigger(known, failure.signature, failure.backend, failure.known))
+        else:
+            status["status"] = "new"
+            try:
+                case = load_entry(Path(failure.file)).case if failure.file else None
+            except CorpusError:
+                case = None
+            outside = outside_triggers(known, failure.signature, failure.backend, case) if case else {}
+            if outside:
+                status["known_identity_outside_trigger"] = outside
+        statuses.append(status)
+    if statuses:
+        report.extra["failure_status"] = statuses
 
 
 def process_started_unix() -> float:
@@ -389,16 +409,21 @@ def print_campaign(report: CampaignReport) -> None:
         print(f"  baseline {done['baseline']}: {done['cases']} failures replayed in {done['seconds']:.1f} s"
               + (f"; {done['error']}" if done.get("error") else ""))
     if report.failures:
-        new = report.new_failures
-        print(f"{report.failure_count} failures, {len(report.failures)} unique, {len(new)} new:")
-        for failure in report.failures:
-            print(f"  [{failure.signature}] x{failure.count} {failure.summary}")
-            if failure.known:
-                from hicache_fuzz.harness.campaign.trigger import describe
+        from hicache_fuzz.harness.campaign.trigger import describe
 
-                trigger = report.extra.get("known_triggers", {}).get(failure.known)
-                print(f"      known: {failure.known}" + ("" if trigger is None else f" (trigger: {describe(trigger)})"))
+        new = report.new_failures
+        statuses = report.extra.get("failure_status") or [{} for _ in report.failures]
+        print(f"{report.failure_count} failures, {len(report.failures)} unique, {len(new)} new:")
+        for failure, status in zip(report.failures, statuses, strict=True):
+            print(f"  {status.get('status', 'new' if not failure.known else 'known').upper()} "
+                  f"[{failure.signature}] x{failure.count} {failure.summary}")
+            if "trigger" in status:
+                print(f"      known: {failure.known} (trigger: {describe(status['trigger'])})")
+            elif failure.known:
+                print(f"      {failure.known}")
             elif failure.file:
                 print(f"      reproducer: {failure.file}")
+            for file, unmet in status.get("known_identity_outside_trigger", {}).items():
+                print(f"      identity known from {file}, but outside its trigger ({describe(unmet)})")
     else:
         print("no failures")

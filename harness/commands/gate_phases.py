@@ -21,7 +21,7 @@ from hicache_fuzz.harness.campaign.baseline import (
     variant_files,
 )
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry, load_entry
-from hicache_fuzz.harness.campaign.known import KnownMap, known_trigger
+from hicache_fuzz.harness.campaign.known import KnownMap, known_trigger, outside_triggers
 from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
 from hicache_fuzz.harness.campaign.replay import Replayed, replay_entries, rerun_alone
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
@@ -153,7 +153,8 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
 
             report = run_from_options(dataclasses.replace(campaign, max_seconds=remaining), [backend],
                                       machine.platform, executor, on_result)
-            failures = [{**f.__dict__, "status": "new"} for f in report.new_failures]
+            failures = [{**f.__dict__, "status": "new", **_outside(campaign.known_signatures, f.signature, f.backend,
+                                                                   f.file)} for f in report.new_failures]
             known_found = [{**f.__dict__, "status": "known",
                             "trigger": known_trigger(campaign.known_signatures, f.signature, f.backend, f.known)}
                            for f in report.failures if f.known]
@@ -176,6 +177,12 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
         if sharing_out is not None and (sharing := getattr(executor, "sharing", None)) is not None:
             sharing_out.append(sharing.to_dict())  # after close: the daemon's end is part of the record
     return rows
+
+
+def _outside(known: KnownMap, bug: str, backend: str, file: str) -> dict[str, Any]:
+    """For a new failure whose identity a known entry has: the trigger conditions its case does not meet."""
+    outside = outside_triggers(known, bug, backend, load_entry(Path(file)).case) if file else {}
+    return {"known_identity_outside_trigger": outside} if outside else {}
 
 
 def judge_on_baseline(report: GateReport, baseline: Baseline, known: KnownMap, execution: ExecutionOptions,

@@ -101,9 +101,12 @@ class GateReport:
             if row.status == BUDGET_EXCEEDED:
                 lines.append(f"campaign {row.backend}: budget exceeded after {row.cases} of "
                              f"{row.planned_cases} planned cases")
-            lines.extend(f"campaign {row.backend}: [{f['signature']}] x{f['count']} {f['summary']}"
+            lines.extend(f"campaign {row.backend}: [{f['signature']}] x{f['count']}"
+                         + "".join(f" (outside its trigger: {', '.join(f'{k}={v}' for k, v in unmet.items())}; "
+                                   f"identity known from {file})"
+                                   for file, unmet in f.get("known_identity_outside_trigger", {}).items())
                          + (f" (baseline: {f['baseline_detail']})" if f.get("baseline_detail") else "")
-                         for f in row.failures)
+                         + f" {f['summary']}" for f in row.failures)
         lines.extend(f"isa {r.name}: {r.reason}" for r in self.isa if r.status == FAILED)
         return lines
 

@@ -139,3 +139,38 @@ def test_the_gate_names_the_known_entry_and_its_trigger(known_corpus: Path, tmp_
 def test_every_recorded_case_is_within_its_own_trigger() -> None:
     for entry in load_corpus([SGLANG_CORPUS]):
         assert in_trigger(entry.trigger, entry.case), entry.path
+
+
+def test_fuzz_reports_each_failures_status(known_corpus: Path, planted_sglang: None, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from hicache_fuzz.harness.commands.cli import main
+
+    report_path = tmp_path / "report.json"
+    code = main(["fuzz", "--platform", "cpu", "--backend-plugin", "tests.campaign._scoped_plugin:backends",
+                 "--backend", BACKEND.name, "--seed", "2", "--runs", str(CASES), "--no-progress", "--corpus",
+                 str(tmp_path / "corpus"), "--known", str(known_corpus), "--json", str(report_path)])
+    assert code == 1
+    statuses = {s["status"]: s for s in json.loads(report_path.read_text())["failure_status"]}
+    assert sorted(statuses) == ["known", "new"]
+    assert statuses["known"]["trigger"] == {"host_memory": "pageable"}
+    (unmet,) = statuses["new"]["known_identity_outside_trigger"].values()
+    assert unmet == {"host_memory": "pinned"}
+    out = capsys.readouterr().out
+    assert "but outside its trigger (host_memory=pinned)" in out and "(trigger: host_memory=pageable)" in out
+
+
+def test_the_gate_calls_a_known_identity_outside_its_trigger_new(known_corpus: Path, planted_sglang: None,
+                                                                  tmp_path: Path) -> None:
+    from hicache_fuzz.harness.commands.cli import main
+
+    out = tmp_path / "gate"
+    code = main(["gate", "--platform", "cpu", "--backend-plugin", "tests.campaign._scoped_plugin:backends",
+                 "--backend", BACKEND.name, "--cases-per-backend", str(CASES), "--corpus", str(known_corpus),
+                 "--no-isa", "--allow-skip-isa", "--no-progress", "--artifacts", str(out), "--json",
+                 str(out / "g.json"), "--markdown", str(out / "g.md")])
+    assert code == 1
+    (row,) = json.loads((out / "g.json").read_text())["campaign"]
+    (new,) = row["failures"]
+    assert new["status"] == "new" and [f["status"] for f in row["known_failures"]] == ["known"]
+    assert list(new["known_identity_outside_trigger"].values()) == [{"host_memory": "pinned"}]
+    assert "(outside its trigger: host_memory=pinned; identity known from" in (out / "g.md").read_text()
