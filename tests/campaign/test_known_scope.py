@@ -174,3 +174,15 @@ def test_the_gate_calls_a_known_identity_outside_its_trigger_new(known_corpus: P
     assert new["status"] == "new" and [f["status"] for f in row["known_failures"]] == ["known"]
     assert list(new["known_identity_outside_trigger"].values()) == [{"host_memory": "pinned"}]
     assert "(outside its trigger: host_memory=pinned; identity known from" in (out / "g.md").read_text()
+
+
+def test_the_minimize_command_records_the_trigger(tmp_path: Path) -> None:
+    from hicache_fuzz.harness.commands.cli import main
+
+    found = tmp_path / "found"
+    report = campaign(1, {}, found)
+    out = tmp_path / "minimized"
+    assert main(["minimize", report.failures[0].file, "--platform", "cpu", "--backend-plugin",
+                 "tests.campaign._scoped_plugin:backends", "--corpus", str(out), "--no-progress"]) == 0
+    (written,) = [p for p in out.rglob("*.json")]
+    assert json.loads(written.read_text())["trigger"] == {"host_memory": "pageable"}
