@@ -18,6 +18,7 @@ from typing import Any
 
 from hicache_fuzz.harness.campaign.identity import identify, signature
 from hicache_fuzz.harness.campaign.scope import KnownScope, ScopeError
+from hicache_fuzz.harness.campaign.trigger import TriggerError, trigger_from_json
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import (
     InputError,
@@ -50,6 +51,8 @@ class CorpusEntry:
     # (see docs/reproducers.md, "Expected failures").
     expect: str = "pass"
     scope: KnownScope = field(default_factory=KnownScope)  # where an expected failure applies
+    # the case conditions the recorded failure needs (campaign/trigger.py); empty: recorded without one
+    trigger: dict[str, str] = field(default_factory=dict)
 
     @property
     def bug(self) -> str:
@@ -87,7 +90,7 @@ def save_failure(corpus_dir: Path, case: Case, result: Result) -> Path:
 
 # Top-level fields of a reproducer file (see docs/reproducers.md); anything else is a typo or another tool's file.
 _REPRODUCER_KEYS = frozenset({"format", "version", "signature", "signature_key", "variant", "scope", "case",
-                              "observed", "expect",
+                              "observed", "expect", "trigger",
                               "minimized", "gate_corpus_file"})
 _OBSERVED_KEYS = frozenset({"case_id", "backend", "outcome", "expected_path", "path", "prediction", "error", "diff",
                             "summary", "seconds"})
@@ -142,8 +145,14 @@ def _reproducer_entries(path: Path, data: dict[str, Any]) -> list[CorpusEntry]:
             scope = KnownScope.from_dict(data["scope"], "reproducer.scope")
         except ScopeError as exc:
             raise CorpusError(f"{path}: {exc}") from None
+    trigger: dict[str, str] = {}
+    if "trigger" in data:
+        try:
+            trigger = trigger_from_json(data["trigger"], "reproducer.trigger")
+        except TriggerError as exc:
+            raise CorpusError(f"{path}: {exc}") from None
     observed = _observed(data["observed"]) if data.get("observed") is not None else None
-    return [CorpusEntry(path, Case.from_dict(one), observed, recorded, expect, scope)
+    return [CorpusEntry(path, Case.from_dict(one), observed, recorded, expect, scope, trigger)
             for one in _per_backend(case_data, "reproducer.case")]
 
 

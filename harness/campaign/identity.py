@@ -54,6 +54,13 @@ _QUOTED = re.compile(r"'[^']*'")
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 # "CUDA error: invalid argument", "HIP error: invalid device function": the runtime's message after it.
 _GPU_RUNTIME_ERROR = re.compile(r"\b(?:CUDA|HIP) error: *(?P<message>.*)$")
+# The index checks of the CPU reference (kernels/reference.py ``validate``), which every zoo mutant inherits. They
+# run on the indices the implementation computed, after it read and expanded the case's: on an input the contract
+# calls valid (every index in range, no duplicate destination) they can only fire on indices the path made up.
+_MADE_UP_INDEX = re.compile(r"\b(?:host|device) index -?\d+ out of range|\bduplicate destination indices\b")
+# The identity of a valid input rejected on made-up indices: the misplaced write those indices make where they
+# happen to pass the checks (one bug, whichever way a case shows it).
+MADE_UP_INDICES = (Outcome.MISMATCH.value, "misplaced")
 
 
 def normalize_error(error: str) -> str:
@@ -93,9 +100,12 @@ class Identity:
 def identify(result: Result, case: Case | None = None) -> Identity:
     """The identity of a failure. Pass the case whenever it is known (mismatch variants need it)."""
     location = _location(result)
-    bug_key = "|".join((location, result.outcome.value, _cause(result, case)))
-    variant_key = "|".join((bug_key, result.backend, _variant_detail(result, case)))
-    bug = f"{_SAFE.sub('_', location)}-{result.outcome.value}-{_digest(bug_key)}"
+    made_up = _rejected_made_up_indices(result)
+    outcome, cause = MADE_UP_INDICES if made_up else (result.outcome.value, _cause(result, case))
+    bug_key = "|".join((location, outcome, cause))
+    shown = (result.outcome.value,) if made_up else ()  # the variant says how this case showed the bug
+    variant_key = "|".join((bug_key, result.backend, *shown, _variant_detail(result, case)))
+    bug = f"{_SAFE.sub('_', location)}-{outcome}-{_digest(bug_key)}"
     return Identity(bug, bug_key, f"{bug}.{_digest(variant_key)[:6]}", variant_key)
 
 
@@ -106,6 +116,15 @@ def signature(result: Result, case: Case | None = None) -> str:
 
 def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def _rejected_made_up_indices(result: Result) -> bool:
+    """A valid input rejected by the reference's index checks: the path computed indices other than the case's
+    (a zoo mutant that misreads or remaps them). Where the made-up indices pass those checks the same bug
+    writes rows to the wrong place (a misplaced mismatch); which of the two a case shows depends on the values
+    of its indices, not on the bug, so both have the misplaced mismatch's identity."""
+    return (result.outcome is Outcome.WRONGLY_REJECTED and _input_rule(result.prediction) == "valid"
+            and bool(_MADE_UP_INDEX.search(result.error)))
 
 
 def _location(result: Result) -> str:
@@ -143,6 +162,18 @@ def _cause(result: Result, case: Case | None) -> str:
     if result.outcome is Outcome.MISMATCH:
         return _damage_cause(result, case)
     return ""  # unexpected path: the location says it all
+
+
+def contract_cause(result: Result, prediction: str | None = None) -> str:
+    """The cause of a failure whose identity the contract decides, or "": an accepted input that breaks a rule
+    (the primary rule), a crash or hang on such an input ("unchecked" and the rule). `prediction` replaces
+    the result's own (Prediction.describe()), to ask whether another case would show the same cause."""
+    said = result.prediction if prediction is None else prediction
+    if result.outcome is Outcome.WRONGLY_ACCEPTED:
+        return primary_rule(_reasons(said)) if _input_rule(said) != "valid" else ""
+    if result.outcome in (Outcome.CRASH, Outcome.HANG) and _input_rule(said) != "valid":
+        return f"unchecked|{_input_rule(said)}"
+    return ""
 
 
 def _input_rule(prediction: str) -> str:

@@ -1,19 +1,43 @@
 """Known failures: the corpus entries marked ``"expect": "fail"``, each standing for one bug (the identity
-recomputed from its case and observed result, campaign/identity.py) within its scope (campaign/scope.py).
+recomputed from its case and observed result, campaign/identity.py) within its scope: where it applies
+(machine, sglang version, backends: campaign/scope.py) and what triggers it (the case conditions its
+reproducer needs: campaign/trigger.py).
 
-A campaign failure whose identity is known here is counted and listed apart, never saved again and never
-failing a run; an entry whose scope excludes this machine expects nothing to fail here.
+A campaign failure is known when an entry in scope here has its identity AND its case meets that entry's
+trigger; it is then counted and listed apart, never saved again and never failing a run. The same identity
+on a case outside every such trigger is a new failure. This is the one rule; ``fuzz --known`` and the gate
+both match through :func:`match_known`. An entry whose scope excludes this machine expects nothing to fail
+here.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry
 from hicache_fuzz.harness.campaign.scope import Environment, KnownScope
+from hicache_fuzz.harness.campaign.trigger import (
+    derive_trigger,
+    describe,
+    in_trigger,
+    outside_trigger,
+    predicted_by_contract,
+)
+from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.oracles.contract import Platform
+
+# What a campaign matches its failures against (CampaignConfig.known_signatures; plain JSON, so it travels to
+# shards): "<identity>" (entries for every backend) or "<identity>@<backend>" (entries scoped to some
+# backends) -> the entries with that identity, each {"file": path, "trigger": {feature: value}}. A bare file
+# path in place of the list stands for one entry without a trigger.
+KnownMap = dict[str, Any]
 
 
 def detect_environment(machine: Machine) -> Environment:
@@ -48,6 +72,7 @@ class KnownFailure:
     file: str
     backend: str
     scope: KnownScope
+    trigger: dict[str, str] = field(default_factory=dict)
 
 
 def entry_applies(entry: CorpusEntry, environment: Environment, backend: str | None = None) -> bool:
@@ -63,21 +88,105 @@ def known_failures(entries: Iterable[CorpusEntry], environment: Environment) -> 
         if entry.expect != "fail" or not entry.bug:
             continue
         if entry.scope.applies(environment, entry.scope.backends[0] if entry.scope.backends else entry.case.backend):
-            out.append(KnownFailure(entry.bug, str(entry.path), entry.case.backend, entry.scope))
+            out.append(KnownFailure(entry.bug, str(entry.path), entry.case.backend, entry.scope, entry.trigger))
     return out
 
 
-def known_bugs(entries: Iterable[CorpusEntry], environment: Environment) -> dict[str, str]:
-    """What a campaign matches its failures against (CampaignConfig.known_signatures, plain JSON for shards):
-    "<identity>" -> file for entries that apply to every backend, "<identity>@<backend>" -> file for entries
-    scoped to some backends (campaign/loop.py looks up both)."""
-    known: dict[str, str] = {}
+def known_bugs(entries: Iterable[CorpusEntry], environment: Environment) -> KnownMap:
+    """The KnownMap of the expected failures of `entries` that apply on this machine."""
+    known: KnownMap = {}
     for failure in known_failures(entries, environment):
+        record = {"file": failure.file, "trigger": dict(failure.trigger)}
         for key in ([f"{failure.bug}@{b}" for b in failure.scope.backends] or [failure.bug]):
-            known.setdefault(key, failure.file)
+            if record not in known.setdefault(key, []):
+                known[key].append(record)
     return known
 
 
-def match_known(known: dict[str, str], bug: str, backend: str) -> str:
-    """The file of the known failure `bug` on `backend` stands for, or ""."""
-    return known.get(bug) or known.get(f"{bug}@{backend}", "")
+def known_records(known: KnownMap, bug: str, backend: str) -> list[dict[str, Any]]:
+    """Every known entry with identity `bug` that applies to `backend` ({"file", "trigger"}), whatever the case."""
+    out = []
+    for key in (bug, f"{bug}@{backend}"):
+        value = known.get(key)
+        if isinstance(value, str):
+            out.append({"file": value, "trigger": {}})
+        elif isinstance(value, list):
+            out.extend(value)
+    return out
+
+
+def known_files(known: KnownMap) -> list[str]:
+    """The files of every entry of `known`."""
+    return sorted({record["file"] for key in known for record in known_records(known, key, "")})
+
+
+def known_trigger(known: KnownMap, bug: str, backend: str, file: str) -> dict[str, str]:
+    """The trigger of the known entry `file` that accounted for a failure `bug` on `backend` (for reports)."""
+    for record in known_records(known, bug, backend):
+        if record["file"] == file:
+            return dict(record["trigger"])
+    return {}
+
+
+def outside_triggers(known: KnownMap, bug: str, backend: str, case: Case) -> dict[str, dict[str, str]]:
+    """For a new failure `bug` of `case`: each known entry with its identity -> the conditions of its trigger
+    the case does not meet, with the case's own values (empty when no entry has the identity). What a report
+    shows so that a reader sees why a known identity was called new."""
+    return {str(record["file"]): outside_trigger(record["trigger"], case)
+            for record in known_records(known, bug, backend)}
+
+
+def match_known(known: KnownMap, bug: str, backend: str, case: Case) -> str:
+    """The file of the known entry that accounts for the failure `bug` of `case` on `backend`: same identity
+    and a trigger the case meets; "" when none does (the failure is new)."""
+    for record in known_records(known, bug, backend):
+        if in_trigger(record["trigger"], case):
+            return str(record["file"])
+    return ""
+
+
+
+def recorded_trigger(entry: CorpusEntry, backend: Backend, platform: Platform) -> dict[str, str]:
+    """The trigger of an expected failure whose case cannot be run here (campaign/trigger.py): its non-plain
+    features, less those the contract shows the failure does not need (for an identity the contract
+    decides). What a minimizer run on the failing machine records instead is verified by running."""
+    if entry.observed is None or not entry.observed.outcome.is_failure:
+        raise ValueError(f"{entry.path}: records no failure to derive a trigger from")
+    return derive_trigger(entry.case, predicted_by_contract(backend, platform, entry.case, entry.observed))
+
+
+def write_trigger(path: Path, trigger: dict[str, str]) -> None:
+    """Store `trigger` in the reproducer file at `path`, keeping the file's indentation."""
+    text = path.read_text()
+    second = text.splitlines()[1] if text.count("\n") > 1 else ""
+    indent = max(1, len(second) - len(second.lstrip(" ")))
+    data = json.loads(text)
+    data["trigger"] = dict(sorted(trigger.items()))
+    path.write_text(json.dumps(data, indent=indent, sort_keys=True) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hicache_fuzz.harness.campaign.known FILE...``: record the trigger of each expected-failure
+    reproducer from its case (recorded_trigger; the platform its failure was seen on: CUDA sm90 unless
+    ``--platform rocm``)."""
+    import argparse
+
+    from hicache_fuzz.harness.campaign.corpus import load_entry
+    from hicache_fuzz.kernels.registry import load_registry
+
+    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.campaign.known")
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--platform", choices=["cuda", "rocm"], default="cuda")
+    args = parser.parse_args(argv)
+    platform = Platform("cuda", (9, 0)) if args.platform == "cuda" else Platform("rocm")
+    registry = load_registry()
+    for path in args.files:
+        entry = load_entry(path)
+        trigger = recorded_trigger(entry, registry.get(entry.case.backend), platform)
+        write_trigger(path, trigger)
+        print(f"{path}: trigger {describe(trigger)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

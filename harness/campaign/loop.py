@@ -30,7 +30,7 @@ from hicache_fuzz.harness.campaign.feed import (
 from hicache_fuzz.harness.campaign.feed_process import ProcessFeed
 from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.identity import identify
-from hicache_fuzz.harness.campaign.known import match_known
+from hicache_fuzz.harness.campaign.known import KnownMap, known_files, match_known
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
@@ -57,9 +57,9 @@ class CampaignConfig:
     # Stop at the first failure that no known entry accounts for (mutation runs: the first new bug decides a
     # mutant's verdict; known sglang bugs met on the way do not end the campaign).
     stop_on_new_failure: bool = False
-    # bug identity -> reproducer file of known, unfixed failures that apply here (campaign/known.py
-    # known_bugs): a failure with one of these identities is counted and marked known, and not saved again.
-    known_signatures: dict[str, str] = field(default_factory=dict)
+    # the known, unfixed failures that apply here (campaign/known.py KnownMap): a failure with one of their
+    # identities, on a case within that entry's trigger, is counted and marked known, and not saved again.
+    known_signatures: KnownMap = field(default_factory=dict)
     # Polled before every case; True ends the campaign as if its budget ran out (fuzz: SIGTERM/SIGINT).
     should_stop: Callable[[], bool] | None = None
     # Called on the first case of each new signature before it is saved (fuzz --minimize): returns the
@@ -252,7 +252,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     scale = None if targets is None else ScaleTier(config.seed, backends, growth.spaces, platform, targets,
                                                   engine.scale_share, feed.profiles, shard=config.shard)
     stats = EngineStats(feed.mix)
-    known_crashes = known_crash_features(config.known_signatures.values())
+    known_crashes = known_crash_features(known_files(config.known_signatures))
     resume = (index, 0)  # (index, backend position) of the first slot not processed
     timeline = Timeline(started)
     failures_seen = 0
@@ -467,12 +467,13 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
     accounts for it."""
     identity = identify(result, case)
     sig = identity.bug
-    known = match_known(config.known_signatures, sig, result.backend)
+    known = match_known(config.known_signatures, sig, result.backend, case)
     if known:  # already in a corpus as an expected failure: count it, keep no second copy
-        if sig in classes:
-            classes[sig].count += 1
+        key = f"{sig}|known"  # apart from a new class of the same identity (a case outside the trigger)
+        if key in classes:
+            classes[key].count += 1
         else:
-            classes[sig] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
+            classes[key] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
                                         _summary(result), known, known, [identity.variant])
         return False
     if sig in classes:

@@ -280,7 +280,8 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
 def _merge_failure(failures: dict[str, dict[str, Any]], failure: Mapping[str, Any], seed: Any) -> None:
     """Add one report's failure class; the representative is the earliest (seed, index) occurrence, so the
     merged report does not depend on the order of its inputs."""
-    signature = str(failure["signature"])
+    # A known class and a new class of one identity (a case outside the known entry's trigger) stay apart.
+    signature = str(failure["signature"]) + ("|known" if failure.get("known") else "")
     candidate = {**failure, "seed": failure.get("seed", seed), "count": int(failure.get("count", 1))}
     known = failures.get(signature)
     if known is None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hicache_fuzz.harness.campaign.identity import error_cause, signature
+from hicache_fuzz.harness.campaign.trigger import derive_trigger
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
@@ -350,6 +351,9 @@ class Minimized:
     seconds: float = 0.0
     fixpoint: bool = False  # True: no pass could shrink further; False: the budget ran out first
     accepted_by_pass: dict[str, int] = field(default_factory=dict)
+    # the conditions the minimized case needs to keep its signature (campaign/trigger.py): what a known entry
+    # recorded from it is scoped to
+    trigger: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         def ratio(before: int, after: int) -> float:
@@ -424,6 +428,13 @@ def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: i
                     break
                 progress = True
     state.fixpoint = not progress and budget_left()
+
+    def same_bug(candidate: Case) -> bool:  # a few runs more: each non-plain feature put back to plain alone
+        state.runs += 1
+        outcome = run(candidate)
+        return outcome.outcome.is_failure and signature(outcome, candidate) == state.signature
+
+    state.trigger = derive_trigger(state.case, same_bug)
     state.size = case_size(state.case)
     state.seconds = time.perf_counter() - started
     return state
@@ -456,6 +467,6 @@ def campaign_minimizer(executor: Any, max_runs: int = DEFAULT_MAX_RUNS,
     and record the sizes in the reproducer's "minimized" field."""
     def shrink(case: Case, result: Result) -> tuple[Case, Result, dict[str, Any]]:
         done = minimize(case, executor.run, result, max_runs=max_runs, max_seconds=max_seconds)
-        return done.case, done.result, {"minimized": done.to_dict()}
+        return done.case, done.result, {"minimized": done.to_dict(), "trigger": done.trigger}
 
     return shrink

@@ -15,7 +15,7 @@ from typing import Any
 
 from hicache_fuzz.harness.campaign.corpus import load_corpus
 from hicache_fuzz.harness.campaign.feed import EngineOptions
-from hicache_fuzz.harness.campaign.known import known_bugs
+from hicache_fuzz.harness.campaign.known import KnownMap, known_bugs
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
 from hicache_fuzz.harness.campaign.scope import Environment
 from hicache_fuzz.harness.campaign.space_file import apply_space
@@ -42,7 +42,7 @@ class CampaignOptions:
     start_index: int = 0
     byte_budget: int | None = None  # largest case in bytes; None = the generator's default
     stop_on_first_failure: bool = False
-    known_signatures: dict[str, str] = field(default_factory=dict)  # signature -> reproducer file
+    known_signatures: KnownMap = field(default_factory=dict)  # identity -> known entries (campaign/known.py)
     minimize: bool = False  # minimize the first case of each new signature before saving it
     record_case_ids: bool = False
     engine: EngineOptions = field(default_factory=EngineOptions)  # batches, case mix, scale tier ("auto")
@@ -89,9 +89,9 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def load_known_failures(paths: Iterable[Path], environment: Environment) -> dict[str, str]:
-    """bug identity -> file of every expected-failure entry under `paths` that applies on `environment`
-    (fuzz --known; campaign/known.py)."""
+def load_known_failures(paths: Iterable[Path], environment: Environment) -> KnownMap:
+    """The expected-failure entries under `paths` that apply on `environment`, by identity (fuzz --known;
+    campaign/known.py)."""
     paths = list(paths)
     for path in paths:
         if not os.path.lexists(path):  # anything else there (a FIFO, a symlink loop) is named by the loader

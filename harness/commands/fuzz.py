@@ -60,6 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="corpus files or folders whose expected failures (\"expect\": \"fail\") are known: "
                              "failures with their signatures are counted and marked known, and only new ones "
                              "make the exit status 1 (repeatable; e.g. corpus/sglang)")
+    parser.add_argument("--baseline", metavar="PATH",
+                        help="a second sglang (a folder holding the sglang package, or the Python of another "
+                             "environment with sglang installed): every failure is replayed there; one it shares "
+                             "is pre-existing, one it does not is new whatever --known says (docs/gate.md)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
     add_worker_arguments(parser)  # --workers (one process per GPU or more)
     parser.add_argument("--minimize", action="store_true",
@@ -95,6 +99,8 @@ def _check_budget(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     if args.workers != "1":
+        if getattr(args, "baseline", None):
+            raise UsageError("--baseline replays a campaign's failures: run it with --workers 1")
         print(f"hicache-fuzz: seed {seed}", flush=True)
         return run_parallel_fuzz(args, seed)
     from hicache_fuzz.harness.campaign.options import run_from_options
@@ -119,6 +125,16 @@ def run(args: argparse.Namespace) -> int:
     corpus = options.corpus
     assert corpus is not None  # fuzz always has a corpus folder
     journal = corpus / ".journal"
+    baseline = None
+    known = options.known_signatures
+    if getattr(args, "baseline", None):  # probed before the campaign: a baseline that cannot run is exit 2 or 3
+        from hicache_fuzz.harness.campaign.baseline import resolve_baseline
+
+        baseline = resolve_baseline(args.baseline, corpus / ".baseline")
+        print(f"baseline: {baseline.describe()}", flush=True)
+        # Every failure is saved (one reproducer per variant) and judged afterwards: the baseline decides, the
+        # known corpus only where the baseline could not replay (campaign/baseline.py judge_failure).
+        options.known_signatures = {}
     early = None
     if not args.backend and machine.platform.kind != "cpu":
         # Launch the worker for every real-kernel backend now: its imports and JIT module loads (most of a GPU
@@ -181,8 +197,44 @@ def run(args: argparse.Namespace) -> int:
     report.extra["startup"] = startup_record(launched, probed, ready, report.extra.get("engine", {}),
                                              getattr(executor, "hello", {}))
     report.extra["startup"].update(probing=probing_record(), **startup_details(executor))
+    if baseline is not None:
+        from hicache_fuzz.harness.campaign.baseline import judge_campaign
+
+        judge_campaign(report, baseline, known, execution.platform, list(execution.backend_plugins),
+                       execution.case_timeout, corpus / ".baseline")
+    _name_failure_statuses(report, known)
     print_campaign(report)
     return finish_campaign(report, args.json)
+
+
+def _name_failure_statuses(report: CampaignReport, known: dict[str, Any]) -> None:
+    """Each unique failure as new, known (with the entry and its trigger) or pre-existing on the baseline, for
+    the report (JSON ``failure_status``, in the order of ``unique_failures``); a new failure with a known
+    identity names the trigger conditions its case does not meet."""
+    from hicache_fuzz.harness.campaign.baseline import PRE_EXISTING, PRE_EXISTING_NOTE
+    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_entry
+    from hicache_fuzz.harness.campaign.known import known_trigger, outside_triggers
+
+    statuses: list[dict[str, Any]] = []
+    for failure in report.failures:
+        status: dict[str, Any] = {"signature": failure.signature}
+        if failure.known.startswith(PRE_EXISTING_NOTE):
+            status.update(status=PRE_EXISTING, detail=failure.known)
+        elif failure.known:
+            status.update(status="known", known=failure.known,
+                          trigger=known_trigger(known, failure.signature, failure.backend, failure.known))
+        else:
+            status["status"] = "new"
+            try:
+                case = load_entry(Path(failure.file)).case if failure.file else None
+            except CorpusError:
+                case = None
+            outside = outside_triggers(known, failure.signature, failure.backend, case) if case else {}
+            if outside:
+                status["known_identity_outside_trigger"] = outside
+        statuses.append(status)
+    if statuses:
+        report.extra["failure_status"] = statuses
 
 
 def process_started_unix() -> float:
@@ -338,14 +390,26 @@ def print_campaign(report: CampaignReport) -> None:
             print(f"  coverage gaps of {backend} (never executed): {', '.join(gaps)}")
         for bucket, why in report.coverage.exemptions.get(backend, {}).items():
             print(f"  coverage of {backend}: {bucket} exempt ({why})")
+    if "baseline" in report.extra:
+        done = report.extra["baseline"]
+        print(f"  baseline {done['baseline']}: {done['cases']} failures replayed in {done['seconds']:.1f} s"
+              + (f"; {done['error']}" if done.get("error") else ""))
     if report.failures:
+        from hicache_fuzz.harness.campaign.trigger import describe
+
         new = report.new_failures
+        statuses = report.extra.get("failure_status") or [{} for _ in report.failures]
         print(f"{report.failure_count} failures, {len(report.failures)} unique, {len(new)} new:")
-        for failure in report.failures:
-            print(f"  [{failure.signature}] x{failure.count} {failure.summary}")
-            if failure.known:
-                print(f"      known: {failure.known}")
+        for failure, status in zip(report.failures, statuses, strict=True):
+            print(f"  {status.get('status', 'new' if not failure.known else 'known').upper()} "
+                  f"[{failure.signature}] x{failure.count} {failure.summary}")
+            if "trigger" in status:
+                print(f"      known: {failure.known} (trigger: {describe(status['trigger'])})")
+            elif failure.known:
+                print(f"      {failure.known}")
             elif failure.file:
                 print(f"      reproducer: {failure.file}")
+            for file, unmet in status.get("known_identity_outside_trigger", {}).items():
+                print(f"      identity known from {file}, but outside its trigger ({describe(unmet)})")
     else:
         print("no failures")

@@ -35,6 +35,7 @@ backend can run on the GPU, the worker process cannot start, or an ISA check was
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import shutil
 import sys
@@ -61,7 +62,7 @@ DEFAULT_BUDGET_SECONDS = 300.0
 # backends run well under one case a second (docs/gate.md, "Time"), so the GPU rate assumes mostly-cold compiles.
 PLANNING_CASES_PER_SECOND: dict[str, float] = {"cpu": 5.0, "cuda": 0.25, "rocm": 0.25}
 # Subfolders of --artifacts the gate owns and clears at start, so CI never uploads a previous run's files.
-ARTIFACT_SUBFOLDERS = ("campaign", "replay", "isa", "worker-journal")
+ARTIFACT_SUBFOLDERS = ("campaign", "replay", "isa", "worker-journal", "baseline")
 
 
 def planned_cases_per_backend(budget_seconds: float, platform_kind: str, backend_count: int) -> int:
@@ -105,6 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isa-cache-dir", default=None, metavar="DIR",
                         help="cache of fetched ISA headers and tools")
     parser.add_argument("--no-fetch", action="store_true", help="never download headers, tools or sglang")
+    parser.add_argument("--baseline", default=None, metavar="PATH",
+                        help="the base sglang of a PR gate (a folder holding the sglang package, or the Python of "
+                             "another environment with sglang installed): every campaign failure is replayed "
+                             "there; failures it shares are pre-existing, not findings, and known ones it does not "
+                             "share are new (docs/gate.md)")
     parser.add_argument("--artifacts", type=output_path, default=DEFAULT_ARTIFACTS, metavar="DIR",
                         help="reproducers of failing cases, ISA reports, worker logs (default: %(default)s)")
     parser.add_argument("--junit", type=output_path, metavar="PATH", help="write JUnit XML")
@@ -127,6 +133,8 @@ def command_line(args: argparse.Namespace) -> str:
     if getattr(args, "space", None) is not None:
         parts.append(f"--space {args.space}")
     parts += [f"--set {item}" for item in getattr(args, "space_set", [])]
+    if getattr(args, "baseline", None):
+        parts.append(f"--baseline {args.baseline}")
     for flag in ("no_isa", "allow_skip_isa"):
         if getattr(args, flag):
             parts.append("--" + flag.replace("_", "-"))
@@ -171,6 +179,15 @@ def run(args: argparse.Namespace) -> int:
     for sub in ARTIFACT_SUBFOLDERS:
         shutil.rmtree(artifacts / sub, ignore_errors=True)
     artifacts.mkdir(parents=True, exist_ok=True)
+    baseline = None
+    if getattr(args, "baseline", None):  # probed before any work: a baseline that cannot run is exit 2 or 3
+        from hicache_fuzz.harness.campaign.baseline import resolve_baseline
+
+        baseline = resolve_baseline(args.baseline, artifacts / "baseline")
+        print(f"baseline: {baseline.describe()}", flush=True)
+    known = campaign.known_signatures
+    if baseline is not None:  # every failure saved per variant, then judged on the baseline (gate_phases.py)
+        campaign = dataclasses.replace(campaign, known_signatures={})
 
     report = GateReport(machine.platform.kind, machine.description, args.seed, args.budget_seconds,
                         cases_per_backend, command_line(args), args.allow_skip_isa,
@@ -185,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     progress = ProgressLine(not args.no_progress)
     try:
         run_fuzz_phases(report, entries, backends, registry, machine, campaign, args.budget_seconds, execution,
-                        artifacts, progress)
+                        artifacts, progress, baseline, known)
         phase_started = time.perf_counter()
         report.isa = run_isa_checks(machine.platform.kind, args, artifacts, progress)
         report.seconds["isa"] = time.perf_counter() - phase_started

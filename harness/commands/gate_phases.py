@@ -12,7 +12,16 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache_fuzz.harness.campaign.baseline import (
+    NEW,
+    PRE_EXISTING,
+    Baseline,
+    judge_failure,
+    replay_on_baseline,
+    variant_files,
+)
 from hicache_fuzz.harness.campaign.corpus import CorpusEntry, load_entry
+from hicache_fuzz.harness.campaign.known import KnownMap, known_trigger, outside_triggers
 from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
 from hicache_fuzz.harness.campaign.replay import Replayed, replay_entries, rerun_alone
 from hicache_fuzz.harness.campaign.reproducer import save_reproducer
@@ -144,8 +153,11 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
 
             report = run_from_options(dataclasses.replace(campaign, max_seconds=remaining), [backend],
                                       machine.platform, executor, on_result)
-            failures = [dict(f.__dict__) for f in report.new_failures]
-            known_found = [dict(f.__dict__) for f in report.failures if f.known]
+            failures = [{**f.__dict__, "status": "new", **_outside(campaign.known_signatures, f.signature, f.backend,
+                                                                   f.file)} for f in report.new_failures]
+            known_found = [{**f.__dict__, "status": "known",
+                            "trigger": known_trigger(campaign.known_signatures, f.signature, f.backend, f.known)}
+                           for f in report.failures if f.known]
             status = PASSED
             if report.cases < cases_per_backend:
                 status = BUDGET_EXCEEDED
@@ -165,6 +177,39 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
         if sharing_out is not None and (sharing := getattr(executor, "sharing", None)) is not None:
             sharing_out.append(sharing.to_dict())  # after close: the daemon's end is part of the record
     return rows
+
+
+def _outside(known: KnownMap, bug: str, backend: str, file: str) -> dict[str, Any]:
+    """For a new failure whose identity a known entry has: the trigger conditions its case does not meet."""
+    outside = outside_triggers(known, bug, backend, load_entry(Path(file)).case) if file else {}
+    return {"known_identity_outside_trigger": outside} if outside else {}
+
+
+def judge_on_baseline(report: GateReport, baseline: Baseline, known: KnownMap, execution: ExecutionOptions,
+                      artifacts: Path) -> None:
+    """Re-judge the campaign's failures (found without the known corpus, each variant saved) on the baseline
+    sglang (campaign/baseline.py judge_failure): failures it shares are pre-existing, not findings; failures it
+    does not share are new findings even where a known entry matches; the known corpus decides only where the
+    baseline could not replay."""
+    files = {id(f): variant_files(f.get("file", ""), f.get("variants", []))
+             for row in report.campaign for f in row.failures}
+    replay = replay_on_baseline(baseline, [file for group in files.values() for file in group], execution.platform,
+                                list(execution.backend_plugins), execution.case_timeout, artifacts / "baseline")
+    for row in report.campaign:
+        sorted_out: dict[str, list[dict[str, Any]]] = {NEW: [], "known": [], PRE_EXISTING: []}
+        for failure in row.failures:
+            status, detail, known_file = judge_failure(replay, files[id(failure)], failure["signature"],
+                                                       failure["backend"], known)
+            judged = {**failure, "status": status, "baseline_detail": detail}
+            if known_file:
+                judged.update(known=known_file,
+                              trigger=known_trigger(known, failure["signature"], failure["backend"], known_file))
+            sorted_out[status].append(judged)
+        row.failures, row.pre_existing = sorted_out[NEW], sorted_out[PRE_EXISTING]
+        row.known_failures = [*row.known_failures, *sorted_out["known"]]
+        if row.status == FAILED and not row.failures:
+            row.status = PASSED
+    report.baseline = replay.to_dict()
 
 
 # ---- 3. ISA checks --------------------------------------------------------------------------------------
@@ -320,8 +365,11 @@ def confirm_failures(report: GateReport, registry: Registry, machine: Machine, e
 
 def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: list[Backend], registry: Registry,
                      machine: Machine, campaign: CampaignOptions, budget_seconds: float,
-                     execution: ExecutionOptions, artifacts: Path, progress: ProgressLine | None = None) -> None:
-    """Phases 1 and 2: corpus replay, then the fixed-seed campaign; results go into `report`."""
+                     execution: ExecutionOptions, artifacts: Path, progress: ProgressLine | None = None,
+                     baseline: Baseline | None = None, known: KnownMap | None = None) -> None:
+    """Phases 1 and 2: corpus replay, then the fixed-seed campaign; results go into `report`. With `baseline`,
+    the campaign runs without its known corpus and its failures are judged on the baseline, `known` deciding
+    only those the baseline could not replay (judge_on_baseline)."""
     line = progress or ProgressLine(False)
     phase_started = time.perf_counter()
     report.replay = replay_corpus(entries, registry, machine, execution, artifacts, line)
@@ -341,8 +389,14 @@ def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: li
     line.update("[2/3] campaign: re-running new failures alone to confirm them", force=True)
     confirm_failures(report, registry, machine, execution)
     report.seconds["confirm"] = time.perf_counter() - phase_started
+    if baseline is not None:
+        phase_started = time.perf_counter()
+        line.update(f"[2/3] campaign: replaying its failures on the baseline {baseline.describe()}", force=True)
+        judge_on_baseline(report, baseline, known or {}, execution, artifacts)
+        report.seconds["baseline"] = time.perf_counter() - phase_started
     line.clear()
     for row in report.campaign:
         print(f"[2/3] campaign {row.backend}: {row.status}, {row.cases}/{row.planned_cases} cases, "
               f"{len(row.failures)} new bugs, {len(row.known_failures)} known, {len(row.flaky)} flaky, "
+              f"{len(row.pre_existing)} pre-existing on the baseline, "
               f"{row.seconds:.1f} s", flush=True)

@@ -53,6 +53,8 @@ class CampaignRow:
     seconds: float = 0.0
     # failures that passed when re-run alone in a fresh worker (not findings, not passes: listed apart)
     flaky: list[dict[str, Any]] = field(default_factory=list)
+    # failures the --baseline sglang shows the same way (not findings: the change under test did not cause them)
+    pre_existing: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +90,8 @@ class GateReport:
     # cases a fault of another MPS client took down (they ran clean alone: not findings, but listed). None
     # where the campaign had no worker pool.
     gpu_sharing: dict[str, Any] | None = None
+    # --baseline: which sglang, how many reproducers were replayed there and in how long (campaign/baseline.py)
+    baseline: dict[str, Any] | None = None
 
     # A finding is anything a human must look at; a skipped ISA check is not a finding but is not green.
     def findings(self) -> list[str]:
@@ -97,8 +101,12 @@ class GateReport:
             if row.status == BUDGET_EXCEEDED:
                 lines.append(f"campaign {row.backend}: budget exceeded after {row.cases} of "
                              f"{row.planned_cases} planned cases")
-            lines.extend(f"campaign {row.backend}: [{f['signature']}] x{f['count']} {f['summary']}"
-                         for f in row.failures)
+            lines.extend(f"campaign {row.backend}: [{f['signature']}] x{f['count']}"
+                         + "".join(f" (outside its trigger: {', '.join(f'{k}={v}' for k, v in unmet.items())}; "
+                                   f"identity known from {file})"
+                                   for file, unmet in f.get("known_identity_outside_trigger", {}).items())
+                         + (f" (baseline: {f['baseline_detail']})" if f.get("baseline_detail") else "")
+                         + f" {f['summary']}" for f in row.failures)
         lines.extend(f"isa {r.name}: {r.reason}" for r in self.isa if r.status == FAILED)
         return lines
 
@@ -133,6 +141,7 @@ class GateReport:
                           "failure_signatures": sorted(f["signature"] for f in r.failures),
                           "known_failure_signatures": sorted(f["signature"] for f in r.known_failures),
                           "flaky_signatures": sorted(f["signature"] for f in r.flaky),
+                          "pre_existing_signatures": sorted(f["signature"] for f in r.pre_existing),
                           "case_ids_sha256": r.case_ids_sha256} for r in self.campaign],
             "isa": [{"name": r.name, "status": r.status, "kernels": r.kernels, "failing": r.failing,
                      "sglang": r.sglang_version} for r in self.isa],
@@ -153,6 +162,7 @@ class GateReport:
             "isa": [asdict(r) for r in self.isa],
             "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
             "gpu_sharing": self.gpu_sharing,
+            "baseline": self.baseline,
         }
 
 
@@ -174,6 +184,8 @@ def _sharing_lines(sharing: dict[str, Any] | None) -> list[str]:
 
 def render_markdown(report: GateReport) -> str:
     """A summary for a PR comment: verdict, one table row per check, then findings and skips."""
+    from hicache_fuzz.harness.campaign.trigger import describe as describe_trigger
+
     verdict_word = {"pass": "PASS", "fail": "FAIL", "incomplete": "INCOMPLETE"}[report.status]
     lines = [f"## HiCache fuzz gate ({report.platform}): **{verdict_word}**", ""]
     lines += [f"`{report.command}`", "",
@@ -208,6 +220,10 @@ def render_markdown(report: GateReport) -> str:
     timing = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in report.seconds.items())
     lines += ["", f"Wall time: {timing}."]
     lines += _sharing_lines(report.gpu_sharing)
+    if report.baseline is not None:
+        lines += ["", f"Baseline: {report.baseline['baseline']}: {report.baseline['cases']} reproducers replayed in "
+                      f"{report.baseline['seconds']:.0f} s" + (f" ({one_line(report.baseline['error'], 200)})"
+                                                               if report.baseline.get("error") else "") + "."]
     findings = report.findings()
     if findings:
         lines += ["", "### Findings", ""]
@@ -232,7 +248,13 @@ def render_markdown(report: GateReport) -> str:
     known = [(row.backend, f) for row in report.campaign for f in row.known_failures]
     if known:
         lines += ["", f"### Known failures met by the campaign ({len(known)})", ""]
-        lines += [f"- [{backend}] `{f['signature']}` x{f['count']}: known from `{f['known']}`" for backend, f in known]
+        lines += [f"- [{backend}] `{f['signature']}` x{f['count']}: known from `{f['known']}`, trigger "
+                  f"{describe_trigger(f.get('trigger', {}))}" for backend, f in known]
+    pre_existing = [(row.backend, f) for row in report.campaign for f in row.pre_existing]
+    if pre_existing:
+        lines += ["", f"### Pre-existing: fail the same way on the baseline ({len(pre_existing)})", ""]
+        lines += [f"- [{backend}] `{f['signature']}` x{f['count']}: {one_line(f['summary'], 160)}"
+                  for backend, f in pre_existing]
     flaky = [(f"campaign {row.backend}", f"`{f['signature']}` x{f['count']}: {one_line(f['summary'], 160)}")
              for row in report.campaign for f in row.flaky]
     flaky += [(f"corpus {r.file}", one_line(r.reason, 160)) for r in report.replay if r.status == FLAKY]
@@ -260,6 +282,8 @@ def one_line(text: str, limit: int) -> str:
 
 def junit_cases(report: GateReport) -> list[JUnitCase]:
     """One JUnit case per corpus entry, per campaign backend and per ISA target."""
+    from hicache_fuzz.harness.campaign.trigger import describe as describe_trigger
+
     cases: list[JUnitCase] = []
     for row in report.replay:
         failed = row.status in (FAILED, UNEXPECTED_PASS)
@@ -279,18 +303,22 @@ def junit_cases(report: GateReport) -> list[JUnitCase]:
                        f"ran within --budget-seconds {report.budget_seconds:g}")
         elif campaign_row.failures:
             message = f"{len(campaign_row.failures)} unique failures in {campaign_row.cases} cases"
-        text = "\n".join(f"[{f['signature']}] x{f['count']} {f['summary']}\n    reproducer: {f['file']}"
+        text = "\n".join(f"NEW [{f['signature']}] x{f['count']} {f['summary']}\n    reproducer: {f['file']}"
+                         + (f"\n    baseline: {f['baseline_detail']}" if f.get("baseline_detail") else "")
                          for f in campaign_row.failures)
         cases.append(JUnitCase(
             name=f"{campaign_row.backend} seed {report.seed}", classname="gate.campaign",
             seconds=campaign_row.seconds, failure_message=message, failure_text=text,
-            system_out="\n".join([f"KNOWN [{f['signature']}] x{f['count']}: {f['known']}"
-                                   for f in campaign_row.known_failures]
+            system_out="\n".join([f"KNOWN [{f['signature']}] x{f['count']}: {f['known']} (trigger "
+                                   f"{describe_trigger(f.get('trigger', {}))})" for f in campaign_row.known_failures]
+                                  + [f"PRE-EXISTING [{f['signature']}] x{f['count']}: {f.get('baseline_detail', '')}"
+                                     for f in campaign_row.pre_existing]
                                   + [f"FLAKY [{f['signature']}] x{f['count']}: {f['file']}"
                                      for f in campaign_row.flaky]),
             properties={"cases": str(campaign_row.cases), "planned_cases": str(campaign_row.planned_cases),
                         "case_ids_sha256": campaign_row.case_ids_sha256,
-                        "known": str(len(campaign_row.known_failures)), "flaky": str(len(campaign_row.flaky))}))
+                        "known": str(len(campaign_row.known_failures)), "flaky": str(len(campaign_row.flaky)),
+                        "pre_existing": str(len(campaign_row.pre_existing))}))
     for isa_row in report.isa:
         cases.append(JUnitCase(
             name=isa_row.name, classname="gate.isa", seconds=isa_row.seconds,

@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
                 rows.append({"file": str(entry.path), "skipped": str(exc)})
                 continue
             report = done.to_dict()
-            extra: dict[str, Any] = {"minimized": report}
+            extra: dict[str, Any] = {"minimized": report, "trigger": done.trigger}
             if entry.expect == "fail":
                 extra["expect"] = "fail"
             spec = f"{type(backend).__module__}:{type(backend).__qualname__}"

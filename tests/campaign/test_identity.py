@@ -120,14 +120,18 @@ def test_a_different_broken_rule_is_a_different_bug() -> None:
 
 def test_a_valid_input_rejected_is_one_bug_per_path_whatever_check_fired() -> None:
     """zoo-first-index-of-page's remapped indices trip its duplicate check or (rarely) its bounds check: one
-    bug. The error text stays in the variant; another path, or a crash, stays apart."""
+    bug, the misplaced write those made-up indices make where they pass the checks. The error text stays in the
+    variant; another path, or a crash, stays apart; a path's other checks refusing a valid input are one bug."""
     def rejected(error: str, path: str = "zoo-first-index-of-page") -> Result:
         return Result("x", path, Outcome.WRONGLY_REJECTED, path, "none", "accept", error)
 
     duplicate = identify(rejected("BackendRejected: duplicate destination indices"))
     out_of_range = identify(rejected("BackendRejected: host index 4 out of range [0, 4)"))
-    assert duplicate.bug == out_of_range.bug and duplicate.bug_key.endswith("|wrongly_rejected|valid")
+    assert duplicate.bug == out_of_range.bug and duplicate.bug_key.endswith("|mismatch|misplaced")
     assert duplicate.variant != out_of_range.variant
+    refusals = [identify(rejected(error, "jit-staged")) for error in (
+        "RuntimeError: Tensor match failed: Device value [cuda:0] not in the allowed options", "staging buffer empty")]
+    assert refusals[0].bug == refusals[1].bug and refusals[0].bug_key.endswith("|wrongly_rejected|valid")
     assert identify(rejected("BackendRejected: duplicate destination indices", "jit-staged")).bug != duplicate.bug
     crash = [Result("x", "sglang-jit", Outcome.CRASH, "jit-register", "", "accept", error)
              for error in ("CUDA error: misaligned address", "CUDA error: invalid argument")]

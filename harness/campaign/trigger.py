@@ -1,0 +1,171 @@
+"""The trigger of a known failure: the case conditions its reproducer needs to fail the way it does.
+
+A bug identity (campaign/identity.py) names *what* went wrong; two different bugs can share one (a new
+regression that refuses valid inputs on the path of a known refusal). A known corpus entry is therefore
+scoped to its trigger as well: the conditions, in the case's own terms, under which the recorded failure
+appears. A campaign failure with the entry's identity counts as known only when its case meets every
+condition (campaign/known.py); otherwise it is new.
+
+The conditions are drawn from a fixed vocabulary of case features, each with a *plain* value, the one the
+minimizer reduces every case towards (campaign/minimize.py's ``defaults``, ``fewer_pools``):
+
+* ``tuning.<knob>``: a backend knob's value ("" where the case leaves the backend's default), e.g.
+  ``tuning.controller = base`` (sglang's base HiCacheController placing the indices);
+* ``host_index.device`` / ``host_index.dtype`` / ``device_index.device`` / ``device_index.dtype``: how each
+  side's index list is handed over (plain: int64 on the device);
+* ``host_memory``: ``pinned`` (plain: pin_memory or host_register, the same to every contract rule) or
+  ``pageable``;
+* ``host_pool_group``: ``single`` (one pool, plain), ``uniform`` (a HostPoolGroup whose pools agree on the
+  staged write-back capability: their ``write_back_jit`` flag and a 16-byte row multiple) or ``mixed``
+  (they disagree, so the group's facade flag is False).
+
+A trigger is derived when an entry is recorded: the features of the minimized case that are not plain
+(the ones the minimizer could not remove while keeping the signature) and, when the failing case can be
+run, only those whose removal alone loses the signature (:func:`derive_trigger`). It is stored in the
+reproducer as plain JSON (``"trigger": {"tuning.controller": "base", ...}``); an entry without one matches
+every case of its identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hicache_fuzz.harness.campaign.identity import contract_cause
+from hicache_fuzz.harness.model.case import Case, CaseError, HostAllocator, IndexSpec, PoolSpec
+from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.oracles.contract import Platform, predict
+
+TUNING_PREFIX = "tuning."
+_INDEX_SIDES = ("host_index", "device_index")
+# feature -> plain value; tuning.<knob> features are open-ended, their plain value is "" (the default)
+PLAIN: dict[str, str] = {
+    "host_index.device": IndexSpec().device.value,
+    "host_index.dtype": IndexSpec().dtype.value,
+    "device_index.device": IndexSpec().device.value,
+    "device_index.dtype": IndexSpec().dtype.value,
+    "host_memory": "pinned",
+    "host_pool_group": "single",
+}
+
+StillFails = Callable[[Case], bool]
+
+
+class TriggerError(ValueError):
+    """A stored trigger that does not follow the format; the message names the field."""
+
+
+def _write_back_capable(pool: PoolSpec) -> bool:
+    return pool.write_back_jit and all(pool.row_bytes(c) % 16 == 0 for c in pool.components)
+
+
+def pool_group(case: Case) -> str:
+    """single | uniform | mixed: whether the case's pools form a HostPoolGroup, and whether its pools agree
+    on the staged write-back capability (a disagreement turns the group's facade flag False)."""
+    if len(case.pools) == 1:
+        return "single"
+    return "uniform" if len({_write_back_capable(p) for p in case.pools}) == 1 else "mixed"
+
+
+def features(case: Case) -> dict[str, str]:
+    """Every trigger feature of `case` with its value (tuning knobs only where the case sets them)."""
+    out = {f"{side}.{part}": getattr(getattr(case, side), part).value
+           for side in _INDEX_SIDES for part in ("device", "dtype")}
+    out["host_memory"] = "pageable" if case.host_allocator is HostAllocator.PAGEABLE else "pinned"
+    out["host_pool_group"] = pool_group(case)
+    out.update({TUNING_PREFIX + name: str(value) for name, value in case.tuning})
+    return out
+
+
+def plain_value(feature: str) -> str:
+    return "" if feature.startswith(TUNING_PREFIX) else PLAIN[feature]
+
+
+def in_trigger(trigger: dict[str, str], case: Case) -> bool:
+    """True if `case` meets every condition of `trigger` (an empty trigger: every case)."""
+    values = features(case)
+    return all(values.get(name, plain_value(name)) == value for name, value in trigger.items())
+
+
+def outside_trigger(trigger: dict[str, str], case: Case) -> dict[str, str]:
+    """The conditions of `trigger` that `case` does not meet, with the case's own value for each."""
+    values = features(case)
+    return {name: values.get(name, plain_value(name)) for name, value in trigger.items()
+            if values.get(name, plain_value(name)) != value}
+
+
+def _relaxed(case: Case, feature: str) -> Case | None:
+    """`case` with `feature` set back to its plain value (None where no such case exists)."""
+    try:
+        if feature.startswith(TUNING_PREFIX):
+            knob = feature[len(TUNING_PREFIX):]
+            return case.replace(tuning=tuple((k, v) for k, v in case.tuning if k != knob))
+        if feature == "host_memory":
+            return case.replace(host_allocator=HostAllocator.PIN_MEMORY)
+        if feature == "host_pool_group":
+            return case.replace(pools=case.pools[:1])
+        side, _, part = feature.partition(".")
+        spec: IndexSpec = getattr(case, side)
+        plain = IndexSpec()
+        if part == "device":
+            return case.replace(**{side: IndexSpec(spec.dtype, plain.device)})
+        # Index dtypes that agree are relaxed together: one side alone would break the rule that both sides
+        # share a dtype (the register kernel's), a different input rather than a plainer one.
+        sides = [s for s in _INDEX_SIDES if s == side or getattr(case, s).dtype is spec.dtype]
+        return case.replace(**{s: IndexSpec(plain.dtype, getattr(case, s).device) for s in sides})
+    except CaseError:
+        return None
+
+
+def derive_trigger(case: Case, still_fails: StillFails | None = None) -> dict[str, str]:
+    """The trigger of the failure `case` shows: its features that are not plain. With `still_fails` (runs a
+    case and says whether it fails with the signature being kept), a feature whose removal alone keeps the
+    failure is dropped: the failure does not need it. Without it, `case` is taken as minimized (the minimizer
+    tried removing each of them)."""
+    trigger = {name: value for name, value in sorted(features(case).items()) if value != plain_value(name)}
+    if still_fails is None:
+        return trigger
+    needed = {}
+    for name, value in trigger.items():
+        relaxed = _relaxed(case, name)
+        if relaxed is None or relaxed == case or not still_fails(relaxed):
+            needed[name] = value
+    return needed
+
+
+def predicted_by_contract(backend: Backend, platform: Platform, case: Case, result: Result) -> StillFails | None:
+    """Without running: whether a relaxed case fails the way `result` did, for the failures whose identity the
+    contract decides (an input accepted, or a crash or hang on an input, that breaks a rule the path does not
+    check: identity.py). The relaxed case shows that bug when the backend plans the same path for it and the
+    contract names the same primary broken rule. None for the other failures (a valid input rejected, a
+    mismatch, a crash on valid input): only running a case tells whether it still shows them."""
+    cause = contract_cause(result)
+    if not cause:
+        return None
+    path = backend.plan(case, platform).path
+
+    def still_fails(relaxed: Case) -> bool:
+        if backend.unsupported_reason(relaxed, platform) is not None:
+            return False
+        plan = backend.plan(relaxed, platform)
+        prediction = predict(relaxed, plan.entry, platform).describe()
+        return plan.path == path and contract_cause(result, prediction) == cause
+
+    return still_fails
+
+
+def trigger_from_json(data: Any, where: str) -> dict[str, str]:
+    """A stored trigger, checked: an object of known feature names to non-empty strings."""
+    if not isinstance(data, dict):
+        raise TriggerError(f"{where}: must be an object of feature -> value")
+    for name, value in data.items():
+        if not (name in PLAIN or (name.startswith(TUNING_PREFIX) and len(name) > len(TUNING_PREFIX))):
+            raise TriggerError(f"{where}: unknown feature {name[:60]!r} (known: {sorted(PLAIN)} and tuning.<knob>)")
+        if not isinstance(value, str) or not value:
+            raise TriggerError(f"{where}.{name}: must be a non-empty string")
+    return dict(sorted(data.items()))
+
+
+def describe(trigger: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in trigger.items()) if trigger else "any case"
