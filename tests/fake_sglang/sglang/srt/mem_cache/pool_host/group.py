@@ -19,6 +19,7 @@ class PoolEntry:
 class HostPoolGroup:
     def __init__(self, entries: list[PoolEntry]) -> None:
         self.entries = entries
+        self.layout = entries[0].host_pool.layout
 
     @property
     def can_use_write_back_jit(self) -> bool:

@@ -1,7 +1,25 @@
-"""Fake MHA host pool."""
+"""Fake MHA host pools: the symmetric pool, the asymmetric one (K and V tensors of their own widths) and the
+HiSparse one (layer_first, sized from the device pool)."""
+
+from __future__ import annotations
+
+from typing import Any
 
 from sglang.srt.mem_cache.pool_host.base import HostPool
 
 
 class MHATokenToKVPoolHost(HostPool):
     components = ("k", "v")
+
+
+class AsymmetricMHATokenToKVPoolHost(MHATokenToKVPoolHost):
+    separate_halves = True
+    layouts = ("page_first", "page_first_direct")
+
+
+class HiSparseMHATokenToKVPoolHost(MHATokenToKVPoolHost):
+    def __init__(self, buffer_info: Any, host_to_device_ratio: float, page_size: int, *,
+                 device_capacity_tokens: int, start_layer: int, end_layer: int) -> None:
+        super().__init__(buffer_info, host_to_device_ratio, 0, page_size, "layer_first",
+                         device_capacity_tokens=device_capacity_tokens, start_layer=start_layer,
+                         end_layer=end_layer)

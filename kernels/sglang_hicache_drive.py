@@ -1,0 +1,270 @@
+"""How ``sglang-hicache`` drives sglang: each host pool class through its own constructor, the real
+``HiCacheController`` constructed as the scheduler constructs it, and a case's sequence of operations through the
+controller's own ``write`` / ``load`` + ``start_loading`` / ``evict_host``.
+
+Stand-ins (each is the least the controller needs from outside HiCache):
+
+* ``DeviceAllocatorStandIn`` for the scheduler's ``token_to_kv_pool_allocator``: it returns the device pool, grants
+  the device rows the sequence names for a load (which rows the device allocator picks is the radix tree's
+  business, not HiCache's, and the oracle must know them), and takes the transfer-done event the controller hands
+  it (the harness waits on the ack's finish event instead).
+* ``tp_group=None`` and a fresh ``threading.Event`` for ``load_cache_event``: only the storage (L3) threads use
+  them, and no storage backend is attached.
+* The draft pass of a load: the base controller loads the target model's layers only; the hybrid controller's
+  draft transfers call the host pool's ``load_to_device_per_layer(..., is_draft=True)`` for each packed draft
+  layer, which this module does after each load, with the controller's own index placement.
+
+Host indices of every back-up are granted by the pool's own allocator inside ``HiCacheController.write``; the
+allocator's free list is set up first through its own ``alloc``/``free`` (oracles/sequence.py, ``prologue``), so
+the oracle knows the grants without reading them back. The pools' ``prepare_transfer_indices`` hooks run where the
+controller's transfer engine runs them.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections import deque
+from typing import Any
+
+import torch
+
+from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
+from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
+from hicache_fuzz.kernels.sglang_hicache import case_settings as settings
+from hicache_fuzz.oracles import sequence
+from hicache_fuzz.oracles.pool_layouts import pool_class
+
+DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
+          KVDtype.FP8: torch.float8_e4m3fn}
+WRITE_POLICY = "write_through"
+
+
+class DeviceAllocatorStandIn:
+    """The scheduler's device token allocator, as far as HiCacheController uses it (see the module doc)."""
+
+    def __init__(self, device_pool: Any) -> None:
+        self.device_pool = device_pool
+        self.grants: deque[torch.Tensor] = deque()
+
+    def get_kvcache(self) -> Any:
+        return self.device_pool
+
+    def alloc(self, need_size: int) -> torch.Tensor:
+        rows = self.grants.popleft()
+        if len(rows) != need_size:
+            raise AssertionError(f"the controller asked the device allocator for {need_size} rows, the load has "
+                                 f"{len(rows)}")
+        return rows
+
+    def set_hicache_transfer_done_event(self, key: Any, event: Any) -> None:
+        return None
+
+
+def load_modules() -> Any:
+    """sglang's modules this backend drives (imported here, never at generation time)."""
+    import sglang.srt.mem_cache.pool_host.mha as mha
+    import sglang.srt.mem_cache.pool_host.mla as mla
+    from sglang.srt.managers.cache_controller import HiCacheController
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+
+    return types.SimpleNamespace(mha=mha, mla=mla, HiCacheController=HiCacheController,
+                                 MHATokenToKVPool=MHATokenToKVPool, MLATokenToKVPool=MLATokenToKVPool)
+
+
+class Built:
+    """sglang's objects for one pool of a case: the target device pool, one one-layer device pool per packed draft
+    layer, and the host pool (an instance of the case's class)."""
+
+    def __init__(self, device_pool: Any, drafts: list[Any], host_pool: Any) -> None:
+        self.device_pool, self.drafts, self.host_pool = device_pool, drafts, host_pool
+
+
+def _device_pool(mods: Any, case: Case, spec: PoolSpec, layers: int, device: torch.device, start: int) -> Any:
+    size, ps, dtype = case.device_rows - case.page_size, case.page_size, DTYPES[spec.dtype]
+    end = start + layers - 1
+    if spec.attention is Attention.MLA:
+        rope = 64 if spec.head_dim > 64 else 0
+        return mods.MLATokenToKVPool(size, ps, dtype, spec.head_dim - rope, rope, layers, str(device), False,
+                                     start_layer=start, end_layer=end)
+    v_head_dim = spec.v_head_dim if spec.attention is Attention.MHA_ASYM else None
+    return mods.MHATokenToKVPool(size, ps, dtype, spec.heads, spec.head_dim, layers, str(device), False,
+                                 v_head_dim=v_head_dim, start_layer=start, end_layer=end, enable_alt_stream=False)
+
+
+def build(mods: Any, case: Case, device: torch.device) -> Built:
+    """The case's pool through its class's own constructor (generated settings: layout, page size, layers,
+    start layer, packed draft layers, host capacity)."""
+    name, _io, start, drafts = settings(case)
+    spec = case.pools[0]
+    target = case.layers - drafts
+    device_pool = _device_pool(mods, case, spec, target, device, start)
+    draft_pools = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
+    info = device_pool.get_device_pool_infos()[0].buffer_info
+    draft_infos = [p.get_device_pool_infos()[0].buffer_info for p in draft_pools]
+    size, ps = case.device_rows - case.page_size, case.page_size
+    common: dict[str, Any] = {"device_capacity_tokens": size, "start_layer": start, "end_layer": start + target - 1}
+    cls = getattr(mods.mla if name.startswith("MLA") else mods.mha, pool_class(name).name)
+    if name == "HiSparseMHATokenToKVPoolHost":
+        # sized from the device pool: host slots = (int(size * ratio) // ps + 1) * ps, so this ratio gives the
+        # case's host_slots exactly (the half slot keeps float rounding below the next integer)
+        ratio = (case.host_slots - ps + 0.5) / size
+        host_pool = cls(info, ratio, ps, **common)
+    elif name == "MLATokenToKVPoolHost":
+        host_pool = cls(info, 2.0, 0, ps, case.layout.value, True, "cpu", "default", None, draft_infos,
+                        target_layer_num=target, pool_label=spec.name, host_token_capacity=case.host_slots,
+                        **common)
+    else:
+        host_pool = cls(info, 2.0, 0, ps, case.layout.value, True, "cpu", "default", draft_buffer_infos=draft_infos,
+                        pool_label=spec.name, host_token_capacity=case.host_slots, **common)
+    if host_pool.size != case.host_slots:
+        raise RuntimeError(f"harness: {name} was built with {host_pool.size} host slots, the case has "
+                           f"{case.host_slots}")
+    return Built(device_pool, draft_pools, host_pool)
+
+
+# ---- the case's bytes <-> sglang's tensors ---------------------------------------------------------------
+
+def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[torch.Tensor]:
+    """sglang's per-layer device tensors of one component, in the case's layer order (target, then drafts)."""
+    def of(device_pool: Any) -> list[torch.Tensor]:
+        if pool.spec.attention is Attention.MLA:
+            return list(device_pool.kv_buffer)
+        return list(device_pool.k_buffer if component == "k" else device_pool.v_buffer)
+
+    return of(built.device_pool) + [of(p)[0] for p in built.drafts]
+
+
+def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
+    """sglang's host tensors whose bytes, one after another, are the case's host storage."""
+    host = built.host_pool
+    if pool.spec.attention is Attention.MHA_ASYM:
+        return [host.k_buffer, host.v_buffer]
+    return [host.kv_buffer]
+
+
+def _pairs(pool: PoolBuffers, built: Built) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    rows = pool.case.device_rows
+    out = []
+    for component in pool.spec.components:
+        for layer, theirs in enumerate(_device_tensors(pool, built, component)):
+            out.append((pool.device_layer(component, layer), theirs.view(torch.uint8).view(rows, -1)))
+    start = 0
+    payload = pool.host.payload
+    for tensor in _host_tensors(pool, built):
+        flat = tensor.view(torch.uint8).view(-1)
+        out.append((payload[start : start + flat.numel()], flat))
+        start += flat.numel()
+    if start != payload.numel():
+        raise RuntimeError(f"harness: sglang's host pool holds {start} bytes, the case's host storage "
+                           f"{payload.numel()}")
+    return out
+
+
+def copy_in(pool: PoolBuffers, built: Built) -> None:
+    for ours, theirs in _pairs(pool, built):
+        theirs.copy_(ours)
+
+
+def copy_out(pool: PoolBuffers, built: Built) -> None:
+    for ours, theirs in _pairs(pool, built):
+        ours.copy_(theirs)
+
+
+# ---- the sequence ----------------------------------------------------------------------------------------
+
+def controller_for(mods: Any, case: Case, built: Built, allocator: DeviceAllocatorStandIn) -> Any:
+    _name, io_backend, _start, _drafts = settings(case)
+    return mods.HiCacheController(allocator, built.host_pool, case.page_size, None, threading.Event(),
+                                  write_policy=WRITE_POLICY, io_backend=io_backend)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _indices(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64, device=device)
+
+
+def prepare_allocator(case: Case, host_pool: Any) -> None:
+    """One grant of the whole pool, then the prologue's frees (oracles/sequence.py): the free list the oracle
+    assumes."""
+    whole = host_pool.alloc(host_pool.available_size())
+    if whole is None or len(whole) != case.host_slots:
+        raise AssertionError(f"host pool allocator did not grant its whole capacity of {case.host_slots} slots")
+    for chunk in sequence.prologue(case):
+        host_pool.free(_indices(chunk, torch.device("cpu")))
+
+
+def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
+    """Every step of the case through the controller; after each transfer of a sequence case, the storages are
+    copied back and recorded in ``buffers.step_images``."""
+    case, device = buffers.case, buffers.device
+    pool = buffers.pools[0]
+    _name, io_backend, _start, drafts = settings(case)
+    allocator = DeviceAllocatorStandIn(built.device_pool)
+    controller = controller_for(mods, case, built, allocator)
+    prepare_allocator(case, built.host_pool)
+    record = bool(sequence.program(case))
+    buffers.step_images = []
+    for step in sequence.plan_steps(case):
+        if step.op == sequence.EVICT:
+            controller.evict_host(_indices(step.host_indices, torch.device("cpu")))
+            continue
+        if step.op == sequence.BACKUP:
+            granted = controller.write(_indices(step.device_indices, device))
+            if granted is None:
+                raise AssertionError(f"{step.label()}: the host allocator refused {len(step.device_indices)} slots "
+                                     f"it has free")
+            controller.ack_write_queue.pop().finish_event.synchronize()
+            label = f"HiCacheController.write granted host slots {_head(granted)}"
+        else:
+            host = _indices(step.host_indices, torch.device("cpu"))
+            allocator.grants.append(_indices(step.device_indices, device))
+            controller.load(host)
+            controller.start_loading()
+            controller.ack_load_queue.pop().finish_event.synchronize()
+            _draft_and_foreign_loads(controller, built, host, _indices(step.device_indices, device), io_backend,
+                                     case.layers - drafts, drafts)
+            label = "HiCacheController.load + start_loading"
+        if record:
+            _sync(device)
+            copy_out(pool, built)
+            buffers.step_images.append((label, {s.key: s.raw.to(device, copy=True) for s in buffers.storages()}))
+
+
+def _head(granted: torch.Tensor) -> str:
+    values = granted.tolist()
+    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...] ({len(values)})"
+
+
+def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor,
+                             io_backend: str, target: int, drafts: int) -> None:
+    """The packed draft layers (is_draft=True, as the hybrid controller's draft transfers), then loads of layer
+    ids the pool must ignore: -1 and the first id past the target layers (a draft id without is_draft). The
+    oracle expects the draft layers moved and nothing else touched."""
+    host_idx, dev_idx = controller.move_indices(host, rows)
+    pool = built.host_pool
+    for depth, draft_pool in enumerate(built.drafts[:drafts]):
+        pool.load_to_device_per_layer(draft_pool, host_idx, dev_idx, target + depth, io_backend, is_draft=True)
+    for layer in (-1, target):
+        pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend)
+
+
+def drive(mods: Any, buffers: Materialized) -> None:
+    case = buffers.case
+    built = build(mods, case, buffers.device)
+    pool = buffers.pools[0]
+    try:
+        copy_in(pool, built)
+        try:
+            run_sequence(mods, buffers, built)
+        finally:
+            _sync(buffers.device)
+            copy_out(pool, built)
+    finally:
+        destroy = getattr(built.host_pool, "destroy", None)
+        if destroy is not None:
+            destroy()

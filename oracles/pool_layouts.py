@@ -1,0 +1,111 @@
+"""sglang 0.5.23's host pool classes, in the oracle's terms: which host byte layout each one stores, for which
+attention kinds, layouts and io backends, or why the oracle does not model it (docs/semantics.md, section 9).
+
+A modelled class stores, for a case of its attention kind and layout, exactly the host storage that
+``oracles/layouts.py`` describes (K half then V half for MHA, one latent half for MLA, layers counted with the
+packed draft layers after the target's), and moves per token: backup writes host row ``h[i]`` of every layer from
+device row ``d[i]``, load writes device row ``d[i]`` of every layer from host row ``h[i]``. So the single-transfer
+oracle (``oracles/transfer.py``) judges every transfer of every modelled class.
+
+An unmodelled class is listed with the reason: a case drawn for it is reported ``unsupported`` with that reason,
+never guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from hicache_fuzz.harness.model.case import Attention, HostLayout
+
+KERNEL, DIRECT = "kernel", "direct"
+IO_BACKENDS = (KERNEL, DIRECT)
+
+# The controller's `direct` index placement exists for these host layouts only (other layouts are refused).
+DIRECT_LAYOUTS = frozenset({HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST_DIRECT})
+
+
+@dataclass(frozen=True)
+class PoolClass:
+    name: str  # sglang's class name
+    module: str  # its module under sglang.srt.mem_cache.pool_host
+    attention: Attention | None  # the pool spec's attention kind (None: not modelled)
+    layouts: frozenset[HostLayout] = frozenset()  # layouts the class accepts and the oracle models
+    drafts: bool = True  # packs MTP draft layers after the target's
+    unmodelled: str = ""  # why the oracle does not judge it ("" if it does)
+
+    @property
+    def modelled(self) -> bool:
+        return not self.unmodelled
+
+    def layouts_for(self, io_backend: str) -> frozenset[HostLayout]:
+        return self.layouts & DIRECT_LAYOUTS if io_backend == DIRECT else self.layouts
+
+
+_MHA_LAYOUTS = frozenset({HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT,
+                          HostLayout.PAGE_HEAD})
+_MLA_LAYOUTS = frozenset({HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT})
+
+_CLASSES = (
+    PoolClass("MHATokenToKVPoolHost", "mha", Attention.MHA, _MHA_LAYOUTS),
+    PoolClass("MLATokenToKVPoolHost", "mla", Attention.MLA, _MLA_LAYOUTS),
+    # K and V in two tensors of their own widths; only the page-major layouts exist for them
+    PoolClass("AsymmetricMHATokenToKVPoolHost", "mha", Attention.MHA_ASYM,
+              frozenset({HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT})),
+    # layer_first only, sized from the device pool (no host capacity argument, no draft layers)
+    PoolClass("HiSparseMHATokenToKVPoolHost", "mha", Attention.MHA, frozenset({HostLayout.LAYER_FIRST}),
+              drafts=False),
+    PoolClass("MHATokenToKOnlyPoolHost", "mha", None, unmodelled=(
+        "a K-only side pool that takes its size from an anchor pool and moves only inside a HostPoolGroup under "
+        "the HybridCacheController; the oracle has no K-only pool kind and this backend does not build the "
+        "hybrid controller")),
+    PoolClass("MHATokenToKVPoolMXFP8Host", "mha_mxfp8", None, unmodelled=(
+        "its page_first host pages interleave MXFP8 scale blocks with the K/V bytes; the oracle does not model "
+        "that host layout")),
+    PoolClass("DSAIndexerPoolHost", "dsa", None, unmodelled=(
+        "the DeepSeek sparse-attention indexer pool stores one indexer row per page with its own scale layout; "
+        "the oracle does not model it")),
+    PoolClass("QSAIndexerPoolHost", "qsa", None, unmodelled=(
+        "a DeepSeek-V4 paged indexer pool; the oracle does not model its paged host layout")),
+    PoolClass("MambaPoolHost", "mamba", None, unmodelled=(
+        "holds per-request recurrent state (conv and temporal tensors), not per-token KV rows; the oracle's "
+        "token rows do not describe it")),
+    PoolClass("UnifiedPageEnvelopeHostPool", "unified", None, unmodelled=(
+        "pages of several pools share one envelope and are resolved through prepare_transfer_indices under a "
+        "layout lease; the oracle does not model the envelope")),
+    PoolClass("PageInterleaveHostPool", "page_interleave", None, unmodelled=(
+        "a KV-sharded wrapper placing pages across owners; it needs the HybridCacheController and a sharded "
+        "placement, which this backend does not build")),
+    PoolClass("MiniMaxM3Nvfp4IndexKPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
+        "NVFP4 pools need an sm100 GPU (the H200 is sm90) and store NVFP4 scale blocks the oracle does not "
+        "model")),
+    PoolClass("MiniMaxM3Nvfp4MainKVPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
+        "NVFP4 pools need an sm100 GPU (the H200 is sm90) and store NVFP4 scale blocks the oracle does not "
+        "model")),
+)
+
+POOL_CLASSES: Mapping[str, PoolClass] = MappingProxyType({c.name: c for c in _CLASSES})
+MODELLED = tuple(c.name for c in _CLASSES if c.modelled)
+UNMODELLED = tuple(c.name for c in _CLASSES if not c.modelled)
+
+
+def pool_class(name: str) -> PoolClass:
+    try:
+        return POOL_CLASSES[name]
+    except KeyError:
+        raise KeyError(f"unknown host pool class {name!r}; known: {', '.join(POOL_CLASSES)}") from None
+
+
+def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backend: str, draft_layers: int) -> str:
+    """Why a case of this attention kind, layout, io backend and draft count is not one the class stores
+    ("" if it is)."""
+    if not cls.modelled:
+        return f"{cls.name}: {cls.unmodelled}"
+    if attention is not cls.attention:
+        return f"{cls.name} holds {cls.attention.value if cls.attention else '?'} pools, not {attention.value}"
+    if layout not in cls.layouts_for(io_backend):
+        return f"{cls.name} with io backend {io_backend} does not store the {layout.value} layout"
+    if draft_layers and not cls.drafts:
+        return f"{cls.name} packs no draft layers"
+    return ""
