@@ -36,57 +36,20 @@ from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
 from hicache_fuzz.kernels.buffers import Materialized
+from hicache_fuzz.kernels.sglang_hicache_settings import (
+    DRAFT_LAYERS,
+    IO_BACKENDS,
+    LAYOUTS,
+    POOL_KINDS,
+    PROGRAMS,
+    START_LAYERS,
+    case_settings,
+    operation_kinds,
+)
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_available, pool_paths
 from hicache_fuzz.oracles import pool_layouts, sequence
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
-
-STANDARD, HISPARSE = "standard", "hisparse"
-_BY_ATTENTION = {
-    Attention.MHA: "MHATokenToKVPoolHost",
-    Attention.MLA: "MLATokenToKVPoolHost",
-    Attention.MHA_ASYM: "AsymmetricMHATokenToKVPoolHost",
-}
-# Modelled classes are drawn far more often than the unmodelled ones, which come back unsupported with their
-# reason (so campaign reports name what is out of reach) but cost a draw each.
-POOL_KINDS: tuple[str, ...] = (STANDARD,) * 40 + (HISPARSE,) * 8 + pool_layouts.UNMODELLED
-IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
-# start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
-# first stage, and every model without pipeline parallelism) as often as all the others together.
-START_LAYERS: tuple[int, ...] = (0,) * 127 + tuple(range(1, 128))
-DRAFT_LAYERS: tuple[int, ...] = (0, 0, 0, 0, 1, 1, 2, 3)
-# "" is the case's own transfer alone; the others are every program of 1..5 operations valid on any geometry.
-PROGRAMS: tuple[str, ...] = ("",) * 40 + sequence.valid_programs(5)
-LAYOUTS = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD)
-
-
-def case_settings(case: Case) -> tuple[str, str, int, int]:
-    """(pool class name, io backend, start layer, draft layers) of a case."""
-    kind = case.tuning_value("pool_kind", STANDARD)
-    attention = case.pools[0].attention
-    if kind == STANDARD:
-        name = _BY_ATTENTION[attention]
-    elif kind == HISPARSE:
-        name = "MLATokenToKVPoolHost" if attention is Attention.MLA else "HiSparseMHATokenToKVPoolHost"
-    else:
-        name = str(kind)
-    drafts = _int(case.tuning_value("draft_layers", 0))
-    return (name, str(case.tuning_value("io_backend", pool_layouts.KERNEL)),
-            _int(case.tuning_value("start_layer", 0)), min(drafts, case.layers - 1))
-
-
-def _int(value: Any) -> int:
-    return value if type(value) is int else -1
-
-
-def operation_kinds(case: Case) -> tuple[str, ...]:
-    """The operation kinds a case's sequence performs (step 0's transfer included), sorted."""
-    first = sequence.BACKUP if case.direction is Direction.WRITE_BACK else sequence.LOAD
-    try:
-        ops = sequence.program(case)
-    except sequence.SequenceError:
-        ops = ()
-    return tuple(sorted({first, *ops}))
 
 
 class SglangHicacheBackend(SglangBackend):

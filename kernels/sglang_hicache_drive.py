@@ -31,7 +31,7 @@ import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
-from hicache_fuzz.kernels.sglang_hicache import case_settings as settings
+from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
 

@@ -13,7 +13,7 @@ from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.pipeline import runner
 from hicache_fuzz.harness.pipeline.materialize import materialize
 from hicache_fuzz.kernels.buffers import GUARD_BYTES
-from hicache_fuzz.kernels.sglang_hicache import PROGRAMS
+from hicache_fuzz.kernels.sglang_hicache_settings import PROGRAMS
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.transfer import Semantics, apply_chunk_copies, chunk_copies
 from tests.kernels._hicache_helpers import fake_sglang, hicache_case, run_on_cpu

@@ -16,7 +16,8 @@ from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_hicache_drive
 from hicache_fuzz.kernels.registry import load_registry
-from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend, case_settings
+from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend
+from hicache_fuzz.kernels.sglang_hicache_settings import case_settings
 from hicache_fuzz.oracles import pool_layouts
 from tests.kernels._hicache_helpers import CpuHicacheBackend, fake_sglang, hicache_case, run_on_cpu
 
