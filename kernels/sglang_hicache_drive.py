@@ -10,6 +10,9 @@ Stand-ins (each is the least the controller needs from outside HiCache):
   it (the harness waits on the ack's finish event instead).
 * ``tp_group=None`` and a fresh ``threading.Event`` for ``load_cache_event``: only the storage (L3) threads use
   them, and no storage backend is attached.
+* HiSparse loads: the HiSparse MHA pool is loaded by its own coordinator (global layer ids of the stage, the kernel
+  io backend), which this module reproduces as that loop; its back-ups go through ``HiCacheController.write``,
+  which makes the same pool call the coordinator does.
 * The draft pass of a load: the base controller loads the target model's layers only; the hybrid controller's
   draft transfers call the host pool's ``load_to_device_per_layer(..., is_draft=True)`` for each packed draft
   layer, which this module does after each load, with the controller's own index placement.
@@ -35,6 +38,9 @@ from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settin
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
 
+# Pools whose loads their own coordinator makes, not HiCacheController: the HiSparse MHA pool takes the stage's
+# global layer ids and has no guard for others (its coordinator never asks for them).
+COORDINATOR_LOADED = frozenset({"HiSparseMHATokenToKVPoolHost"})
 DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
           KVDtype.FP8: torch.float8_e4m3fn}
 WRITE_POLICY = "write_through"
@@ -82,7 +88,7 @@ class Built:
 
 def _device_pool(mods: Any, case: Case, spec: PoolSpec, layers: int, device: torch.device, start: int) -> Any:
     size, ps, dtype = case.device_rows - case.page_size, case.page_size, DTYPES[spec.dtype]
-    end = start + layers - 1
+    end = start + layers  # exclusive, as the model runner's layer ranges are
     if spec.attention is Attention.MLA:
         rope = 64 if spec.head_dim > 64 else 0
         return mods.MLATokenToKVPool(size, ps, dtype, spec.head_dim - rope, rope, layers, str(device), False,
@@ -103,7 +109,7 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     info = device_pool.get_device_pool_infos()[0].buffer_info
     draft_infos = [p.get_device_pool_infos()[0].buffer_info for p in draft_pools]
     size, ps = case.device_rows - case.page_size, case.page_size
-    common: dict[str, Any] = {"device_capacity_tokens": size, "start_layer": start, "end_layer": start + target - 1}
+    common: dict[str, Any] = {"device_capacity_tokens": size, "start_layer": start, "end_layer": start + target}
     cls = getattr(mods.mla if name.startswith("MLA") else mods.mha, pool_class(name).name)
     if name == "HiSparseMHATokenToKVPoolHost":
         # sized from the device pool: host slots = (int(size * ratio) // ps + 1) * ps, so this ratio gives the
@@ -222,13 +228,18 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
             label = f"HiCacheController.write granted host slots {_head(granted)}"
         else:
             host = _indices(step.host_indices, torch.device("cpu"))
-            allocator.grants.append(_indices(step.device_indices, device))
-            controller.load(host)
-            controller.start_loading()
-            controller.ack_load_queue.pop().finish_event.synchronize()
-            _draft_and_foreign_loads(controller, built, host, _indices(step.device_indices, device), io_backend,
-                                     case.layers - drafts, drafts)
-            label = "HiCacheController.load + start_loading"
+            rows = _indices(step.device_indices, device)
+            if _name in COORDINATOR_LOADED:
+                _coordinator_load(controller, built, host, rows, _start, case.layers)
+                label = "load_to_device_per_layer over the stage's layer ids (the HiSparse coordinator's loop)"
+            else:
+                allocator.grants.append(rows)
+                controller.load(host)
+                controller.start_loading()
+                controller.ack_load_queue.pop().finish_event.synchronize()
+                _draft_and_foreign_loads(controller, built, host, rows, io_backend, case.layers - drafts, drafts)
+                label = "HiCacheController.load + start_loading"
+            _sync(device)
         if record:
             _sync(device)
             copy_out(pool, built)
@@ -238,6 +249,14 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
 def _head(granted: torch.Tensor) -> str:
     values = granted.tolist()
     return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...] ({len(values)})"
+
+
+def _coordinator_load(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor, start: int,
+                      layers: int) -> None:
+    """A HiSparse load as its coordinator makes it: the kernel io backend, global layer ids of the stage."""
+    host_idx, dev_idx = controller.move_indices(host, rows)
+    for layer in range(start, start + layers):
+        built.host_pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend="kernel")
 
 
 def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor,

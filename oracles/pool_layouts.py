@@ -22,16 +22,13 @@ from hicache_fuzz.harness.model.case import Attention, HostLayout
 KERNEL, DIRECT = "kernel", "direct"
 IO_BACKENDS = (KERNEL, DIRECT)
 
-# The controller's `direct` index placement exists for these host layouts only (other layouts are refused).
-DIRECT_LAYOUTS = frozenset({HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST_DIRECT})
-
-
 @dataclass(frozen=True)
 class PoolClass:
     name: str  # sglang's class name
     module: str  # its module under sglang.srt.mem_cache.pool_host
     attention: Attention | None  # the pool spec's attention kind (None: not modelled)
-    layouts: frozenset[HostLayout] = frozenset()  # layouts the class accepts and the oracle models
+    kernel_layouts: frozenset[HostLayout] = frozenset()  # layouts it moves with io backend `kernel`
+    direct_layouts: frozenset[HostLayout] = frozenset()  # and with `direct`
     drafts: bool = True  # packs MTP draft layers after the target's
     unmodelled: str = ""  # why the oracle does not judge it ("" if it does)
 
@@ -40,22 +37,19 @@ class PoolClass:
         return not self.unmodelled
 
     def layouts_for(self, io_backend: str) -> frozenset[HostLayout]:
-        return self.layouts & DIRECT_LAYOUTS if io_backend == DIRECT else self.layouts
+        return self.direct_layouts if io_backend == DIRECT else self.kernel_layouts if io_backend == KERNEL else (
+            frozenset())
 
 
-_MHA_LAYOUTS = frozenset({HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT,
-                          HostLayout.PAGE_HEAD})
-_MLA_LAYOUTS = frozenset({HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT})
+_LF, _PF, _PFD, _PH = HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD
 
 _CLASSES = (
-    PoolClass("MHATokenToKVPoolHost", "mha", Attention.MHA, _MHA_LAYOUTS),
-    PoolClass("MLATokenToKVPoolHost", "mla", Attention.MLA, _MLA_LAYOUTS),
-    # K and V in two tensors of their own widths; only the page-major layouts exist for them
-    PoolClass("AsymmetricMHATokenToKVPoolHost", "mha", Attention.MHA_ASYM,
-              frozenset({HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT})),
-    # layer_first only, sized from the device pool (no host capacity argument, no draft layers)
-    PoolClass("HiSparseMHATokenToKVPoolHost", "mha", Attention.MHA, frozenset({HostLayout.LAYER_FIRST}),
-              drafts=False),
+    PoolClass("MHATokenToKVPoolHost", "mha", Attention.MHA, frozenset({_LF, _PF, _PH}), frozenset({_LF, _PFD})),
+    PoolClass("MLATokenToKVPoolHost", "mla", Attention.MLA, frozenset({_LF, _PF}), frozenset({_LF, _PFD})),
+    # K and V in two tensors of their own widths: page_first with the kernels, page_first_direct with direct
+    PoolClass("AsymmetricMHATokenToKVPoolHost", "mha", Attention.MHA_ASYM, frozenset({_PF}), frozenset({_PFD})),
+    # layer_first and the kernels only, sized from the device pool (no host capacity argument, no draft layers)
+    PoolClass("HiSparseMHATokenToKVPoolHost", "mha", Attention.MHA, frozenset({_LF}), drafts=False),
     PoolClass("MHATokenToKOnlyPoolHost", "mha", None, unmodelled=(
         "a K-only side pool that takes its size from an anchor pool and moves only inside a HostPoolGroup under "
         "the HybridCacheController; the oracle has no K-only pool kind and this backend does not build the "

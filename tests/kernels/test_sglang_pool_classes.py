@@ -108,12 +108,12 @@ def test_generated_cases_cover_the_pool_dimensions_without_sglang() -> None:
 
 def test_a_planted_off_by_one_for_page_sizes_from_32_is_caught(fake_sglang, monkeypatch) -> None:
     case = hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT, page_size=33, pages=2, host_pages=4,
-                        device_pages=3, layers=2)
+                        device_pages=3, layers=2, io_backend="direct")
     assert run_on_cpu(case).outcome is Outcome.PASS
     monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "page32")
     assert run_on_cpu(case).outcome is Outcome.MISMATCH
     small = hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT, page_size=31, pages=2, host_pages=4,
-                         device_pages=3, layers=2)
+                         device_pages=3, layers=2, io_backend="direct")
     assert run_on_cpu(small).outcome is Outcome.PASS  # the planted bug needs page size >= 32
 
 

@@ -29,6 +29,8 @@ class HostPool:
     components: tuple[str, ...] = ("k", "v")
     separate_halves = False  # K and V in tensors of their own (asymmetric widths)
     layouts: tuple[str, ...] = LAYOUTS
+    io_layouts: dict[str, tuple[str, ...]] = {"kernel": ("layer_first", "page_first", "page_head"),  # noqa: RUF012
+                                              "direct": ("layer_first", "page_first_direct")}
 
     def __init__(self, buffer_info: Any, host_to_device_ratio: float, host_size: int, page_size: int, layout: str,
                  pin_memory: bool = True, device: str = "cpu", allocator_type: str = "default", *,
@@ -129,10 +131,8 @@ class HostPool:
         return host_indices, device_indices
 
     def _check_io(self, io_backend: str, host_indices: torch.Tensor) -> None:
-        if io_backend not in ("kernel", "direct"):
-            raise ValueError(f"fake sglang: io backend {io_backend!r}")
-        if io_backend == "direct" and self.layout not in ("layer_first", "page_first_direct"):
-            raise ValueError(f"fake sglang: direct io with layout {self.layout!r}")
+        if self.layout not in self.io_layouts.get(io_backend, ()):
+            raise ValueError(f"fake sglang: {type(self).__name__} moves no {self.layout!r} with io {io_backend!r}")
 
     def backup_from_device_all_layer(self, device_pool: Any, host_indices: torch.Tensor,
                                      device_indices: torch.Tensor, io_backend: str) -> None:

@@ -12,6 +12,7 @@ from sglang.srt.mem_cache.pool_host.base import HostPool
 class MLATokenToKVPoolHost(HostPool):
     components = ("kv",)
     layouts = ("layer_first", "page_first", "page_first_direct")
+    io_layouts = {"kernel": ("layer_first", "page_first"), "direct": ("layer_first", "page_first_direct")}  # noqa: RUF012
 
     def __init__(self, buffer_info: Any, host_to_device_ratio: float, host_size: int, page_size: int, layout: str,
                  pin_memory: bool = True, device: str = "cpu", allocator_type: str = "default",
