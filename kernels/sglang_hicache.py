@@ -142,10 +142,12 @@ class SglangHicacheBackend(SglangBackend):
         return _index_reason(case) or _sequence_reason(case)
 
     def aot_unsupported(self, case: Case, platform: Platform) -> str | None:
-        _name, io_backend, _start, _drafts = case_settings(case)
+        name, io_backend, _start, _drafts = case_settings(case)
         ok, why = aot_available()
         if ok:
             return None
+        if name not in ("MHATokenToKVPoolHost", "MLATokenToKVPoolHost"):
+            return f"{name} moves KV with sgl_kernel's AOT ops, unavailable here ({why})"
         if io_backend == pool_layouts.DIRECT or case.layout in (HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD):
             return f"{io_backend} io with {case.layout.value} reaches sgl_kernel's AOT ops, unavailable here ({why})"
         for direction in Direction:
