@@ -80,10 +80,28 @@ def load_modules() -> Any:
 
 class Built:
     """sglang's objects for one pool of a case: the target device pool, one one-layer device pool per packed draft
-    layer, and the host pool (an instance of the case's class)."""
+    layer, the host pool (an instance of the case's class), and the controller over them with its device
+    allocator stand-in."""
 
     def __init__(self, device_pool: Any, drafts: list[Any], host_pool: Any) -> None:
         self.device_pool, self.drafts, self.host_pool = device_pool, drafts, host_pool
+        self.allocator = DeviceAllocatorStandIn(device_pool)
+        self.controller: Any = None
+
+
+def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
+    """What sglang's objects of a case are built from: cases with equal keys can share them (index variants of
+    one geometry), since every run resets the allocator and copies all bytes in."""
+    knobs = tuple((k, v) for k, v in case.tuning if k != sequence.OPS_KEY)
+    return (case.page_size, case.layers, case.device_rows, case.host_slots, case.layout, case.pools, knobs,
+            str(device))
+
+
+def destroy(built: Built) -> None:
+    """Unregister the host pool's pinned buffers now rather than at process exit."""
+    release = getattr(built.host_pool, "destroy", None)
+    if release is not None:
+        release()
 
 
 def _device_pool(mods: Any, case: Case, spec: PoolSpec, layers: int, device: torch.device, start: int) -> Any:
@@ -126,7 +144,9 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     if host_pool.size != case.host_slots:
         raise RuntimeError(f"harness: {name} was built with {host_pool.size} host slots, the case has "
                            f"{case.host_slots}")
-    return Built(device_pool, draft_pools, host_pool)
+    built = Built(device_pool, draft_pools, host_pool)
+    built.controller = controller_for(mods, case, built)
+    return built
 
 
 # ---- the case's bytes <-> sglang's tensors ---------------------------------------------------------------
@@ -179,9 +199,9 @@ def copy_out(pool: PoolBuffers, built: Built) -> None:
 
 # ---- the sequence ----------------------------------------------------------------------------------------
 
-def controller_for(mods: Any, case: Case, built: Built, allocator: DeviceAllocatorStandIn) -> Any:
+def controller_for(mods: Any, case: Case, built: Built) -> Any:
     _name, io_backend, _start, _drafts = settings(case)
-    return mods.HiCacheController(allocator, built.host_pool, case.page_size, None, threading.Event(),
+    return mods.HiCacheController(built.allocator, built.host_pool, case.page_size, None, threading.Event(),
                                   write_policy=WRITE_POLICY, io_backend=io_backend)
 
 
@@ -210,8 +230,11 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
     case, device = buffers.case, buffers.device
     pool = buffers.pools[0]
     _name, io_backend, _start, drafts = settings(case)
-    allocator = DeviceAllocatorStandIn(built.device_pool)
-    controller = controller_for(mods, case, built, allocator)
+    allocator, controller = built.allocator, built.controller
+    allocator.grants.clear()
+    controller.ack_write_queue.clear()
+    controller.ack_load_queue.clear()
+    built.host_pool.clear()  # the allocator's state as built: every slot free
     prepare_allocator(case, built.host_pool)
     record = bool(sequence.program(case))
     buffers.step_images = []
@@ -272,18 +295,13 @@ def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, 
         pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend)
 
 
-def drive(mods: Any, buffers: Materialized) -> None:
-    case = buffers.case
-    built = build(mods, case, buffers.device)
+def drive(mods: Any, buffers: Materialized, built: Built) -> None:
+    """The case's sequence on `built` (objects_key(case) equal to theirs): the case's bytes in, the steps, the
+    bytes back out (also when a step raises)."""
     pool = buffers.pools[0]
+    copy_in(pool, built)
     try:
-        copy_in(pool, built)
-        try:
-            run_sequence(mods, buffers, built)
-        finally:
-            _sync(buffers.device)
-            copy_out(pool, built)
+        run_sequence(mods, buffers, built)
     finally:
-        destroy = getattr(built.host_pool, "destroy", None)
-        if destroy is not None:
-            destroy()
+        _sync(buffers.device)
+        copy_out(pool, built)

@@ -10,16 +10,17 @@ import pytest
 import torch
 
 from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout
+from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout, make_tuning
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels import sglang_hicache_drive
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings
-from hicache_fuzz.oracles import pool_layouts
-from tests.kernels._hicache_helpers import CpuHicacheBackend, fake_sglang, hicache_case, run_on_cpu
+from hicache_fuzz.oracles import pool_layouts, sequence
+from tests.kernels._hicache_helpers import CPU, CpuHicacheBackend, fake_sglang, hicache_case, run_on_cpu
 
 __all__ = ["fake_sglang"]  # the fixture, used by name
 
@@ -127,3 +128,19 @@ def test_backend_is_registered_and_plans_the_reference_contract() -> None:
     backend = load_registry().get("sglang-hicache")
     assert isinstance(backend, SglangHicacheBackend) and not isinstance(backend, CpuHicacheBackend)
     assert backend.plan(hicache_case(io_backend="direct"), H200).path == "hicache-controller:direct"
+
+
+def test_objects_of_one_geometry_are_reused_with_a_fresh_allocator(fake_sglang) -> None:
+    backend = CpuHicacheBackend()
+    first = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, ops="backup,backup,evict", start_layer=2)
+    assert run_case(first, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert backend._kept is not None
+    built = backend._kept[1]
+    knobs = make_tuning({**dict(first.tuning), "ops": "load,backup"})  # same geometry and knobs, other steps
+    second = first.replace(host_indices=sequence.reversed_pages(first.host_indices, first.page_size), tuning=knobs,
+                           seed=9)
+    assert run_case(second, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert backend._kept[1] is built
+    other = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, ops="backup", start_layer=3)
+    assert run_case(other, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert backend._kept[1] is not built
