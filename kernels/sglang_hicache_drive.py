@@ -236,7 +236,7 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
     controller.ack_load_queue.clear()
     built.host_pool.clear()  # the allocator's state as built: every slot free
     prepare_allocator(case, built.host_pool)
-    record = bool(sequence.program(case))
+    record = bool(sequence.program(case)) and _images_fit(buffers)
     buffers.step_images = []
     for step in sequence.plan_steps(case):
         if step.op == sequence.EVICT:
@@ -267,6 +267,16 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
             _sync(device)
             copy_out(pool, built)
             buffers.step_images.append((label, {s.key: s.raw.to(device, copy=True) for s in buffers.storages()}))
+
+
+# Step images are whole-storage copies, one per transfer, and the runner makes as many for the oracle: a sequence
+# of large storages (the scale tier reaches gigabytes) is compared at its end only, as every other case.
+STEP_IMAGE_BUDGET = 1 << 30
+
+
+def _images_fit(buffers: Materialized) -> bool:
+    transfers = sum(1 for _ in sequence.transfer_steps(buffers.case))
+    return sum(s.raw.numel() for s in buffers.storages()) * transfers <= STEP_IMAGE_BUDGET
 
 
 def _head(granted: torch.Tensor) -> str:
