@@ -38,17 +38,28 @@ def _sglang_modules() -> list[str]:
     return [k for k in sys.modules if k.split(".")[0] in ("sglang", "sgl_kernel")]
 
 
-@pytest.fixture
-def fake_sglang(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """tests/fake_sglang importable as sglang for one test; sys.modules as before afterwards."""
+def _with_fake_sglang() -> Iterator[None]:
     saved = {k: sys.modules.pop(k) for k in _sglang_modules()}
-    monkeypatch.syspath_prepend(str(FAKE))
+    sys.path.insert(0, str(FAKE))
     try:
         yield
     finally:
+        sys.path.remove(str(FAKE))
         for k in _sglang_modules():
             del sys.modules[k]
         sys.modules.update(saved)
+
+
+@pytest.fixture
+def fake_sglang() -> Iterator[None]:
+    """tests/fake_sglang importable as sglang for one test; sys.path and sys.modules as before afterwards."""
+    yield from _with_fake_sglang()
+
+
+@pytest.fixture(scope="module")
+def fake_sglang_module() -> Iterator[None]:
+    """The same for a whole module (Hypothesis tests cannot take function-scoped fixtures)."""
+    yield from _with_fake_sglang()
 
 
 class CpuHicacheBackend(SglangHicacheBackend):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hicache_fuzz.harness.campaign.identity import signature
 from hicache_fuzz.harness.campaign.minimize import minimize, shorter_sequences
@@ -16,9 +18,15 @@ from hicache_fuzz.kernels.buffers import GUARD_BYTES
 from hicache_fuzz.kernels.sglang_hicache_settings import PROGRAMS
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.transfer import Semantics, apply_chunk_copies, chunk_copies
-from tests.kernels._hicache_helpers import fake_sglang, hicache_case, run_on_cpu
+from tests.kernels._hicache_helpers import (
+    CpuHicacheBackend,
+    fake_sglang,
+    fake_sglang_module,
+    hicache_case,
+    run_on_cpu,
+)
 
-__all__ = ["fake_sglang"]  # the fixture, used by name
+__all__ = ["fake_sglang", "fake_sglang_module"]  # the fixtures, used by name
 
 
 def test_step_zero_is_granted_the_case_host_indices_and_later_backups_the_other_slots() -> None:
@@ -134,3 +142,46 @@ def test_the_shrinking_pass_leaves_out_operations() -> None:
     assert programs[0] == () and ("backup", "load") in programs and ("load", "evict") in programs
     assert all(len(p) < 3 for p in programs)
     assert list(shorter_sequences(case.replace(tuning=make_tuning({})))) == []
+
+
+programs = st.lists(st.sampled_from(sequence.OPS), max_size=6).map(lambda ops: ",".join(ops))
+
+
+@given(ops=programs, ps=st.integers(1, 5), pages=st.integers(1, 3), room=st.integers(0, 4),
+       load_back=st.booleans())
+def test_every_plan_keeps_the_allocator_invariants(ops: str, ps: int, pages: int, room: int, load_back: bool) -> None:
+    """Slots are free or held, never both; a grant takes free slots only; loads and evictions touch held slots."""
+    direction = Direction.LOAD_BACK if load_back else Direction.WRITE_BACK
+    case = hicache_case(page_size=ps, pages=pages, host_pages=2 * pages + room, direction=direction, ops=ops)
+    try:
+        steps = sequence.plan_steps(case)
+    except sequence.SequenceError as exc:
+        assert "no backed-up entry is held" in str(exc)
+        return
+    free = {x for chunk in sequence.prologue(case) for x in chunk}
+    held = set(range(case.host_slots)) - free
+    for step in steps:
+        slots = set(step.host_indices)
+        assert len(slots) == len(step.host_indices) == case.n
+        if step.op == "backup":
+            assert slots <= free
+            free -= slots
+            held |= slots
+        elif step.op == "evict":
+            assert slots <= held
+            held -= slots
+            free |= slots
+        else:
+            assert slots <= held
+        assert not held & free and held | free == set(range(case.host_slots))
+
+
+@settings(max_examples=15)
+@given(ops=programs, ps=st.sampled_from([1, 3, 32]), attention=st.sampled_from([Attention.MHA, Attention.MLA]))
+def test_random_sequences_pass_on_the_correct_fake(fake_sglang_module: None, ops: str, ps: int,
+                                                   attention: Attention) -> None:
+    case = hicache_case(attention, HostLayout.PAGE_FIRST, page_size=ps, ops=ops, draft_layers=1)
+    if sequence.program(case) and CpuHicacheBackend().case_unsupported(case):
+        return  # a load or an evict with nothing held
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.PASS, result.summary
