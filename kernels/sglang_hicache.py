@@ -3,16 +3,18 @@
 Each case builds one host pool of a generated sglang class (oracles/pool_layouts.py lists them) through the class's
 own constructor, with generated settings: layout, page size (the generator's whole range, 1..256), layer count,
 pipeline-stage ``start_layer``, packed MTP draft layers and io backend (``kernel`` or ``direct``). The real
-``HiCacheController`` moves the data: step 0 is the case's own transfer, then the case's program of back-ups,
-loads and evictions (oracles/sequence.py), with the host slots granted by the pool's own allocator. How, and the
-stand-ins: kernels/sglang_hicache_drive.py. Storages are compared byte-exact after every transfer
-(``Materialized.step_images``) and at the end.
+controller (``HybridCacheController`` over sglang's ``HostPoolGroup``, or ``HiCacheController``) moves the data:
+step 0 is the case's own transfer, then the case's program of back-ups, loads and evictions (oracles/sequence.py),
+with the host slots granted by the pool's own allocator. How, and the stand-ins: kernels/sglang_hicache_drive.py.
+Storages are compared byte-exact after every transfer (``Materialized.step_images``) and at the end.
 
-Case knobs (``tuning``): ``pool_kind`` (``standard``: the pool class of the case's attention kind; ``hisparse``:
-the HiSparse MHA pool; or the name of a class the oracle does not model, which is reported unsupported with the
-reason), ``io_backend``, ``start_layer``, ``draft_layers`` (the last of ``layers`` are packed draft layers) and
-``ops`` (the program). ``draft_layers`` is an upper bound: a pool packs at most ``layers - 1`` draft layers, so a
-one-layer case has none. Generation and labels import neither sglang nor torch's GPU side.
+Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over an anchor-only HostPoolGroup,
+as the scheduler builds it for a flat pool; ``base``: HiCacheController over the pool), ``pool_kind``
+(``standard``: the pool class of the case's attention kind; ``hisparse``: the HiSparse MHA pool; or the name of a
+class the oracle does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``,
+``draft_layers`` (the last of ``layers`` are packed draft layers) and ``ops`` (the program). ``draft_layers`` is
+an upper bound: a pool packs at most ``layers - 1`` draft layers, so a one-layer case has none. Generation and
+labels import neither sglang nor torch's GPU side.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
 from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_hicache_settings import (
+    CONTROLLERS,
     DRAFT_LAYERS,
     IO_BACKENDS,
     LAYOUTS,
@@ -44,6 +47,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     PROGRAMS,
     START_LAYERS,
     case_settings,
+    controller_kind,
     operation_kinds,
 )
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
@@ -91,7 +95,8 @@ class SglangHicacheBackend(SglangBackend):
             index_dtypes=(IndexDtype.INT64,),
             host_index_devices=(IndexDevice.CPU,),
             device_index_devices=(IndexDevice.DEVICE,),
-            tuning_menus=(("draft_layers", DRAFT_LAYERS), ("io_backend", IO_BACKENDS), ("ops", PROGRAMS),
+            tuning_menus=(("controller", CONTROLLERS), ("draft_layers", DRAFT_LAYERS), ("io_backend", IO_BACKENDS),
+                          ("ops", PROGRAMS),
                           ("pool_kind", POOL_KINDS), ("start_layer", START_LAYERS)),
             invalid_rate=0.0,
             irregular_rate=0.0,
@@ -104,6 +109,7 @@ class SglangHicacheBackend(SglangBackend):
         name, io_backend, start, drafts = case_settings(case)
         return MappingProxyType({
             "pool_class": name,
+            "controller": controller_kind(case),
             "io_backend": io_backend,
             "start_layer_nonzero": start > 0,
             "draft_layer": drafts > 0,
@@ -125,6 +131,8 @@ class SglangHicacheBackend(SglangBackend):
             return f"unknown pool_kind {case.tuning_value('pool_kind')!r}"
         if io_backend not in pool_layouts.IO_BACKENDS:
             return f"unknown io_backend {io_backend!r}"
+        if controller_kind(case) not in CONTROLLERS:
+            return f"unknown controller {controller_kind(case)!r}"
         if start < 0 or drafts < 0:
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
         why = pool_layouts.mismatch(pool_layouts.pool_class(name), case.pools[0].attention, case.layout, io_backend,

@@ -13,9 +13,10 @@ Stand-ins (each is the least the controller needs from outside HiCache):
 * HiSparse loads: the HiSparse MHA pool is loaded by its own coordinator (global layer ids of the stage, the kernel
   io backend), which this module reproduces as that loop; its back-ups go through ``HiCacheController.write``,
   which makes the same pool call the coordinator does.
-* The draft pass of a load: the base controller loads the target model's layers only; the hybrid controller's
-  draft transfers call the host pool's ``load_to_device_per_layer(..., is_draft=True)`` for each packed draft
-  layer, which this module does after each load, with the controller's own index placement.
+* The draft pass of a load under the base controller: it loads the target model's layers only; the hybrid
+  controller's draft transfers call the host pool's ``load_to_device_per_layer(..., is_draft=True)`` for each
+  packed draft layer, which this module does after each load of the base controller, with the controller's own
+  index placement. Under the hybrid controller (``controller=hybrid``) the controller makes them itself.
 
 Host indices of every back-up are granted by the pool's own allocator inside ``HiCacheController.write``; the
 allocator's free list is set up first through its own ``alloc``/``free`` (oracles/sequence.py, ``prologue``), so
@@ -34,6 +35,7 @@ import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
+from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
@@ -72,9 +74,17 @@ def load_modules() -> Any:
     import sglang.srt.mem_cache.pool_host.mha as mha
     import sglang.srt.mem_cache.pool_host.mla as mla
     from sglang.srt.managers.cache_controller import HiCacheController
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.hybrid_cache.host_pool_config import with_packed_draft_layer_mapping
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+    from sglang.srt.mem_cache.pool_host.group import HostPoolGroup
 
     return types.SimpleNamespace(mha=mha, mla=mla, HiCacheController=HiCacheController,
+                                 HybridCacheController=HybridCacheController, HostPoolGroup=HostPoolGroup,
+                                 PoolName=PoolName, build_pool_entry=build_pool_entry,
+                                 with_packed_draft_layer_mapping=with_packed_draft_layer_mapping,
                                  MHATokenToKVPool=MHATokenToKVPool, MLATokenToKVPool=MLATokenToKVPool)
 
 
@@ -200,9 +210,23 @@ def copy_out(pool: PoolBuffers, built: Built) -> None:
 # ---- the sequence ----------------------------------------------------------------------------------------
 
 def controller_for(mods: Any, case: Case, built: Built) -> Any:
-    _name, io_backend, _start, _drafts = settings(case)
-    return mods.HiCacheController(built.allocator, built.host_pool, case.page_size, None, threading.Event(),
-                                  write_policy=WRITE_POLICY, io_backend=io_backend)
+    """The case's controller, as the scheduler constructs it: HiCacheController over the host pool, or the
+    HybridCacheController over an anchor-only HostPoolGroup whose entry sglang's own assembler builds (stage-local
+    layer mapping, the packed draft layers' transfer ids after the target's, the draft device pools)."""
+    _name, io_backend, _start, drafts = settings(case)
+    if controller_kind(case) == BASE:
+        return mods.HiCacheController(built.allocator, built.host_pool, case.page_size, None, threading.Event(),
+                                      write_policy=WRITE_POLICY, io_backend=io_backend)
+    target = case.layers - drafts
+    mapping = mods.with_packed_draft_layer_mapping({layer: layer for layer in range(target)},
+                                                   transfer_layer_start=target, target_device_layer_num=target,
+                                                   draft_layer_num=drafts)
+    entry = mods.build_pool_entry(name=mods.PoolName.KV, host_pool=built.host_pool, device_pool=built.device_pool,
+                                  layer_mapping=mapping, transfer_layer_id_max=target + drafts, is_anchor=True,
+                                  packed_draft_device_pools=tuple(built.drafts))
+    return mods.HybridCacheController(built.allocator, mods.HostPoolGroup([entry]), case.page_size, None,
+                                      threading.Event(), write_policy=WRITE_POLICY, io_backend=io_backend,
+                                      transfer_layer_id_max=target)
 
 
 def _sync(device: torch.device) -> None:
@@ -248,7 +272,7 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 raise AssertionError(f"{step.label()}: the host allocator refused {len(step.device_indices)} slots "
                                      f"it has free")
             controller.ack_write_queue.pop().finish_event.synchronize()
-            label = f"HiCacheController.write granted host slots {_head(granted)}"
+            label = f"{type(controller).__name__}.write granted host slots {_head(granted)}"
         else:
             host = _indices(step.host_indices, torch.device("cpu"))
             rows = _indices(step.device_indices, device)
@@ -260,8 +284,12 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 controller.load(host)
                 controller.start_loading()
                 controller.ack_load_queue.pop().finish_event.synchronize()
-                _draft_and_foreign_loads(controller, built, host, rows, io_backend, case.layers - drafts, drafts)
-                label = "HiCacheController.load + start_loading"
+                # the hybrid controller loads the packed draft layers itself; the base one leaves them to the
+                # draft pass
+                own_drafts = 0 if controller_kind(case) == HYBRID else drafts
+                _draft_and_foreign_loads(controller, built, host, rows, io_backend, case.layers - drafts, drafts,
+                                         own_drafts)
+                label = f"{type(controller).__name__}.load + start_loading"
             _sync(device)
         if record:
             _sync(device)
@@ -293,13 +321,13 @@ def _coordinator_load(controller: Any, built: Built, host: torch.Tensor, rows: t
 
 
 def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor,
-                             io_backend: str, target: int, drafts: int) -> None:
-    """The packed draft layers (is_draft=True, as the hybrid controller's draft transfers), then loads of layer
-    ids the pool must ignore: -1 and the first id past the target layers (a draft id without is_draft). The
-    oracle expects the draft layers moved and nothing else touched."""
+                             io_backend: str, target: int, drafts: int, draft_pass: int) -> None:
+    """The first `draft_pass` packed draft layers (is_draft=True, as the hybrid controller's draft transfers),
+    then loads of layer ids the pool must ignore: -1 and the first id past the target layers (a draft id without
+    is_draft). The oracle expects the draft layers moved and nothing else touched."""
     host_idx, dev_idx = controller.move_indices(host, rows)
     pool = built.host_pool
-    for depth, draft_pool in enumerate(built.drafts[:drafts]):
+    for depth, draft_pool in enumerate(built.drafts[:draft_pass]):
         pool.load_to_device_per_layer(draft_pool, host_idx, dev_idx, target + depth, io_backend, is_draft=True)
     for layer in (-1, target):
         pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend)

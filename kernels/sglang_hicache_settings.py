@@ -9,6 +9,10 @@ from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayo
 from hicache_fuzz.oracles import pool_layouts, sequence
 
 STANDARD, HISPARSE = "standard", "hisparse"
+HYBRID, BASE = "hybrid", "base"
+# The scheduler drives a flat MHA/MLA pool through the HybridCacheController over an anchor-only HostPoolGroup;
+# HiCacheController itself is what the decode offload manager builds.
+CONTROLLERS: tuple[str, ...] = (HYBRID, BASE)
 _BY_ATTENTION = {
     Attention.MHA: "MHATokenToKVPoolHost",
     Attention.MLA: "MLATokenToKVPoolHost",
@@ -40,6 +44,10 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
     drafts = _int(case.tuning_value("draft_layers", 0))
     return (name, str(case.tuning_value("io_backend", pool_layouts.KERNEL)),
             _int(case.tuning_value("start_layer", 0)), min(drafts, case.layers - 1))
+
+
+def controller_kind(case: Case) -> str:
+    return str(case.tuning_value("controller", HYBRID))
 
 
 def _int(value: Any) -> int:

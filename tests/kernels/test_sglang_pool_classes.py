@@ -38,14 +38,17 @@ def _combinations() -> list[tuple[str, HostLayout, str]]:
     return out
 
 
+@pytest.mark.parametrize("controller", ["hybrid", "base"])
 @pytest.mark.parametrize(("name", "layout", "io"), _combinations())
 def test_every_modelled_class_layout_and_io_backend_moves_bytes_exactly(fake_sglang, name: str,
-                                                                        layout: HostLayout, io: str) -> None:
+                                                                        layout: HostLayout, io: str,
+                                                                        controller: str) -> None:
     cls = pool_layouts.pool_class(name)
     assert cls.attention is not None
     drafts = 2 if cls.drafts else 0
     case = hicache_case(cls.attention, layout, page_size=3, layers=4, ops="backup,load,evict,backup,load",
-                        pool_kind=KIND[name], io_backend=io, start_layer=5, draft_layers=drafts)
+                        pool_kind=KIND[name], io_backend=io, start_layer=5, draft_layers=drafts,
+                        controller=controller)
     assert case_settings(case) == (name, io, 5, drafts)
     result = run_on_cpu(case)
     assert result.outcome is Outcome.PASS, result.summary
@@ -53,6 +56,8 @@ def test_every_modelled_class_layout_and_io_backend_moves_bytes_exactly(fake_sgl
     assert type(built.host_pool).__name__ == name  # the class itself, through its own constructor
     assert built.host_pool.start_layer == 5 and built.host_pool.layer_num == case.layers
     assert len(built.drafts) == drafts
+    assert type(built.controller).__name__ == {"hybrid": "HybridCacheController", "base": "HiCacheController"}[
+        controller]
 
 
 @pytest.mark.parametrize("name", pool_layouts.UNMODELLED)
@@ -102,6 +107,7 @@ def test_generated_cases_cover_the_pool_dimensions_without_sglang() -> None:
     assert set(values["io_backend"]) == {"kernel", "direct"}
     assert set(values["start_layer_nonzero"]) == {True, False}
     assert set(values["draft_layer"]) == {True, False}
+    assert set(values["controller"]) == {"hybrid", "base"}
     assert multi_step_ops == {"backup", "load", "evict"}
     assert any(ps >= 32 and ps & (ps - 1) for ps in page_sizes)  # non-powers of two past 32 run
     assert not [m for m in sys.modules if m.split(".")[0] == "sglang"]  # generation never imports sglang
@@ -144,3 +150,26 @@ def test_objects_of_one_geometry_are_reused_with_a_fresh_allocator(fake_sglang) 
     other = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, ops="backup", start_layer=3)
     assert run_case(other, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
     assert backend._kept[1] is not built
+
+
+@pytest.mark.parametrize("controller", ["hybrid", "base"])
+def test_draft_layers_not_loaded_fail_the_case(fake_sglang, monkeypatch, controller: str) -> None:
+    """A load that leaves the packed draft layers out (the hybrid controller's draft transfers, or the base
+    controller's draft pass) is a mismatch: the oracle expects every layer loaded."""
+    from hicache_fuzz.kernels import sglang_hicache_drive as drive
+
+    case = hicache_case(Attention.MLA, HostLayout.PAGE_FIRST, layers=3, draft_layers=2, ops="load",
+                        controller=controller)
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    build = drive.build
+
+    def without_drafts(mods, case, device):  # type: ignore[no-untyped-def]
+        built = build(mods, case, device)
+        for entry in getattr(built.controller.mem_pool_host, "entries", ()):
+            entry.packed_draft_device_pools = ()
+        return built
+
+    monkeypatch.setattr(drive, "build", without_drafts)
+    monkeypatch.setattr(drive, "_draft_and_foreign_loads", lambda *args: None)
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 1 (load)")

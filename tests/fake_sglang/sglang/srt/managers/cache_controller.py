@@ -1,13 +1,15 @@
 """Fake HiCacheController: sglang's constructor signature and the methods the harness drives (write, load,
 start_writing, start_loading, evict_host, and the index placement the standalone pool scripts call unbound).
-Transfers run at once on the CPU through the host pool's prepare_transfer_indices and *_physical methods, as
-sglang's L2 transfer engine calls them; the acks carry an event whose synchronize() returns at once."""
+Transfers run at once on the CPU as L2 transfers (pool, device pool, indices, layer mapper, draft flag) through
+the host pool's prepare_transfer_indices and *_physical methods, as sglang's L2 transfer engine calls them; the
+acks carry an event whose synchronize() returns at once."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -15,6 +17,40 @@ import torch
 class _DoneEvent:
     def synchronize(self) -> None:
         return None
+
+
+class L2Transfer(NamedTuple):
+    host_pool: Any
+    device_pool: Any
+    host_indices: torch.Tensor
+    device_indices: torch.Tensor
+    layer_mapper: Callable[[int], int | None] | None = None
+    is_draft: bool = False
+
+
+def _prepared(transfers: list[L2Transfer], io_backend: str) -> list[L2Transfer]:
+    out = []
+    for t in transfers:
+        host, device = t.host_pool.prepare_transfer_indices(t.host_indices, t.device_indices, io_backend)
+        out.append(t._replace(host_indices=host, device_indices=device))
+    return out
+
+
+def submit_device_to_host(transfers: list[L2Transfer], io_backend: str) -> None:
+    for t in _prepared(transfers, io_backend):
+        t.host_pool.backup_from_device_all_layer_physical(t.device_pool, t.host_indices, t.device_indices,
+                                                          io_backend)
+
+
+def submit_host_to_device(transfers: list[L2Transfer], io_backend: str, transfer_layer_id_max: int) -> None:
+    prepared = _prepared(transfers, io_backend)
+    for layer_id in range(transfer_layer_id_max):
+        for t in prepared:
+            local = t.layer_mapper(layer_id) if t.layer_mapper is not None else layer_id
+            if local is None:
+                continue
+            t.host_pool.load_to_device_per_layer_physical(t.device_pool, t.host_indices, t.device_indices, local,
+                                                          io_backend, is_draft=t.is_draft)
 
 
 class HiCacheController:
@@ -57,13 +93,18 @@ class HiCacheController:
         op = SimpleNamespace(host_indices=torch.cat([o.host_indices for o in self.write_queue]),
                              device_indices=torch.cat([o.device_indices for o in self.write_queue]),
                              pool_transfers=None)
-        host_indices, device_indices, _ = self._move_write_operation(op)
+        host_indices, device_indices, transfers = self._move_write_operation(op)
         self.write_queue.clear()
-        host_indices, device_indices = self.mem_pool_host.prepare_transfer_indices(
-            host_indices, device_indices, self.io_backend)
-        self.mem_pool_host.backup_from_device_all_layer_physical(self.mem_pool_device, host_indices, device_indices,
-                                                                 self.io_backend)
+        submit_device_to_host(self._l2_transfers(host_indices, device_indices, transfers), self.io_backend)
         self.ack_write_queue.append(SimpleNamespace(finish_event=_DoneEvent()))
+
+    def _l2_transfers(self, host_indices: torch.Tensor, device_indices: torch.Tensor,
+                      pool_transfers: Any = None) -> list[L2Transfer]:
+        return [L2Transfer(self.mem_pool_host, self.mem_pool_device, host_indices, device_indices)]
+
+    def _l2_load_transfers(self, host_indices: torch.Tensor, device_indices: torch.Tensor,
+                           pool_transfers: Any = None) -> list[L2Transfer]:
+        return self._l2_transfers(host_indices, device_indices, pool_transfers)
 
     def load(self, host_indices: torch.Tensor, priority: int | None = None, node_id: int = -1) -> torch.Tensor | None:
         device_indices = self.mem_pool_device_allocator.alloc(len(host_indices))
@@ -79,13 +120,10 @@ class HiCacheController:
         op = SimpleNamespace(host_indices=torch.cat([o.host_indices for o in self.load_queue]),
                              device_indices=torch.cat([o.device_indices for o in self.load_queue]),
                              pool_transfers=None)
-        host_indices, device_indices, _ = self._move_op_indices(op)
+        host_indices, device_indices, transfers = self._move_op_indices(op)
         self.load_queue.clear()
-        host_indices, device_indices = self.mem_pool_host.prepare_transfer_indices(
-            host_indices, device_indices, self.io_backend)
-        for layer_id in range(self.transfer_layer_id_max):
-            self.mem_pool_host.load_to_device_per_layer_physical(self.mem_pool_device, host_indices, device_indices,
-                                                                 layer_id, self.io_backend)
+        submit_host_to_device(self._l2_load_transfers(host_indices, device_indices, transfers), self.io_backend,
+                              self.transfer_layer_id_max)
         self.ack_load_queue.append(SimpleNamespace(finish_event=_DoneEvent()))
         return 0
 
