@@ -1,6 +1,7 @@
-"""How ``sglang-hicache`` drives sglang: each host pool class through its own constructor, the real
-``HiCacheController`` constructed as the scheduler constructs it, and a case's sequence of operations through the
-controller's own ``write`` / ``load`` + ``start_loading`` / ``evict_host``.
+"""How ``sglang-hicache`` drives sglang: each host pool class through its own constructor, the real controller
+constructed as the scheduler constructs it (``HybridCacheController`` over an anchor-only ``HostPoolGroup``, or
+``HiCacheController`` over the pool), and a case's sequence of operations through the controller's own
+``write`` / ``load`` + ``start_loading`` / ``evict_host``.
 
 Stand-ins (each is the least the controller needs from outside HiCache):
 
@@ -11,14 +12,14 @@ Stand-ins (each is the least the controller needs from outside HiCache):
 * ``tp_group=None`` and a fresh ``threading.Event`` for ``load_cache_event``: only the storage (L3) threads use
   them, and no storage backend is attached.
 * HiSparse loads: the HiSparse MHA pool is loaded by its own coordinator (global layer ids of the stage, the kernel
-  io backend), which this module reproduces as that loop; its back-ups go through ``HiCacheController.write``,
+  io backend), which this module reproduces as that loop; its back-ups go through the controller's ``write``,
   which makes the same pool call the coordinator does.
 * The draft pass of a load under the base controller: it loads the target model's layers only; the hybrid
   controller's draft transfers call the host pool's ``load_to_device_per_layer(..., is_draft=True)`` for each
   packed draft layer, which this module does after each load of the base controller, with the controller's own
   index placement. Under the hybrid controller (``controller=hybrid``) the controller makes them itself.
 
-Host indices of every back-up are granted by the pool's own allocator inside ``HiCacheController.write``; the
+Host indices of every back-up are granted by the pool's own allocator inside the controller's ``write``; the
 allocator's free list is set up first through its own ``alloc``/``free`` (oracles/sequence.py, ``prologue``), so
 the oracle knows the grants without reading them back. The pools' ``prepare_transfer_indices`` hooks run where the
 controller's transfer engine runs them.
@@ -40,7 +41,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settin
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
 
-# Pools whose loads their own coordinator makes, not HiCacheController: the HiSparse MHA pool takes the stage's
+# Pools whose loads their own coordinator makes, not a HiCache controller: the HiSparse MHA pool takes the stage's
 # global layer ids and has no guard for others (its coordinator never asks for them).
 COORDINATOR_LOADED = frozenset({"HiSparseMHATokenToKVPoolHost"})
 DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
@@ -49,7 +50,7 @@ WRITE_POLICY = "write_through"
 
 
 class DeviceAllocatorStandIn:
-    """The scheduler's device token allocator, as far as HiCacheController uses it (see the module doc)."""
+    """The scheduler's device token allocator, as far as the controllers use it (see the module doc)."""
 
     def __init__(self, device_pool: Any) -> None:
         self.device_pool = device_pool
