@@ -59,8 +59,8 @@ from hicache_fuzz.oracles.contract import EntryPoint, Platform
 class SglangHicacheBackend(SglangBackend):
     name = "sglang-hicache"
     description = (
-        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse) built by their constructors, driven by the "
-        "real HiCacheController through sequences of back-ups, loads and evictions"
+        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only) built by their constructors, driven by "
+        "the real HiCache controllers through sequences of back-ups, loads and evictions"
     )
     supported_layouts = LAYOUTS
     # Each case builds its pools and controller and runs several transfers: set as sglang-pool's measured cost

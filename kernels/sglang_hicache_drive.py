@@ -36,14 +36,17 @@ import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
-from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind
+from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind, k_only_heads
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
 
+K_ONLY = "MHATokenToKOnlyPoolHost"
 # Pools whose loads their own coordinator makes, not a HiCache controller: the HiSparse MHA pool takes the stage's
 # global layer ids and has no guard for others (its coordinator never asks for them).
 COORDINATOR_LOADED = frozenset({"HiSparseMHATokenToKVPoolHost"})
+# Pools without a guard for layer ids outside them (their controllers never pass such ids): no foreign loads.
+UNGUARDED = COORDINATOR_LOADED | {K_ONLY}
 DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
           KVDtype.FP8: torch.float8_e4m3fn}
 WRITE_POLICY = "write_through"
@@ -79,14 +82,15 @@ def load_modules() -> Any:
     from sglang.srt.mem_cache.hybrid_cache.host_pool_config import with_packed_draft_layer_mapping
     from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKOnlyPool, MHATokenToKVPool, MLATokenToKVPool
     from sglang.srt.mem_cache.pool_host.group import HostPoolGroup
 
     return types.SimpleNamespace(mha=mha, mla=mla, HiCacheController=HiCacheController,
                                  HybridCacheController=HybridCacheController, HostPoolGroup=HostPoolGroup,
                                  PoolName=PoolName, build_pool_entry=build_pool_entry,
                                  with_packed_draft_layer_mapping=with_packed_draft_layer_mapping,
-                                 MHATokenToKVPool=MHATokenToKVPool, MLATokenToKVPool=MLATokenToKVPool)
+                                 MHATokenToKVPool=MHATokenToKVPool, MLATokenToKVPool=MLATokenToKVPool,
+                                 MHATokenToKOnlyPool=MHATokenToKOnlyPool)
 
 
 class Built:
@@ -118,6 +122,10 @@ def destroy(built: Built) -> None:
 def _device_pool(mods: Any, case: Case, spec: PoolSpec, layers: int, device: torch.device, start: int) -> Any:
     size, ps, dtype = case.device_rows - case.page_size, case.page_size, DTYPES[spec.dtype]
     end = start + layers  # exclusive, as the model runner's layer ranges are
+    if settings(case)[0] == K_ONLY:
+        heads, head_dim = k_only_heads(spec)
+        return mods.MHATokenToKOnlyPool(size, ps, dtype, heads, head_dim, layers, str(device), False,
+                                        start_layer=start, end_layer=end)
     if spec.attention is Attention.MLA:
         rope = 64 if spec.head_dim > 64 else 0
         return mods.MLATokenToKVPool(size, ps, dtype, spec.head_dim - rope, rope, layers, str(device), False,
@@ -140,7 +148,12 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     size, ps = case.device_rows - case.page_size, case.page_size
     common: dict[str, Any] = {"device_capacity_tokens": size, "start_layer": start, "end_layer": start + target}
     cls = getattr(mods.mla if name.startswith("MLA") else mods.mha, pool_class(name).name)
-    if name == "HiSparseMHATokenToKVPoolHost":
+    if name == K_ONLY:
+        # the anchor host pool it is sized from in production (an MHA pool beside it): read for its page size and
+        # capacity only
+        anchor = types.SimpleNamespace(page_size=ps, size=case.host_slots, page_num=case.host_slots // ps)
+        host_pool = cls(device_pool, anchor, case.layout.value, True, "cpu", "default")
+    elif name == "HiSparseMHATokenToKVPoolHost":
         # sized from the device pool: host slots = (int(size * ratio) // ps + 1) * ps, so this ratio gives the
         # case's host_slots exactly (the half slot keeps float rounding below the next integer)
         ratio = (case.host_slots - ps + 0.5) / size
@@ -164,7 +177,11 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
 
 def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[torch.Tensor]:
     """sglang's per-layer device tensors of one component, in the case's layer order (target, then drafts)."""
+    k_only = settings(pool.case)[0] == K_ONLY
+
     def of(device_pool: Any) -> list[torch.Tensor]:
+        if k_only:
+            return list(device_pool.k_buffer)
         if pool.spec.attention is Attention.MLA:
             return list(device_pool.kv_buffer)
         return list(device_pool.k_buffer if component == "k" else device_pool.v_buffer)
@@ -177,6 +194,8 @@ def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
     host = built.host_pool
     if pool.spec.attention is Attention.MHA_ASYM:
         return [host.k_buffer, host.v_buffer]
+    if settings(pool.case)[0] == K_ONLY:
+        return [host.k_buffer]
     return [host.kv_buffer]
 
 
@@ -289,7 +308,7 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 # draft pass
                 own_drafts = 0 if controller_kind(case) == HYBRID else drafts
                 _draft_and_foreign_loads(controller, built, host, rows, io_backend, case.layers - drafts, drafts,
-                                         own_drafts)
+                                         own_drafts, _name not in UNGUARDED)
                 label = f"{type(controller).__name__}.load + start_loading"
             _sync(device)
         if record:
@@ -322,14 +341,17 @@ def _coordinator_load(controller: Any, built: Built, host: torch.Tensor, rows: t
 
 
 def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor,
-                             io_backend: str, target: int, drafts: int, draft_pass: int) -> None:
+                             io_backend: str, target: int, drafts: int, draft_pass: int, foreign: bool) -> None:
     """The first `draft_pass` packed draft layers (is_draft=True, as the hybrid controller's draft transfers),
     then loads of layer ids the pool must ignore: -1 and the first id past the target layers (a draft id without
-    is_draft). The oracle expects the draft layers moved and nothing else touched."""
+    is_draft), unless the pool has no guard for them (`foreign` False). The oracle expects the draft layers moved
+    and nothing else touched."""
     host_idx, dev_idx = controller.move_indices(host, rows)
     pool = built.host_pool
     for depth, draft_pool in enumerate(built.drafts[:draft_pass]):
         pool.load_to_device_per_layer(draft_pool, host_idx, dev_idx, target + depth, io_backend, is_draft=True)
+    if not foreign:
+        return
     for layer in (-1, target):
         pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
 from hicache_fuzz.oracles import pool_layouts, sequence
 
-STANDARD, HISPARSE = "standard", "hisparse"
+STANDARD, HISPARSE, K_ONLY = "standard", "hisparse", "k_only"
 HYBRID, BASE = "hybrid", "base"
 # The scheduler drives a flat MHA/MLA pool through the HybridCacheController over an anchor-only HostPoolGroup;
 # HiCacheController itself is what the decode offload manager builds.
@@ -20,7 +20,7 @@ _BY_ATTENTION = {
 }
 # Modelled classes are drawn far more often than the unmodelled ones, which come back unsupported with their
 # reason (so campaign reports name what is out of reach) but cost a draw each.
-POOL_KINDS: tuple[str, ...] = (STANDARD,) * 40 + (HISPARSE,) * 8 + pool_layouts.UNMODELLED
+POOL_KINDS: tuple[str, ...] = (STANDARD,) * 40 + (HISPARSE,) * 8 + (K_ONLY,) * 8 + pool_layouts.UNMODELLED
 IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
 # start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
 # first stage, and every model without pipeline parallelism) as often as all the others together.
@@ -39,6 +39,8 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
         name = _BY_ATTENTION[attention]
     elif kind == HISPARSE:
         name = "MLATokenToKVPoolHost" if attention is Attention.MLA else "HiSparseMHATokenToKVPoolHost"
+    elif kind == K_ONLY:
+        name = "MHATokenToKOnlyPoolHost"
     else:
         name = str(kind)
     drafts = _int(case.tuning_value("draft_layers", 0))
@@ -62,3 +64,10 @@ def operation_kinds(case: Case) -> tuple[str, ...]:
     except sequence.SequenceError:
         ops = ()
     return tuple(sorted({first, *ops}))
+
+
+def k_only_heads(spec: PoolSpec) -> tuple[int, int]:
+    """(heads, head_dim) of a K-only pool for the case's one-component row of spec.head_dim elements: as many heads
+    (8, 4, 2 or 1) as divide it; any split gives the same bytes."""
+    heads = next(h for h in (8, 4, 2, 1) if spec.head_dim % h == 0)
+    return heads, spec.head_dim // heads

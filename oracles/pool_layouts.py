@@ -50,10 +50,11 @@ _CLASSES = (
     PoolClass("AsymmetricMHATokenToKVPoolHost", "mha", Attention.MHA_ASYM, frozenset({_PF}), frozenset({_PFD})),
     # layer_first and the kernels only, sized from the device pool (no host capacity argument, no draft layers)
     PoolClass("HiSparseMHATokenToKVPoolHost", "mha", Attention.MHA, frozenset({_LF}), drafts=False),
-    PoolClass("MHATokenToKOnlyPoolHost", "mha", None, unmodelled=(
-        "a K-only side pool that takes its size from an anchor pool and moves only inside a HostPoolGroup under "
-        "the HybridCacheController; the oracle has no K-only pool kind and this backend does not build the "
-        "hybrid controller")),
+    # K rows only, one tensor (L, S, H, D) in the layout's axis order: byte for byte a one-component pool, which
+    # the oracle calls MLA (a row of H heads of D is a latent row of H*D); sized from its anchor pool, no guard
+    # for layer ids outside the pool and no draft layers
+    PoolClass("MHATokenToKOnlyPoolHost", "mha", Attention.MLA, frozenset({_LF, _PF}), frozenset({_LF, _PFD}),
+              drafts=False),
     PoolClass("MHATokenToKVPoolMXFP8Host", "mha_mxfp8", None, unmodelled=(
         "its page_first host pages interleave MXFP8 scale blocks with the K/V bytes; the oracle does not model "
         "that host layout")),

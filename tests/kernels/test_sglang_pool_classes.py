@@ -26,7 +26,8 @@ __all__ = ["fake_sglang"]  # the fixture, used by name
 
 H200 = Platform("cuda", (9, 0))
 KIND = {"MHATokenToKVPoolHost": "standard", "MLATokenToKVPoolHost": "standard",
-        "AsymmetricMHATokenToKVPoolHost": "standard", "HiSparseMHATokenToKVPoolHost": "hisparse"}
+        "AsymmetricMHATokenToKVPoolHost": "standard", "HiSparseMHATokenToKVPoolHost": "hisparse",
+        "MHATokenToKOnlyPoolHost": "k_only"}
 
 
 def _combinations() -> list[tuple[str, HostLayout, str]]:

@@ -54,3 +54,13 @@ class MLATokenToKVPool(_DevicePool):
         self.kv_buffer = [torch.zeros((size + page_size, 1, width), dtype=dtype, device=device)
                           for _ in range(layer_num)]
         self.row_bytes = width * self.kv_buffer[0].element_size()
+
+
+class MHATokenToKOnlyPool(_DevicePool):
+    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int, head_dim: int, layer_num: int,
+                 device: str, enable_memory_saver: bool, start_layer: int | None = None,
+                 end_layer: int | None = None) -> None:
+        self._init_common(size, page_size, dtype, layer_num, device, start_layer, end_layer)
+        self.head_num, self.head_dim, self.store_dtype = head_num, head_dim, dtype
+        self.k_buffer = [torch.zeros((size + page_size, head_num, head_dim), dtype=dtype, device=device)
+                         for _ in range(layer_num)]

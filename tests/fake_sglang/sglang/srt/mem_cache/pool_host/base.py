@@ -150,6 +150,10 @@ class HostPool:
                                  layer_id: int, io_backend: str, *, is_draft: bool = False) -> None:
         if not is_draft and not 0 <= layer_id < self.target_layer_num:
             return
+        self._load_layer(host_indices, device_indices, layer_id, io_backend)
+
+    def _load_layer(self, host_indices: torch.Tensor, device_indices: torch.Tensor, layer_id: int,
+                    io_backend: str) -> None:
         self._check_io(io_backend, host_indices)
         for component, per_layer in enumerate(self.device_layers):
             for d, h in pairs(device_indices, host_indices):

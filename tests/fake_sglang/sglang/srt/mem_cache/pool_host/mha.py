@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from sglang.srt.mem_cache.pool_host.base import HostPool
 
 
@@ -34,3 +36,31 @@ class HiSparseMHATokenToKVPoolHost(MHATokenToKVPoolHost):
             raise ValueError("HiSparse host transfers require the kernel backend")
         super().load_to_device_per_layer(device_pool, host_indices, device_indices,
                                          layer_id - device_pool.start_layer, io_backend)
+
+
+class MHATokenToKOnlyPoolHost(HostPool):
+    """K rows only, sized from its anchor host pool; no guard for layer ids outside the pool (as sglang's)."""
+
+    components = ("k",)
+    io_layouts = {"kernel": ("layer_first", "page_first"),  # noqa: RUF012
+                  "direct": ("layer_first", "page_first_direct")}
+
+    def __init__(self, device_pool: Any, anchor_host: Any, layout: str, pin_memory: bool = True,
+                 device: str = "cpu", allocator_type: str = "default") -> None:
+        if layout not in ("layer_first", "page_first", "page_first_direct"):
+            raise ValueError(f"Unsupported layout: {layout}")
+        self.device_pool, self.layout, self.device, self.pin_memory = device_pool, layout, device, pin_memory
+        self.page_size, self.size, self.page_num = anchor_host.page_size, anchor_host.size, anchor_host.page_num
+        self.layer_num = self.target_layer_num = device_pool.layer_num
+        self.start_layer, self.end_layer = device_pool.start_layer, device_pool.end_layer
+        self.device_layers = [list(device_pool.k_buffer)]
+        self.k_buffer = torch.zeros(self._shape(device_pool.head_num, device_pool.head_dim), dtype=device_pool.dtype)
+        self.kv_buffer = self.k_buffer
+        self.halves = [self.k_buffer]
+        self.size_per_token = self.k_buffer[0].numel() * self.k_buffer.element_size()
+        self.can_use_write_back_jit = False
+        self.clear()
+
+    def load_to_device_per_layer(self, device_pool: Any, host_indices: Any, device_indices: Any, layer_id: int,
+                                 io_backend: str, *, is_draft: bool = False) -> None:
+        self._load_layer(host_indices, device_indices, layer_id, io_backend)
