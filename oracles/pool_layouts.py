@@ -56,11 +56,13 @@ _CLASSES = (
     PoolClass("MHATokenToKOnlyPoolHost", "mha", Attention.MLA, frozenset({_LF, _PF}), frozenset({_LF, _PFD}),
               drafts=False),
     PoolClass("MHATokenToKVPoolMXFP8Host", "mha_mxfp8", None, unmodelled=(
-        "its page_first host pages interleave MXFP8 scale blocks with the K/V bytes; the oracle does not model "
-        "that host layout")),
+        "besides its page_first K/V payload it moves per-page MXFP8 scale blocks (host tensors page x layer x "
+        "bytes, from a device pool with interleaved scales at page size 128); the oracle models neither scale "
+        "storage")),
     PoolClass("DSAIndexerPoolHost", "dsa", None, unmodelled=(
-        "the DeepSeek sparse-attention indexer pool stores one indexer row per page with its own scale layout; "
-        "the oracle does not model it")),
+        "the DeepSeek sparse-attention indexer pool keeps the indexer's K-with-scale buffer as one block per page "
+        "and layer, built from a HostPoolDecl of a DSA device pool beside an MLA anchor; the oracle models no "
+        "page-block storage")),
     PoolClass("QSAIndexerPoolHost", "qsa", None, unmodelled=(
         "a DeepSeek-V4 paged indexer pool; the oracle does not model its paged host layout")),
     PoolClass("MambaPoolHost", "mamba", None, unmodelled=(
@@ -70,14 +72,16 @@ _CLASSES = (
         "pages of several pools share one envelope and are resolved through prepare_transfer_indices under a "
         "layout lease; the oracle does not model the envelope")),
     PoolClass("PageInterleaveHostPool", "page_interleave", None, unmodelled=(
-        "a KV-sharded wrapper placing pages across owners; it needs the HybridCacheController and a sharded "
-        "placement, which this backend does not build")),
+        "a KV-sharded wrapper placing pages across owners; it needs a sharded placement and the hybrid "
+        "controller's shard routing, which this backend does not build")),
     PoolClass("MiniMaxM3Nvfp4IndexKPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
-        "NVFP4 pools need an sm100 GPU (the H200 is sm90) and store NVFP4 scale blocks the oracle does not "
-        "model")),
+        "a page-row sidecar of MiniMax M3's NVFP4 KV cache (packed page rows per layer, from the NVFP4 device "
+        "pool's page-row buffers); the oracle models no page-row storage, and NVFP4 device pools are for "
+        "Blackwell-class GPUs")),
     PoolClass("MiniMaxM3Nvfp4MainKVPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
-        "NVFP4 pools need an sm100 GPU (the H200 is sm90) and store NVFP4 scale blocks the oracle does not "
-        "model")),
+        "a page-row pool of MiniMax M3's NVFP4 KV cache (packed page rows per layer, from the NVFP4 device "
+        "pool's page-row buffers); the oracle models no page-row storage, and NVFP4 device pools are for "
+        "Blackwell-class GPUs")),
 )
 
 POOL_CLASSES: Mapping[str, PoolClass] = MappingProxyType({c.name: c for c in _CLASSES})
