@@ -20,7 +20,7 @@ _BY_ATTENTION = {
 }
 # Modelled classes are drawn far more often than the unmodelled ones, which come back unsupported with their
 # reason (so campaign reports name what is out of reach) but cost a draw each.
-POOL_KINDS: tuple[str, ...] = (STANDARD,) * 40 + (HISPARSE,) * 8 + (K_ONLY,) * 8 + pool_layouts.UNMODELLED
+POOL_KINDS: tuple[str, ...] = (STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + pool_layouts.UNMODELLED
 IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
 # start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
 # first stage, and every model without pipeline parallelism) as often as all the others together.
@@ -32,20 +32,30 @@ LAYOUTS = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_
 
 
 def case_settings(case: Case) -> tuple[str, str, int, int]:
-    """(pool class name, io backend, start layer, draft layers) of a case."""
+    """(pool class name, io backend, start layer, draft layers) of a case.
+
+    The knobs say what to prefer; the case's attention kind and layout (drawn by the generator) decide what
+    exists: ``hisparse`` is the HiSparse MHA pool on an MHA layer_first case and the standard class otherwise,
+    ``k_only`` the K-only pool on a one-component case and the standard class otherwise, and ``io_backend`` is
+    replaced by the other io backend where only that one moves the layout for the class. Coverage labels and the
+    plan's path name what was resolved."""
     kind = case.tuning_value("pool_kind", STANDARD)
-    attention = case.pools[0].attention
-    if kind == STANDARD:
-        name = _BY_ATTENTION[attention]
-    elif kind == HISPARSE:
-        name = "MLATokenToKVPoolHost" if attention is Attention.MLA else "HiSparseMHATokenToKVPoolHost"
-    elif kind == K_ONLY:
+    attention, layout = case.pools[0].attention, case.layout
+    name = _BY_ATTENTION[attention]
+    if kind == HISPARSE and attention is Attention.MHA and layout is HostLayout.LAYER_FIRST:
+        name = "HiSparseMHATokenToKVPoolHost"
+    elif kind == K_ONLY and attention is Attention.MLA:
         name = "MHATokenToKOnlyPoolHost"
-    else:
+    elif kind not in (STANDARD, HISPARSE, K_ONLY):
         name = str(kind)
+    io_backend = str(case.tuning_value("io_backend", pool_layouts.KERNEL))
+    cls = pool_layouts.POOL_CLASSES.get(name)
+    if cls is not None and cls.modelled and layout not in cls.layouts_for(io_backend):
+        other = pool_layouts.DIRECT if io_backend == pool_layouts.KERNEL else pool_layouts.KERNEL
+        if io_backend in pool_layouts.IO_BACKENDS and layout in cls.layouts_for(other):
+            io_backend = other
     drafts = _int(case.tuning_value("draft_layers", 0))
-    return (name, str(case.tuning_value("io_backend", pool_layouts.KERNEL)),
-            _int(case.tuning_value("start_layer", 0)), min(drafts, case.layers - 1))
+    return name, io_backend, _int(case.tuning_value("start_layer", 0)), min(drafts, case.layers - 1)
 
 
 def controller_kind(case: Case) -> str:

@@ -68,14 +68,22 @@ def test_unmodelled_classes_are_unsupported_with_their_reason(name: str) -> None
     assert reason is not None and reason.startswith(name) and pool_layouts.pool_class(name).unmodelled in reason
 
 
-def test_class_settings_the_class_does_not_store_are_unsupported() -> None:
+def test_knobs_resolve_to_what_the_case_can_have_and_the_rest_is_unsupported() -> None:
     backend = SglangHicacheBackend()
     asym_layer_first = hicache_case(Attention.MHA_ASYM, HostLayout.LAYER_FIRST)
     assert "does not store the layer_first layout" in (backend.case_unsupported(asym_layer_first) or "")
-    direct_page_first = hicache_case(io_backend="direct")
-    assert "direct" in (backend.case_unsupported(direct_page_first) or "")
-    hisparse_mla = hicache_case(Attention.MHA_ASYM, HostLayout.PAGE_FIRST, pool_kind="hisparse")
-    assert "holds mha pools" in (backend.case_unsupported(hisparse_mla) or "")
+    # io backends: the preferred one where the class moves the layout with it, else the other one
+    assert case_settings(hicache_case(io_backend="direct"))[1] == "kernel"  # MHA page_first: kernel only
+    assert case_settings(hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT))[1] == "direct"
+    assert case_settings(hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, io_backend="direct"))[1] == "direct"
+    # pool kinds: their class where the case can have it, the standard one otherwise
+    assert case_settings(hicache_case(Attention.MHA_ASYM, pool_kind="hisparse"))[0] == (
+        "AsymmetricMHATokenToKVPoolHost")
+    assert case_settings(hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, pool_kind="hisparse"))[0] == (
+        "HiSparseMHATokenToKVPoolHost")
+    assert case_settings(hicache_case(Attention.MHA, pool_kind="k_only"))[0] == "MHATokenToKVPoolHost"
+    assert case_settings(hicache_case(Attention.MLA, pool_kind="k_only"))[0] == "MHATokenToKOnlyPoolHost"
+    assert "unknown io_backend" in (backend.case_unsupported(hicache_case(io_backend="gds")) or "")
     assert backend.unsupported_reason(hicache_case(), Platform("cpu")) == "sglang's kernels need a CUDA or ROCm device"
 
 
@@ -134,7 +142,8 @@ def test_load_back_cases_and_foreign_layer_loads_move_nothing_else(fake_sglang) 
 def test_backend_is_registered_and_plans_the_reference_contract() -> None:
     backend = load_registry().get("sglang-hicache")
     assert isinstance(backend, SglangHicacheBackend) and not isinstance(backend, CpuHicacheBackend)
-    assert backend.plan(hicache_case(io_backend="direct"), H200).path == "hicache-controller:direct"
+    direct = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, io_backend="direct")
+    assert backend.plan(direct, H200).path == "hicache-controller:direct"
 
 
 def test_objects_of_one_geometry_are_reused_with_a_fresh_allocator(fake_sglang) -> None:
