@@ -234,6 +234,9 @@ class Materialized:
     host_indices: torch.Tensor
     device_indices: torch.Tensor
     memory: HostMemory = field(repr=False)
+    #: raw storage images a backend records after each transfer of a sequence case (oracles/sequence.py), in
+    #: order, labelled with the step; the runner compares each with the oracle's image of that step
+    step_images: list[tuple[str, dict[str, torch.Tensor]]] = field(default_factory=list, repr=False)
 
     def storages(self) -> list[Storage]:
         return [s for p in self.pools for s in (p.device, p.host)]

@@ -27,6 +27,7 @@ ENTRY_POINT_GROUP = "hicache_fuzz.backends"
 # name -> "module:attribute" (a Backend subclass). Real-kernel backends are listed in sglang_backends.
 BUILTIN: dict[str, str] = {
     "reference": "hicache_fuzz.kernels.reference:ReferenceBackend",
+    "sglang-hicache": "hicache_fuzz.kernels.sglang_hicache:SglangHicacheBackend",
 }
 # Modules that each export BACKENDS: a tuple of Backend subclasses.
 BUILTIN_FAMILIES: tuple[str, ...] = (

@@ -6,6 +6,7 @@ kept only if its bug identity equals the original's (and, for a rejection of val
 candidates, run in order and repeat until none makes progress (a fixpoint) or the budget (runs, seconds) is
 spent:
 
+0. shorter sequences (operations left out of a sequence case's program, oracles/sequence.py);
 1. fewer pools (drop side pools), fewer layers (one-layer cases keep or move their layer);
 2. fewer pages (page-sized blocks of the paired index lists, halving block sizes), then fewer tokens;
 3. smaller pages (page_size 1, halves), smaller rows (one head, narrower heads, fp8, symmetric K/V);
@@ -45,9 +46,10 @@ from hicache_fuzz.harness.model.case import (
     KVDtype,
     PoolSpec,
     Scope,
+    make_tuning,
 )
 from hicache_fuzz.harness.model.outcome import Outcome, Result
-from hicache_fuzz.oracles import layouts
+from hicache_fuzz.oracles import layouts, sequence
 
 RunCase = Callable[[Case], Result]
 Reduction = Callable[[Case], Iterator["Case | None"]]
@@ -86,6 +88,7 @@ def _irregularity(indices: tuple[int, ...]) -> int:
 def complexity(case: Case) -> int:
     """Non-plain features: each counts 1 (index pattern steps count each)."""
     score = len(case.tuning)
+    score += _program_length(case)
     score += (case.host_index != IndexSpec()) + (case.device_index != IndexSpec())
     score += case.host_allocator is not HostAllocator.PIN_MEMORY
     score += case.seed != 0
@@ -311,6 +314,33 @@ def tighter_pools(case: Case) -> Iterator[Case | None]:
         yield _candidate(case, host_slots=slots, device_rows=rows, host_indices=h, device_indices=d)
 
 
+def _program_length(case: Case) -> int:
+    try:
+        return len(sequence.program(case))
+    except sequence.SequenceError:
+        return 0
+
+
+def shorter_sequences(case: Case) -> Iterator[Case | None]:
+    """Fewer operations in a sequence case's program (oracles/sequence.py): none, then each half, then each
+    single operation left out, so a failing sequence shrinks to its shortest failing form."""
+    try:
+        ops = sequence.program(case)
+    except sequence.SequenceError:
+        return
+    if not ops:
+        return
+    shorter = [(), ops[: len(ops) // 2], ops[len(ops) // 2 :]] + [ops[:i] + ops[i + 1 :] for i in range(len(ops))]
+    seen: set[tuple[str, ...]] = set()
+    for candidate in shorter:
+        if candidate in seen or len(candidate) >= len(ops):
+            continue
+        seen.add(candidate)
+        knobs = dict(case.tuning)
+        knobs[sequence.OPS_KEY] = sequence.format_program(candidate)
+        yield _candidate(case, tuning=make_tuning(knobs))
+
+
 def defaults(case: Case) -> Iterator[Case | None]:
     if case.tuning:
         yield _candidate(case, tuning=())
@@ -331,8 +361,8 @@ def defaults(case: Case) -> Iterator[Case | None]:
 
 
 PASSES: tuple[Reduction, ...] = (
-    fewer_pools, fewer_layers, fewer_pages, fewer_tokens, smaller_page_size, smaller_rows, compact_indices,
-    simpler_patterns, tighter_pools, defaults,
+    shorter_sequences, fewer_pools, fewer_layers, fewer_pages, fewer_tokens, smaller_page_size, smaller_rows,
+    compact_indices, simpler_patterns, tighter_pools, defaults,
 )
 
 

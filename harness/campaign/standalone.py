@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.campaign.standalone_calls import CALLS
+from hicache_fuzz.harness.campaign.standalone_hicache import BACKEND as HICACHE_BACKEND
+from hicache_fuzz.harness.campaign.standalone_hicache import hicache_script
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, IndexDevice, PoolSpec
 from hicache_fuzz.harness.model.json_input import read_json_file
 from hicache_fuzz.harness.model.output_paths import write_text_atomic
@@ -39,7 +41,7 @@ class StandaloneUnsupported(ValueError):
 
 
 def supports(backend: str) -> bool:
-    return backend in CALLS
+    return backend in CALLS or backend == HICACHE_BACKEND
 
 
 def standalone_path(json_path: Path) -> Path:
@@ -192,6 +194,8 @@ def standalone_script(reproducer: dict[str, Any], platform: Platform = DEFAULT_P
     page from both index lists before the call, on purpose: a defect of the caller's kind, for proving on a
     machine with the real sglang that the script catches one where no sglang bug is known."""
     case = Case.from_dict(reproducer.get("case", reproducer))
+    if case.backend == HICACHE_BACKEND:  # a sequence through sglang's controller: a script of its own
+        return hicache_script(case, reproducer)
     template = CALLS.get(case.backend)
     if template is None:
         raise StandaloneUnsupported(f"backend {case.backend!r} has no standalone form (sglang backends only)")

@@ -21,12 +21,8 @@ from hicache_fuzz.harness.pipeline.reuse import StorageReuse
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, HostMemory
 from hicache_fuzz.oracles.contract import Platform, Verdict, predict
-from hicache_fuzz.oracles.transfer import (
-    Semantics,
-    addressed_destination_bytes,
-    apply_chunk_copies,
-    chunk_copies,
-)
+from hicache_fuzz.oracles.sequence import Step, apply_sequence, step_case
+from hicache_fuzz.oracles.transfer import Semantics, addressed_destination_bytes
 
 
 def run_case(case: Case, backend: Backend, platform: Platform, device: torch.device,
@@ -141,9 +137,16 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
             clock.lap("classify")
             return base, reused
 
-        expected = _expected_raw(case, before, prediction.semantics)
+        expected_steps: list[tuple[Step, dict[str, torch.Tensor]]] | None = [] if buffers.step_images else None
+        expected = _expected_raw(case, before, prediction.semantics, expected_steps)
         clock.lap("oracle")
         report = None
+        if expected_steps is not None:
+            step_failure = _first_step_mismatch(case, expected_steps, buffers.step_images, prediction.semantics)
+            if step_failure is not None:
+                base.outcome, base.summary, base.diff = step_failure
+                clock.lap("compare")
+                return base, reused
         if not storages_equal(expected, after):
             # Only a mismatch pays for the addressed-byte map and the locator (on CPU copies).
             addressed = addressed_destination_bytes(case, prediction.semantics)
@@ -185,12 +188,41 @@ def _not_allocated(base: Result, exc: BaseException, clock: _StageClock) -> Resu
     return base
 
 
-def _expected_raw(case: Case, before: dict[str, torch.Tensor], semantics: Semantics) -> dict[str, torch.Tensor]:
+def _expected_raw(case: Case, before: dict[str, torch.Tensor], semantics: Semantics,
+                  steps: list[tuple[Step, dict[str, torch.Tensor]]] | None = None) -> dict[str, torch.Tensor]:
     """The oracle applied in place to `before` (raw storages, guards included), which it returns: the
-    guards and the source storages stay as they were, so whole raw storages can be compared."""
+    guards and the source storages stay as they were, so whole raw storages can be compared. A sequence case
+    (oracles/sequence.py) applies every transfer of its sequence; with `steps`, a copy of the raw storages
+    after each transfer is appended to it."""
     payloads = {k: v[GUARD_BYTES : v.numel() - GUARD_BYTES] for k, v in before.items()}
-    apply_chunk_copies(case, chunk_copies(case, semantics), payloads, payloads)
+
+    def record(step: Step) -> None:
+        assert steps is not None
+        steps.append((step, {k: v.clone() for k, v in before.items()}))
+
+    apply_sequence(case, payloads, semantics, record if steps is not None else None)
     return before
+
+
+def _first_step_mismatch(case: Case, expected: list[tuple[Step, dict[str, torch.Tensor]]],
+                         recorded: list[tuple[str, dict[str, torch.Tensor]]],
+                         semantics: Semantics) -> tuple[Outcome, str, dict[str, object]] | None:
+    """The first transfer of a sequence after which the backend's storages differ from the oracle's, as
+    (outcome, summary naming the step, diff), or None if every recorded step matches."""
+    if len(recorded) != len(expected):
+        return (Outcome.MISMATCH, f"the backend recorded {len(recorded)} step images for a sequence of "
+                f"{len(expected)} transfers ({', '.join(s.label() for s, _ in expected)})", {})
+    for (step, want), (label, got) in zip(expected, recorded, strict=True):
+        if storages_equal(want, got):
+            continue
+        sub = step_case(case, step)
+        report = compare_storages(sub, _on_cpu(want), _on_cpu(got), addressed_destination_bytes(sub, semantics))
+        if report.equal:
+            continue
+        diff = report.to_dict()
+        diff["failing_step"] = step.label()
+        return Outcome.MISMATCH, f"{step.label()} [{label}]: {report.summary()}", diff
+    return None
 
 
 class DeviceContextLost(RuntimeError):

@@ -89,9 +89,10 @@ def test_bad_backend_every_values_name_the_problem(bad: str) -> None:
 
 
 def test_the_shipped_pool_backend_is_the_costly_one() -> None:
-    """Only sglang-pool declares a cost (its cases cost several times a JIT case on a GPU)."""
+    """Only the pool backends declare a cost: their cases build pools (sglang-hicache also a controller) and cost
+    several times a JIT case on a GPU."""
     costs = {b.name: b.relative_case_cost for b in load_registry().backends.values() if b.relative_case_cost != 1}
-    assert costs == {"sglang-pool": 6}
+    assert costs == {"sglang-pool": 6, "sglang-hicache": 6}
 
 
 def test_the_engine_line_names_the_backends_on_a_sparse_schedule() -> None:

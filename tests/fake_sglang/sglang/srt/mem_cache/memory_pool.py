@@ -1,33 +1,66 @@
-"""Fake device KV pools: per-layer buffers of size + page_size rows (rows [0, page_size) are padding)."""
+"""Fake device KV pools: per-layer buffers of size + page_size rows (rows [0, page_size) are padding).
+
+Same constructor signatures as sglang's (the arguments the harness passes); ``get_device_pool_infos`` hands the
+pool itself as its buffer info, which the fake host pools read.
+"""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
 
-class MHATokenToKVPool:
-    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int, head_dim: int, layer_num: int,
-                 device: str, enable_memory_saver: bool, enable_alt_stream: bool = True) -> None:
-        shape = (size + page_size, head_num, head_dim)
-        self.dtype, self.layer_num, self.head_num, self.head_dim = dtype, layer_num, head_num, head_dim
-        self.k_buffer = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layer_num)]
-        self.v_buffer = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layer_num)]
-        self.row_bytes = head_num * head_dim * self.k_buffer[0].element_size()
+class _DevicePool:
+    layer_transfer_counter: Any = None
+
+    def _init_common(self, size: int, page_size: int, dtype: torch.dtype, layer_num: int, device: str,
+                     start_layer: int | None, end_layer: int | None) -> None:
+        self.size, self.page_size, self.dtype, self.layer_num = size, page_size, dtype, layer_num
+        self.device = torch.device(device)
+        self.start_layer = start_layer or 0
+        self.end_layer = end_layer if end_layer is not None else self.start_layer + layer_num - 1
 
     def get_device_pool_infos(self) -> list[SimpleNamespace]:
         return [SimpleNamespace(buffer_info=self)]
 
+    def register_layer_transfer_counter(self, counter: Any) -> None:
+        self.layer_transfer_counter = counter
 
-class MLATokenToKVPool:
+
+class MHATokenToKVPool(_DevicePool):
+    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int, head_dim: int, layer_num: int,
+                 device: str, enable_memory_saver: bool, v_head_dim: int | None = None,
+                 start_layer: int | None = None, end_layer: int | None = None,
+                 enable_alt_stream: bool = True) -> None:
+        self._init_common(size, page_size, dtype, layer_num, device, start_layer, end_layer)
+        self.head_num, self.head_dim = head_num, head_dim
+        self.v_head_dim = head_dim if v_head_dim is None else v_head_dim
+        rows = size + page_size
+        self.k_buffer = [torch.zeros((rows, head_num, head_dim), dtype=dtype, device=device) for _ in range(layer_num)]
+        self.v_buffer = [torch.zeros((rows, head_num, self.v_head_dim), dtype=dtype, device=device)
+                         for _ in range(layer_num)]
+        self.row_bytes = head_num * head_dim * self.k_buffer[0].element_size()
+
+
+class MLATokenToKVPool(_DevicePool):
     def __init__(self, size: int, page_size: int, dtype: torch.dtype, kv_lora_rank: int, qk_rope_head_dim: int,
-                 layer_num: int, device: str, enable_memory_saver: bool) -> None:
+                 layer_num: int, device: str, enable_memory_saver: bool, start_layer: int | None = None,
+                 end_layer: int | None = None) -> None:
+        self._init_common(size, page_size, dtype, layer_num, device, start_layer, end_layer)
         width = kv_lora_rank + qk_rope_head_dim
-        self.dtype, self.layer_num, self.head_num, self.head_dim = dtype, layer_num, 1, width
+        self.head_num, self.head_dim = 1, width
         self.kv_buffer = [torch.zeros((size + page_size, 1, width), dtype=dtype, device=device)
                           for _ in range(layer_num)]
         self.row_bytes = width * self.kv_buffer[0].element_size()
 
-    def get_device_pool_infos(self) -> list[SimpleNamespace]:
-        return [SimpleNamespace(buffer_info=self)]
+
+class MHATokenToKOnlyPool(_DevicePool):
+    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int, head_dim: int, layer_num: int,
+                 device: str, enable_memory_saver: bool, start_layer: int | None = None,
+                 end_layer: int | None = None) -> None:
+        self._init_common(size, page_size, dtype, layer_num, device, start_layer, end_layer)
+        self.head_num, self.head_dim, self.store_dtype = head_num, head_dim, dtype
+        self.k_buffer = [torch.zeros((size + page_size, head_num, head_dim), dtype=dtype, device=device)
+                         for _ in range(layer_num)]

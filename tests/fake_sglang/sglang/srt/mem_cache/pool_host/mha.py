@@ -1,7 +1,66 @@
-"""Fake MHA host pool."""
+"""Fake MHA host pools: the symmetric pool, the asymmetric one (K and V tensors of their own widths) and the
+HiSparse one (layer_first, sized from the device pool)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
 
 from sglang.srt.mem_cache.pool_host.base import HostPool
 
 
 class MHATokenToKVPoolHost(HostPool):
     components = ("k", "v")
+
+
+class AsymmetricMHATokenToKVPoolHost(MHATokenToKVPoolHost):
+    separate_halves = True
+    layouts = ("page_first", "page_first_direct")
+    io_layouts = {"kernel": ("page_first",), "direct": ("page_first_direct",)}  # noqa: RUF012
+
+
+class HiSparseMHATokenToKVPoolHost(MHATokenToKVPoolHost):
+    io_layouts = {"kernel": ("layer_first",)}  # noqa: RUF012
+
+    def __init__(self, buffer_info: Any, host_to_device_ratio: float, page_size: int, *,
+                 device_capacity_tokens: int, start_layer: int, end_layer: int) -> None:
+        super().__init__(buffer_info, host_to_device_ratio, 0, page_size, "layer_first",
+                         device_capacity_tokens=device_capacity_tokens, start_layer=start_layer,
+                         end_layer=end_layer)
+
+    def load_to_device_per_layer(self, device_pool: Any, host_indices: Any, device_indices: Any, layer_id: int,
+                                 io_backend: str, *, is_draft: bool = False) -> None:
+        """Global layer ids of the device pool's stage, no guard for others (as sglang's HiSparse pool)."""
+        if io_backend != "kernel" or is_draft:
+            raise ValueError("HiSparse host transfers require the kernel backend")
+        super().load_to_device_per_layer(device_pool, host_indices, device_indices,
+                                         layer_id - device_pool.start_layer, io_backend)
+
+
+class MHATokenToKOnlyPoolHost(HostPool):
+    """K rows only, sized from its anchor host pool; no guard for layer ids outside the pool (as sglang's)."""
+
+    components = ("k",)
+    io_layouts = {"kernel": ("layer_first", "page_first"),  # noqa: RUF012
+                  "direct": ("layer_first", "page_first_direct")}
+
+    def __init__(self, device_pool: Any, anchor_host: Any, layout: str, pin_memory: bool = True,
+                 device: str = "cpu", allocator_type: str = "default") -> None:
+        if layout not in ("layer_first", "page_first", "page_first_direct"):
+            raise ValueError(f"Unsupported layout: {layout}")
+        self.device_pool, self.layout, self.device, self.pin_memory = device_pool, layout, device, pin_memory
+        self.page_size, self.size, self.page_num = anchor_host.page_size, anchor_host.size, anchor_host.page_num
+        self.layer_num = self.target_layer_num = device_pool.layer_num
+        self.start_layer, self.end_layer = device_pool.start_layer, device_pool.end_layer
+        self.device_layers = [list(device_pool.k_buffer)]
+        self.k_buffer = torch.zeros(self._shape(device_pool.head_num, device_pool.head_dim), dtype=device_pool.dtype)
+        self.kv_buffer = self.k_buffer
+        self.halves = [self.k_buffer]
+        self.size_per_token = self.k_buffer[0].numel() * self.k_buffer.element_size()
+        self.can_use_write_back_jit = False
+        self.clear()
+
+    def load_to_device_per_layer(self, device_pool: Any, host_indices: Any, device_indices: Any, layer_id: int,
+                                 io_backend: str, *, is_draft: bool = False) -> None:
+        self._load_layer(host_indices, device_indices, layer_id, io_backend)

@@ -1,0 +1,242 @@
+"""``sglang-hicache``: sglang's HiCache driven the way the server drives it.
+
+Each case builds one host pool of a generated sglang class (oracles/pool_layouts.py lists them) through the class's
+own constructor, with generated settings: layout, page size (the generator's whole range, 1..256), layer count,
+pipeline-stage ``start_layer``, packed MTP draft layers and io backend (``kernel`` or ``direct``). The real
+controller (``HybridCacheController`` over sglang's ``HostPoolGroup``, or ``HiCacheController``) moves the data:
+step 0 is the case's own transfer, then the case's program of back-ups, loads and evictions (oracles/sequence.py),
+with the host slots granted by the pool's own allocator. How, and the stand-ins: kernels/sglang_hicache_drive.py.
+Storages are compared byte-exact after every transfer (``Materialized.step_images``) and at the end.
+
+Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over an anchor-only HostPoolGroup,
+as the scheduler builds it for a flat pool; ``base``: HiCacheController over the pool), ``pool_kind``
+(``standard``: the pool class of the case's attention kind; ``hisparse``: the HiSparse MHA pool; or the name of a
+class the oracle does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``,
+``draft_layers`` (the last of ``layers`` are packed draft layers) and ``ops`` (the program). ``draft_layers`` is
+an upper bound: a pool packs at most ``layers - 1`` draft layers, so a one-layer case has none. Generation and
+labels import neither sglang nor torch's GPU side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from hicache_fuzz.harness.model.case import (
+    Attention,
+    Case,
+    Direction,
+    HostAllocator,
+    HostLayout,
+    IndexDevice,
+    IndexDtype,
+    Scope,
+    page_runs_contiguous,
+)
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.kernels import sglang_common as common
+from hicache_fuzz.kernels.base import Availability, Plan
+from hicache_fuzz.kernels.buffers import Materialized
+from hicache_fuzz.kernels.sglang_hicache_settings import (
+    CONTROLLERS,
+    DRAFT_LAYERS,
+    IO_BACKENDS,
+    LAYOUTS,
+    POOL_KINDS,
+    PROGRAMS,
+    START_LAYERS,
+    case_settings,
+    controller_kind,
+    operation_kinds,
+)
+from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
+from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_available, pool_paths
+from hicache_fuzz.oracles import pool_layouts, sequence
+from hicache_fuzz.oracles.contract import EntryPoint, Platform
+
+
+class SglangHicacheBackend(SglangBackend):
+    name = "sglang-hicache"
+    description = (
+        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only) built by their constructors, driven by "
+        "the real HiCache controllers through sequences of back-ups, loads and evictions"
+    )
+    supported_layouts = LAYOUTS
+    # Each case builds its pools and controller and runs several transfers: set as sglang-pool's measured cost
+    # until this backend's own is measured.
+    relative_case_cost = 6
+    coverage_exemptions: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "index_dtype=int32": "the controller only ever gets int64 indices (the allocators hand out int64); "
+        "int32 index tensors are covered at the kernel entry points by the sglang-jit family",
+    })
+
+    def probe(self, platform: Platform) -> Availability:
+        base = common.probe_sglang(platform)
+        if not base.available:
+            return base
+        try:
+            self.sglang_modules()
+        except Exception as exc:
+            return Availability(False, f"sglang's HiCache modules do not import: {type(exc).__name__}: {exc}")
+        return base
+
+    def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
+        return space.narrowed(
+            layouts=LAYOUTS,
+            attentions=(Attention.MHA, Attention.MLA, Attention.MHA_ASYM),
+            row_bytes=POOL_ROW_MENU,
+            row_bytes_growth=(640, 768, 1280, 1536, 2560),
+            grow_every=GROW_EVERY,
+            max_pools=1,
+            directions=(Direction.WRITE_BACK, Direction.LOAD_BACK),
+            scopes=(Scope.ALL_LAYERS,),
+            allocators=(HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER),
+            index_dtypes=(IndexDtype.INT64,),
+            host_index_devices=(IndexDevice.CPU,),
+            device_index_devices=(IndexDevice.DEVICE,),
+            tuning_menus=(("controller", CONTROLLERS), ("draft_layers", DRAFT_LAYERS), ("io_backend", IO_BACKENDS),
+                          ("ops", PROGRAMS),
+                          ("pool_kind", POOL_KINDS), ("start_layer", START_LAYERS)),
+            invalid_rate=0.0,
+            irregular_rate=0.0,
+            partial_rate=0.0,
+            empty_rate=0.0,
+            backend=self.name,
+        )
+
+    def coverage_labels(self, case: Case) -> Mapping[str, str | int | bool]:
+        name, io_backend, start, drafts = case_settings(case)
+        return MappingProxyType({
+            "pool_class": name,
+            "controller": controller_kind(case),
+            "io_backend": io_backend,
+            "start_layer_nonzero": start > 0,
+            "draft_layer": drafts > 0,
+            "operation": "+".join(operation_kinds(case)),
+            "sequence_length": 1 + len(sequence.program(case)) if _program_ok(case) else 1,
+        })
+
+    def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
+        if platform.kind == "cpu":
+            return "sglang's kernels need a CUDA or ROCm device"
+        return self.case_unsupported(case) or self.aot_unsupported(case, platform)
+
+    def case_unsupported(self, case: Case) -> str | None:
+        """Why the case is not one this backend drives (platform aside); None if it is."""
+        if len(case.pools) != 1:
+            return "one pool per case: a HostPoolGroup moves only under the HybridCacheController, not built here"
+        name, io_backend, start, drafts = case_settings(case)
+        if name not in pool_layouts.POOL_CLASSES:
+            return f"unknown pool_kind {case.tuning_value('pool_kind')!r}"
+        if io_backend not in pool_layouts.IO_BACKENDS:
+            return f"unknown io_backend {io_backend!r}"
+        if controller_kind(case) not in CONTROLLERS:
+            return f"unknown controller {controller_kind(case)!r}"
+        if start < 0 or drafts < 0:
+            return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
+        why = pool_layouts.mismatch(pool_layouts.pool_class(name), case.pools[0].attention, case.layout, io_backend,
+                                    drafts)
+        if why:
+            return why
+        if case.scope is not Scope.ALL_LAYERS:
+            return "the controller moves all layers"
+        if case.host_allocator is HostAllocator.PAGEABLE:
+            return "sglang pins host pools on CUDA/ROCm"
+        if case.host_index.dtype is not IndexDtype.INT64 or case.device_index.dtype is not IndexDtype.INT64:
+            return "sglang's allocators hand out int64 indices"
+        if case.device_index.device is not IndexDevice.DEVICE or case.host_index.device is not IndexDevice.CPU:
+            return "production inputs: host indices from the host allocator (CPU), device indices on the GPU"
+        return _index_reason(case) or _sequence_reason(case)
+
+    def aot_unsupported(self, case: Case, platform: Platform) -> str | None:
+        name, io_backend, _start, _drafts = case_settings(case)
+        ok, why = aot_available()
+        if ok:
+            return None
+        if name not in ("MHATokenToKVPoolHost", "MLATokenToKVPoolHost"):
+            return f"{name} moves KV with sgl_kernel's AOT ops, unavailable here ({why})"
+        if io_backend == pool_layouts.DIRECT or case.layout in (HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD):
+            return f"{io_backend} io with {case.layout.value} reaches sgl_kernel's AOT ops, unavailable here ({why})"
+        for direction in Direction:
+            path = pool_paths(case.replace(direction=direction), case.pools[0], platform)
+            if path.startswith("aot:"):
+                return f"reaches the AOT op {path[4:]}, unavailable here ({why})"
+        return None
+
+    def plan(self, case: Case, platform: Platform) -> Plan:
+        return Plan(EntryPoint.REFERENCE, controller_path(case))
+
+    def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
+        from hicache_fuzz.kernels.sglang_pool import SglangPoolBackend
+
+        return SglangPoolBackend().compile_jobs(space, platform)
+
+    def sglang_modules(self) -> Any:
+        """sglang's modules this backend drives (after the AOT ops are made callable for the pools)."""
+        from hicache_fuzz.kernels import sglang_hicache_drive, sglang_pool
+
+        sglang_pool._pool_modules()
+        return sglang_hicache_drive.load_modules()
+
+    def run(self, buffers: Materialized) -> str:
+        from hicache_fuzz.kernels import sglang_hicache_drive as drive
+
+        mods = self.sglang_modules()
+        case = buffers.case
+        key = drive.objects_key(case, buffers.device)
+        # The previous case's objects are used again for the same key (index variants of one geometry): building
+        # them registers pinned host memory and makes device pools and streams. Only objects of a run that
+        # returned normally are kept (a failed run may have left them in any state).
+        kept, self._kept = self._kept, None
+        built = kept[1] if kept is not None and kept[0] == key else None
+        if kept is not None and built is None:
+            drive.destroy(kept[1])
+        if built is None:
+            built = drive.build(mods, case, buffers.device)
+        try:
+            drive.drive(mods, buffers, built)
+        except BaseException:
+            drive.destroy(built)
+            raise
+        self._kept = (key, built)
+        return controller_path(case)
+
+    _kept: tuple[tuple[object, ...], Any] | None = None
+
+
+def controller_path(case: Case) -> str:
+    """The path this backend reports: the controller and its io backend (it judges bytes, not kernel paths)."""
+    return f"hicache-controller:{case_settings(case)[1]}"
+
+
+def _program_ok(case: Case) -> bool:
+    try:
+        sequence.program(case)
+    except sequence.SequenceError:
+        return False
+    return True
+
+
+def _index_reason(case: Case) -> str | None:
+    n, ps = case.n, case.page_size
+    h, d = case.host_indices, case.device_indices
+    if n == 0 or len(d) != n or n % ps:
+        return "the controller moves whole, non-empty pages with equal index lists"
+    if (any(not 0 <= x < case.host_slots for x in h) or any(not ps <= x < case.device_rows for x in d)
+            or len(set(h)) != n or len(set(d)) != n):
+        return "indices outside the allocators' ranges or repeated"
+    if not (page_runs_contiguous(h, ps) and page_runs_contiguous(d, ps)) or any(x % ps for x in h[::ps]) or any(
+            x % ps for x in d[::ps]):
+        return "the allocators hand out whole aligned pages"
+    if case.device_rows <= ps or case.device_rows % ps:
+        return "a device pool has size + page_size rows, a multiple of the page size"
+    return None
+
+
+def _sequence_reason(case: Case) -> str | None:
+    try:
+        sequence.plan_steps(case)
+    except sequence.SequenceError as exc:
+        return str(exc)
+    return None

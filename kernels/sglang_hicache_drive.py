@@ -1,0 +1,368 @@
+"""How ``sglang-hicache`` drives sglang: each host pool class through its own constructor, the real controller
+constructed as the scheduler constructs it (``HybridCacheController`` over an anchor-only ``HostPoolGroup``, or
+``HiCacheController`` over the pool), and a case's sequence of operations through the controller's own
+``write`` / ``load`` + ``start_loading`` / ``evict_host``.
+
+Stand-ins (each is the least the controller needs from outside HiCache):
+
+* ``DeviceAllocatorStandIn`` for the scheduler's ``token_to_kv_pool_allocator``: it returns the device pool, grants
+  the device rows the sequence names for a load (which rows the device allocator picks is the radix tree's
+  business, not HiCache's, and the oracle must know them), and takes the transfer-done event the controller hands
+  it (the harness waits on the ack's finish event instead).
+* ``tp_group=None`` and a fresh ``threading.Event`` for ``load_cache_event``: only the storage (L3) threads use
+  them, and no storage backend is attached.
+* HiSparse loads: the HiSparse MHA pool is loaded by its own coordinator (global layer ids of the stage, the kernel
+  io backend), which this module reproduces as that loop; its back-ups go through the controller's ``write``,
+  which makes the same pool call the coordinator does.
+* The draft pass of a load under the base controller: it loads the target model's layers only; the hybrid
+  controller's draft transfers call the host pool's ``load_to_device_per_layer(..., is_draft=True)`` for each
+  packed draft layer, which this module does after each load of the base controller, with the controller's own
+  index placement. Under the hybrid controller (``controller=hybrid``) the controller makes them itself.
+
+Host indices of every back-up are granted by the pool's own allocator inside the controller's ``write``; the
+allocator's free list is set up first through its own ``alloc``/``free`` (oracles/sequence.py, ``prologue``), so
+the oracle knows the grants without reading them back. The pools' ``prepare_transfer_indices`` hooks run where the
+controller's transfer engine runs them.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections import deque
+from typing import Any
+
+import torch
+
+from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
+from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
+from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind, k_only_heads
+from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
+from hicache_fuzz.oracles import sequence
+from hicache_fuzz.oracles.pool_layouts import pool_class
+
+K_ONLY = "MHATokenToKOnlyPoolHost"
+# Pools whose loads their own coordinator makes, not a HiCache controller: the HiSparse MHA pool takes the stage's
+# global layer ids and has no guard for others (its coordinator never asks for them).
+COORDINATOR_LOADED = frozenset({"HiSparseMHATokenToKVPoolHost"})
+# Pools without a guard for layer ids outside them (their controllers never pass such ids): no foreign loads.
+UNGUARDED = COORDINATOR_LOADED | {K_ONLY}
+DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
+          KVDtype.FP8: torch.float8_e4m3fn}
+WRITE_POLICY = "write_through"
+
+
+class DeviceAllocatorStandIn:
+    """The scheduler's device token allocator, as far as the controllers use it (see the module doc)."""
+
+    def __init__(self, device_pool: Any) -> None:
+        self.device_pool = device_pool
+        self.grants: deque[torch.Tensor] = deque()
+
+    def get_kvcache(self) -> Any:
+        return self.device_pool
+
+    def alloc(self, need_size: int) -> torch.Tensor:
+        rows = self.grants.popleft()
+        if len(rows) != need_size:
+            raise AssertionError(f"the controller asked the device allocator for {need_size} rows, the load has "
+                                 f"{len(rows)}")
+        return rows
+
+    def set_hicache_transfer_done_event(self, key: Any, event: Any) -> None:
+        return None
+
+
+def load_modules() -> Any:
+    """sglang's modules this backend drives (imported here, never at generation time)."""
+    import sglang.srt.mem_cache.pool_host.mha as mha
+    import sglang.srt.mem_cache.pool_host.mla as mla
+    from sglang.srt.managers.cache_controller import HiCacheController
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.hybrid_cache.host_pool_config import with_packed_draft_layer_mapping
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKOnlyPool, MHATokenToKVPool, MLATokenToKVPool
+    from sglang.srt.mem_cache.pool_host.group import HostPoolGroup
+
+    return types.SimpleNamespace(mha=mha, mla=mla, HiCacheController=HiCacheController,
+                                 HybridCacheController=HybridCacheController, HostPoolGroup=HostPoolGroup,
+                                 PoolName=PoolName, build_pool_entry=build_pool_entry,
+                                 with_packed_draft_layer_mapping=with_packed_draft_layer_mapping,
+                                 MHATokenToKVPool=MHATokenToKVPool, MLATokenToKVPool=MLATokenToKVPool,
+                                 MHATokenToKOnlyPool=MHATokenToKOnlyPool)
+
+
+class Built:
+    """sglang's objects for one pool of a case: the target device pool, one one-layer device pool per packed draft
+    layer, the host pool (an instance of the case's class), and the controller over them with its device
+    allocator stand-in."""
+
+    def __init__(self, device_pool: Any, drafts: list[Any], host_pool: Any) -> None:
+        self.device_pool, self.drafts, self.host_pool = device_pool, drafts, host_pool
+        self.allocator = DeviceAllocatorStandIn(device_pool)
+        self.controller: Any = None
+
+
+def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
+    """What sglang's objects of a case are built from: cases with equal keys can share them (index variants of
+    one geometry), since every run resets the allocator and copies all bytes in."""
+    knobs = tuple((k, v) for k, v in case.tuning if k != sequence.OPS_KEY)
+    return (case.page_size, case.layers, case.device_rows, case.host_slots, case.layout, case.pools, knobs,
+            str(device))
+
+
+def destroy(built: Built) -> None:
+    """Unregister the host pool's pinned buffers now rather than at process exit."""
+    release = getattr(built.host_pool, "destroy", None)
+    if release is not None:
+        release()
+
+
+def _device_pool(mods: Any, case: Case, spec: PoolSpec, layers: int, device: torch.device, start: int) -> Any:
+    size, ps, dtype = case.device_rows - case.page_size, case.page_size, DTYPES[spec.dtype]
+    end = start + layers  # exclusive, as the model runner's layer ranges are
+    if settings(case)[0] == K_ONLY:
+        heads, head_dim = k_only_heads(spec)
+        return mods.MHATokenToKOnlyPool(size, ps, dtype, heads, head_dim, layers, str(device), False,
+                                        start_layer=start, end_layer=end)
+    if spec.attention is Attention.MLA:
+        rope = 64 if spec.head_dim > 64 else 0
+        return mods.MLATokenToKVPool(size, ps, dtype, spec.head_dim - rope, rope, layers, str(device), False,
+                                     start_layer=start, end_layer=end)
+    v_head_dim = spec.v_head_dim if spec.attention is Attention.MHA_ASYM else None
+    return mods.MHATokenToKVPool(size, ps, dtype, spec.heads, spec.head_dim, layers, str(device), False,
+                                 v_head_dim=v_head_dim, start_layer=start, end_layer=end, enable_alt_stream=False)
+
+
+def build(mods: Any, case: Case, device: torch.device) -> Built:
+    """The case's pool through its class's own constructor (generated settings: layout, page size, layers,
+    start layer, packed draft layers, host capacity)."""
+    name, _io, start, drafts = settings(case)
+    spec = case.pools[0]
+    target = case.layers - drafts
+    device_pool = _device_pool(mods, case, spec, target, device, start)
+    draft_pools = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
+    info = device_pool.get_device_pool_infos()[0].buffer_info
+    draft_infos = [p.get_device_pool_infos()[0].buffer_info for p in draft_pools]
+    size, ps = case.device_rows - case.page_size, case.page_size
+    common: dict[str, Any] = {"device_capacity_tokens": size, "start_layer": start, "end_layer": start + target}
+    cls = getattr(mods.mla if name.startswith("MLA") else mods.mha, pool_class(name).name)
+    if name == K_ONLY:
+        # the anchor host pool it is sized from in production (an MHA pool beside it): read for its page size and
+        # capacity only
+        anchor = types.SimpleNamespace(page_size=ps, size=case.host_slots, page_num=case.host_slots // ps)
+        host_pool = cls(device_pool, anchor, case.layout.value, True, "cpu", "default")
+    elif name == "HiSparseMHATokenToKVPoolHost":
+        # sized from the device pool: host slots = (int(size * ratio) // ps + 1) * ps, so this ratio gives the
+        # case's host_slots exactly (the half slot keeps float rounding below the next integer)
+        ratio = (case.host_slots - ps + 0.5) / size
+        host_pool = cls(info, ratio, ps, **common)
+    elif name == "MLATokenToKVPoolHost":
+        host_pool = cls(info, 2.0, 0, ps, case.layout.value, True, "cpu", "default", None, draft_infos,
+                        target_layer_num=target, pool_label=spec.name, host_token_capacity=case.host_slots,
+                        **common)
+    else:
+        host_pool = cls(info, 2.0, 0, ps, case.layout.value, True, "cpu", "default", draft_buffer_infos=draft_infos,
+                        pool_label=spec.name, host_token_capacity=case.host_slots, **common)
+    if host_pool.size != case.host_slots:
+        raise RuntimeError(f"harness: {name} was built with {host_pool.size} host slots, the case has "
+                           f"{case.host_slots}")
+    built = Built(device_pool, draft_pools, host_pool)
+    built.controller = controller_for(mods, case, built)
+    return built
+
+
+# ---- the case's bytes <-> sglang's tensors ---------------------------------------------------------------
+
+def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[torch.Tensor]:
+    """sglang's per-layer device tensors of one component, in the case's layer order (target, then drafts)."""
+    k_only = settings(pool.case)[0] == K_ONLY
+
+    def of(device_pool: Any) -> list[torch.Tensor]:
+        if k_only:
+            return list(device_pool.k_buffer)
+        if pool.spec.attention is Attention.MLA:
+            return list(device_pool.kv_buffer)
+        return list(device_pool.k_buffer if component == "k" else device_pool.v_buffer)
+
+    return of(built.device_pool) + [of(p)[0] for p in built.drafts]
+
+
+def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
+    """sglang's host tensors whose bytes, one after another, are the case's host storage."""
+    host = built.host_pool
+    if pool.spec.attention is Attention.MHA_ASYM:
+        return [host.k_buffer, host.v_buffer]
+    if settings(pool.case)[0] == K_ONLY:
+        return [host.k_buffer]
+    return [host.kv_buffer]
+
+
+def _pairs(pool: PoolBuffers, built: Built) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    rows = pool.case.device_rows
+    out = []
+    for component in pool.spec.components:
+        for layer, theirs in enumerate(_device_tensors(pool, built, component)):
+            out.append((pool.device_layer(component, layer), theirs.view(torch.uint8).view(rows, -1)))
+    start = 0
+    payload = pool.host.payload
+    for tensor in _host_tensors(pool, built):
+        flat = tensor.view(torch.uint8).view(-1)
+        out.append((payload[start : start + flat.numel()], flat))
+        start += flat.numel()
+    if start != payload.numel():
+        raise RuntimeError(f"harness: sglang's host pool holds {start} bytes, the case's host storage "
+                           f"{payload.numel()}")
+    return out
+
+
+def copy_in(pool: PoolBuffers, built: Built) -> None:
+    for ours, theirs in _pairs(pool, built):
+        theirs.copy_(ours)
+
+
+def copy_out(pool: PoolBuffers, built: Built) -> None:
+    for ours, theirs in _pairs(pool, built):
+        ours.copy_(theirs)
+
+
+# ---- the sequence ----------------------------------------------------------------------------------------
+
+def controller_for(mods: Any, case: Case, built: Built) -> Any:
+    """The case's controller, as the scheduler constructs it: HiCacheController over the host pool, or the
+    HybridCacheController over an anchor-only HostPoolGroup whose entry sglang's own assembler builds (stage-local
+    layer mapping, the packed draft layers' transfer ids after the target's, the draft device pools)."""
+    _name, io_backend, _start, drafts = settings(case)
+    if controller_kind(case) == BASE:
+        return mods.HiCacheController(built.allocator, built.host_pool, case.page_size, None, threading.Event(),
+                                      write_policy=WRITE_POLICY, io_backend=io_backend)
+    target = case.layers - drafts
+    mapping = mods.with_packed_draft_layer_mapping({layer: layer for layer in range(target)},
+                                                   transfer_layer_start=target, target_device_layer_num=target,
+                                                   draft_layer_num=drafts)
+    entry = mods.build_pool_entry(name=mods.PoolName.KV, host_pool=built.host_pool, device_pool=built.device_pool,
+                                  layer_mapping=mapping, transfer_layer_id_max=target + drafts, is_anchor=True,
+                                  packed_draft_device_pools=tuple(built.drafts))
+    return mods.HybridCacheController(built.allocator, mods.HostPoolGroup([entry]), case.page_size, None,
+                                      threading.Event(), write_policy=WRITE_POLICY, io_backend=io_backend,
+                                      transfer_layer_id_max=target)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _indices(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64, device=device)
+
+
+def prepare_allocator(case: Case, host_pool: Any) -> None:
+    """One grant of the whole pool, then the prologue's frees (oracles/sequence.py): the free list the oracle
+    assumes."""
+    whole = host_pool.alloc(host_pool.available_size())
+    if whole is None or len(whole) != case.host_slots:
+        raise AssertionError(f"host pool allocator did not grant its whole capacity of {case.host_slots} slots")
+    for chunk in sequence.prologue(case):
+        host_pool.free(_indices(chunk, torch.device("cpu")))
+
+
+def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
+    """Every step of the case through the controller; after each transfer of a sequence case, the storages are
+    copied back and recorded in ``buffers.step_images``."""
+    case, device = buffers.case, buffers.device
+    pool = buffers.pools[0]
+    _name, io_backend, _start, drafts = settings(case)
+    allocator, controller = built.allocator, built.controller
+    allocator.grants.clear()
+    controller.ack_write_queue.clear()
+    controller.ack_load_queue.clear()
+    built.host_pool.clear()  # the allocator's state as built: every slot free
+    prepare_allocator(case, built.host_pool)
+    record = bool(sequence.program(case)) and _images_fit(buffers)
+    buffers.step_images = []
+    for step in sequence.plan_steps(case):
+        if step.op == sequence.EVICT:
+            controller.evict_host(_indices(step.host_indices, torch.device("cpu")))
+            continue
+        if step.op == sequence.BACKUP:
+            granted = controller.write(_indices(step.device_indices, device))
+            if granted is None:
+                raise AssertionError(f"{step.label()}: the host allocator refused {len(step.device_indices)} slots "
+                                     f"it has free")
+            controller.ack_write_queue.pop().finish_event.synchronize()
+            label = f"{type(controller).__name__}.write granted host slots {_head(granted)}"
+        else:
+            host = _indices(step.host_indices, torch.device("cpu"))
+            rows = _indices(step.device_indices, device)
+            if _name in COORDINATOR_LOADED:
+                _coordinator_load(controller, built, host, rows, _start, case.layers)
+                label = "load_to_device_per_layer over the stage's layer ids (the HiSparse coordinator's loop)"
+            else:
+                allocator.grants.append(rows)
+                controller.load(host)
+                controller.start_loading()
+                controller.ack_load_queue.pop().finish_event.synchronize()
+                # the hybrid controller loads the packed draft layers itself; the base one leaves them to the
+                # draft pass
+                own_drafts = 0 if controller_kind(case) == HYBRID else drafts
+                _draft_and_foreign_loads(controller, built, host, rows, io_backend, case.layers - drafts, drafts,
+                                         own_drafts, _name not in UNGUARDED)
+                label = f"{type(controller).__name__}.load + start_loading"
+            _sync(device)
+        if record:
+            _sync(device)
+            copy_out(pool, built)
+            buffers.step_images.append((label, {s.key: s.raw.to(device, copy=True) for s in buffers.storages()}))
+
+
+# Step images are whole-storage copies, one per transfer, and the runner makes as many for the oracle: a sequence
+# of large storages (the scale tier reaches gigabytes) is compared at its end only, as every other case.
+STEP_IMAGE_BUDGET = 1 << 30
+
+
+def _images_fit(buffers: Materialized) -> bool:
+    transfers = sum(1 for _ in sequence.transfer_steps(buffers.case))
+    return sum(s.raw.numel() for s in buffers.storages()) * transfers <= STEP_IMAGE_BUDGET
+
+
+def _head(granted: torch.Tensor) -> str:
+    values = granted.tolist()
+    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...] ({len(values)})"
+
+
+def _coordinator_load(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor, start: int,
+                      layers: int) -> None:
+    """A HiSparse load as its coordinator makes it: the kernel io backend, global layer ids of the stage."""
+    host_idx, dev_idx = controller.move_indices(host, rows)
+    for layer in range(start, start + layers):
+        built.host_pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend="kernel")
+
+
+def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor,
+                             io_backend: str, target: int, drafts: int, draft_pass: int, foreign: bool) -> None:
+    """The first `draft_pass` packed draft layers (is_draft=True, as the hybrid controller's draft transfers),
+    then loads of layer ids the pool must ignore: -1 and the first id past the target layers (a draft id without
+    is_draft), unless the pool has no guard for them (`foreign` False). The oracle expects the draft layers moved
+    and nothing else touched."""
+    host_idx, dev_idx = controller.move_indices(host, rows)
+    pool = built.host_pool
+    for depth, draft_pool in enumerate(built.drafts[:draft_pass]):
+        pool.load_to_device_per_layer(draft_pool, host_idx, dev_idx, target + depth, io_backend, is_draft=True)
+    if not foreign:
+        return
+    for layer in (-1, target):
+        pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend)
+
+
+def drive(mods: Any, buffers: Materialized, built: Built) -> None:
+    """The case's sequence on `built` (objects_key(case) equal to theirs): the case's bytes in, the steps, the
+    bytes back out (also when a step raises)."""
+    pool = buffers.pools[0]
+    copy_in(pool, built)
+    try:
+        run_sequence(mods, buffers, built)
+    finally:
+        _sync(buffers.device)
+        copy_out(pool, built)

@@ -1,0 +1,83 @@
+"""The case knobs of ``sglang-hicache`` and what they mean (pure: no sglang, no GPU; used by generation, labels and
+the drive)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
+from hicache_fuzz.oracles import pool_layouts, sequence
+
+STANDARD, HISPARSE, K_ONLY = "standard", "hisparse", "k_only"
+HYBRID, BASE = "hybrid", "base"
+# The scheduler drives a flat MHA/MLA pool through the HybridCacheController over an anchor-only HostPoolGroup;
+# HiCacheController itself is what the decode offload manager builds.
+CONTROLLERS: tuple[str, ...] = (HYBRID, BASE)
+_BY_ATTENTION = {
+    Attention.MHA: "MHATokenToKVPoolHost",
+    Attention.MLA: "MLATokenToKVPoolHost",
+    Attention.MHA_ASYM: "AsymmetricMHATokenToKVPoolHost",
+}
+# Modelled classes are drawn far more often than the unmodelled ones, which come back unsupported with their
+# reason (so campaign reports name what is out of reach) but cost a draw each.
+POOL_KINDS: tuple[str, ...] = (STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + pool_layouts.UNMODELLED
+IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
+# start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
+# first stage, and every model without pipeline parallelism) as often as all the others together.
+START_LAYERS: tuple[int, ...] = (0,) * 127 + tuple(range(1, 128))
+DRAFT_LAYERS: tuple[int, ...] = (0, 0, 0, 0, 1, 1, 2, 3)
+# "" is the case's own transfer alone; the others are every program of 1..5 operations valid on any geometry.
+PROGRAMS: tuple[str, ...] = ("",) * 40 + sequence.valid_programs(5)
+LAYOUTS = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD)
+
+
+def case_settings(case: Case) -> tuple[str, str, int, int]:
+    """(pool class name, io backend, start layer, draft layers) of a case.
+
+    The knobs say what to prefer; the case's attention kind and layout (drawn by the generator) decide what
+    exists: ``hisparse`` is the HiSparse MHA pool on an MHA layer_first case and the standard class otherwise,
+    ``k_only`` the K-only pool on a one-component case and the standard class otherwise, and ``io_backend`` is
+    replaced by the other io backend where only that one moves the layout for the class. Coverage labels and the
+    plan's path name what was resolved."""
+    kind = case.tuning_value("pool_kind", STANDARD)
+    attention, layout = case.pools[0].attention, case.layout
+    name = _BY_ATTENTION[attention]
+    if kind == HISPARSE and attention is Attention.MHA and layout is HostLayout.LAYER_FIRST:
+        name = "HiSparseMHATokenToKVPoolHost"
+    elif kind == K_ONLY and attention is Attention.MLA:
+        name = "MHATokenToKOnlyPoolHost"
+    elif kind not in (STANDARD, HISPARSE, K_ONLY):
+        name = str(kind)
+    io_backend = str(case.tuning_value("io_backend", pool_layouts.KERNEL))
+    cls = pool_layouts.POOL_CLASSES.get(name)
+    if cls is not None and cls.modelled and layout not in cls.layouts_for(io_backend):
+        other = pool_layouts.DIRECT if io_backend == pool_layouts.KERNEL else pool_layouts.KERNEL
+        if io_backend in pool_layouts.IO_BACKENDS and layout in cls.layouts_for(other):
+            io_backend = other
+    drafts = _int(case.tuning_value("draft_layers", 0))
+    return name, io_backend, _int(case.tuning_value("start_layer", 0)), min(drafts, case.layers - 1)
+
+
+def controller_kind(case: Case) -> str:
+    return str(case.tuning_value("controller", HYBRID))
+
+
+def _int(value: Any) -> int:
+    return value if type(value) is int else -1
+
+
+def operation_kinds(case: Case) -> tuple[str, ...]:
+    """The operation kinds a case's sequence performs (step 0's transfer included), sorted."""
+    first = sequence.BACKUP if case.direction is Direction.WRITE_BACK else sequence.LOAD
+    try:
+        ops = sequence.program(case)
+    except sequence.SequenceError:
+        ops = ()
+    return tuple(sorted({first, *ops}))
+
+
+def k_only_heads(spec: PoolSpec) -> tuple[int, int]:
+    """(heads, head_dim) of a K-only pool for the case's one-component row of spec.head_dim elements: as many heads
+    (8, 4, 2 or 1) as divide it; any split gives the same bytes."""
+    heads = next(h for h in (8, 4, 2, 1) if spec.head_dim % h == 0)
+    return heads, spec.head_dim // heads

@@ -1,0 +1,110 @@
+"""sglang 0.5.23's host pool classes, in the oracle's terms: which host byte layout each one stores, for which
+attention kinds, layouts and io backends, or why the oracle does not model it (docs/semantics.md, section 9).
+
+A modelled class stores, for a case of its attention kind and layout, exactly the host storage that
+``oracles/layouts.py`` describes (K half then V half for MHA, one latent half for MLA, layers counted with the
+packed draft layers after the target's), and moves per token: backup writes host row ``h[i]`` of every layer from
+device row ``d[i]``, load writes device row ``d[i]`` of every layer from host row ``h[i]``. So the single-transfer
+oracle (``oracles/transfer.py``) judges every transfer of every modelled class.
+
+An unmodelled class is listed with the reason: a case drawn for it is reported ``unsupported`` with that reason,
+never guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from hicache_fuzz.harness.model.case import Attention, HostLayout
+
+KERNEL, DIRECT = "kernel", "direct"
+IO_BACKENDS = (KERNEL, DIRECT)
+
+@dataclass(frozen=True)
+class PoolClass:
+    name: str  # sglang's class name
+    module: str  # its module under sglang.srt.mem_cache.pool_host
+    attention: Attention | None  # the pool spec's attention kind (None: not modelled)
+    kernel_layouts: frozenset[HostLayout] = frozenset()  # layouts it moves with io backend `kernel`
+    direct_layouts: frozenset[HostLayout] = frozenset()  # and with `direct`
+    drafts: bool = True  # packs MTP draft layers after the target's
+    unmodelled: str = ""  # why the oracle does not judge it ("" if it does)
+
+    @property
+    def modelled(self) -> bool:
+        return not self.unmodelled
+
+    def layouts_for(self, io_backend: str) -> frozenset[HostLayout]:
+        return self.direct_layouts if io_backend == DIRECT else self.kernel_layouts if io_backend == KERNEL else (
+            frozenset())
+
+
+_LF, _PF, _PFD, _PH = HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD
+
+_CLASSES = (
+    PoolClass("MHATokenToKVPoolHost", "mha", Attention.MHA, frozenset({_LF, _PF, _PH}), frozenset({_LF, _PFD})),
+    PoolClass("MLATokenToKVPoolHost", "mla", Attention.MLA, frozenset({_LF, _PF}), frozenset({_LF, _PFD})),
+    # K and V in two tensors of their own widths: page_first with the kernels, page_first_direct with direct
+    PoolClass("AsymmetricMHATokenToKVPoolHost", "mha", Attention.MHA_ASYM, frozenset({_PF}), frozenset({_PFD})),
+    # layer_first and the kernels only, sized from the device pool (no host capacity argument, no draft layers)
+    PoolClass("HiSparseMHATokenToKVPoolHost", "mha", Attention.MHA, frozenset({_LF}), drafts=False),
+    # K rows only, one tensor (L, S, H, D) in the layout's axis order: byte for byte a one-component pool, which
+    # the oracle calls MLA (a row of H heads of D is a latent row of H*D); sized from its anchor pool, no guard
+    # for layer ids outside the pool and no draft layers
+    PoolClass("MHATokenToKOnlyPoolHost", "mha", Attention.MLA, frozenset({_LF, _PF}), frozenset({_LF, _PFD}),
+              drafts=False),
+    PoolClass("MHATokenToKVPoolMXFP8Host", "mha_mxfp8", None, unmodelled=(
+        "besides its page_first K/V payload it moves per-page MXFP8 scale blocks (host tensors page x layer x "
+        "bytes, from a device pool with interleaved scales at page size 128); the oracle models neither scale "
+        "storage")),
+    PoolClass("DSAIndexerPoolHost", "dsa", None, unmodelled=(
+        "the DeepSeek sparse-attention indexer pool keeps the indexer's K-with-scale buffer as one block per page "
+        "and layer, built from a HostPoolDecl of a DSA device pool beside an MLA anchor; the oracle models no "
+        "page-block storage")),
+    PoolClass("QSAIndexerPoolHost", "qsa", None, unmodelled=(
+        "a DeepSeek-V4 paged indexer pool; the oracle does not model its paged host layout")),
+    PoolClass("MambaPoolHost", "mamba", None, unmodelled=(
+        "holds per-request recurrent state (conv and temporal tensors), not per-token KV rows; the oracle's "
+        "token rows do not describe it")),
+    PoolClass("UnifiedPageEnvelopeHostPool", "unified", None, unmodelled=(
+        "pages of several pools share one envelope and are resolved through prepare_transfer_indices under a "
+        "layout lease; the oracle does not model the envelope")),
+    PoolClass("PageInterleaveHostPool", "page_interleave", None, unmodelled=(
+        "a KV-sharded wrapper placing pages across owners; it needs a sharded placement and the hybrid "
+        "controller's shard routing, which this backend does not build")),
+    PoolClass("MiniMaxM3Nvfp4IndexKPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
+        "a page-row sidecar of MiniMax M3's NVFP4 KV cache (packed page rows per layer, from the NVFP4 device "
+        "pool's page-row buffers); the oracle models no page-row storage, and NVFP4 device pools are for "
+        "Blackwell-class GPUs")),
+    PoolClass("MiniMaxM3Nvfp4MainKVPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
+        "a page-row pool of MiniMax M3's NVFP4 KV cache (packed page rows per layer, from the NVFP4 device "
+        "pool's page-row buffers); the oracle models no page-row storage, and NVFP4 device pools are for "
+        "Blackwell-class GPUs")),
+)
+
+POOL_CLASSES: Mapping[str, PoolClass] = MappingProxyType({c.name: c for c in _CLASSES})
+MODELLED = tuple(c.name for c in _CLASSES if c.modelled)
+UNMODELLED = tuple(c.name for c in _CLASSES if not c.modelled)
+
+
+def pool_class(name: str) -> PoolClass:
+    try:
+        return POOL_CLASSES[name]
+    except KeyError:
+        raise KeyError(f"unknown host pool class {name!r}; known: {', '.join(POOL_CLASSES)}") from None
+
+
+def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backend: str, draft_layers: int) -> str:
+    """Why a case of this attention kind, layout, io backend and draft count is not one the class stores
+    ("" if it is)."""
+    if not cls.modelled:
+        return f"{cls.name}: {cls.unmodelled}"
+    if attention is not cls.attention:
+        return f"{cls.name} holds {cls.attention.value if cls.attention else '?'} pools, not {attention.value}"
+    if layout not in cls.layouts_for(io_backend):
+        return f"{cls.name} with io backend {io_backend} does not store the {layout.value} layout"
+    if draft_layers and not cls.drafts:
+        return f"{cls.name} packs no draft layers"
+    return ""

@@ -1,0 +1,7 @@
+"""Fake pool names."""
+
+from enum import Enum
+
+
+class PoolName(str, Enum):
+    KV = "kv"

@@ -1,0 +1,1 @@
+"""Fake hybrid cache package."""

@@ -1,0 +1,75 @@
+"""The standalone script of an sglang-hicache reproducer: with only torch and the fake sglang importable it passes
+on the correct fake and names the failing step on a fake with a planted bug."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hicache_fuzz.harness.campaign.standalone import standalone_script, supports
+from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout
+from tests.kernels._hicache_helpers import FAKE, hicache_case
+
+CASES = {
+    "mha-pf-hybrid": hicache_case(Attention.MHA, HostLayout.PAGE_FIRST, page_size=33, pages=2, host_pages=5,
+                                  device_pages=3, layers=3, ops="load,backup,evict,load", draft_layers=1,
+                                  start_layer=4),
+    "mla-pfd-direct-base": hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT, page_size=32, pages=2,
+                                        host_pages=4, device_pages=3, layers=2, ops="backup,load",
+                                        io_backend="direct", controller="base", draft_layers=1),
+    "asym-load-back": hicache_case(Attention.MHA_ASYM, HostLayout.PAGE_FIRST, page_size=32, pages=1, host_pages=3,
+                                   device_pages=2, layers=2, direction=Direction.LOAD_BACK, ops="evict,backup,load"),
+    "k-only-lf-direct": hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, page_size=40, pages=2, host_pages=4,
+                                     device_pages=3, layers=3, ops="backup,load,evict", pool_kind="k_only",
+                                     io_backend="direct", start_layer=2),
+    "hisparse-start": hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, page_size=32, pages=2, host_pages=4,
+                                   device_pages=3, layers=2, ops="load,backup,load", pool_kind="hisparse",
+                                   start_layer=3),
+}
+
+
+def _run(tmp_path: Path, bug: str) -> dict[str, tuple[int, str]]:
+    scripts = []
+    for name, case in CASES.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(standalone_script({"case": case.to_dict(), "signature": "s"}))
+        scripts.append(path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FAKE_SGLANG_BUG", "FAKE_SGLANG_POOL_BUG")}
+    if bug:
+        env["FAKE_SGLANG_POOL_BUG"] = bug
+    done = subprocess.run([sys.executable, str(FAKE / "run_isolated.py"), *map(str, scripts)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert "loaded: none" in done.stdout, done.stdout + done.stderr  # nothing of this repository was imported
+    out: dict[str, tuple[int, str]] = {}
+    lines: list[str] = []
+    for line in done.stdout.splitlines():
+        if line.startswith("EXIT "):
+            _, code, script = line.split(" ", 2)
+            out[Path(script).stem] = (int(code), "\n".join(lines))
+            lines = []
+        else:
+            lines.append(line)
+    assert set(out) == set(CASES), done.stdout + done.stderr
+    return out
+
+
+def test_scripts_pass_on_the_correct_fake(tmp_path: Path) -> None:
+    assert supports("sglang-hicache")
+    for name, (code, output) in _run(tmp_path, "").items():
+        assert code == 0 and "PASS: every byte right after every step" in output, (name, output)
+        assert "hicache_fuzz" not in (tmp_path / f"{name}.py").read_text().replace("hicache-fuzz", "")
+
+
+@pytest.mark.parametrize("bug", ["page32", "alloc_twice"])
+def test_scripts_name_the_failing_step_on_a_planted_bug(tmp_path: Path, bug: str) -> None:
+    results = _run(tmp_path, bug)
+    failed = {name: output for name, (code, output) in results.items() if code == 1}
+    assert failed, results
+    for output in failed.values():
+        assert "FAIL at step" in output
+    if bug == "page32":  # every case backs up pages of 32 or more tokens
+        assert set(failed) == set(CASES)

@@ -1,0 +1,185 @@
+"""sglang-hicache: every modelled host pool class built by its own constructor and driven by the controller (fake
+sglang on the CPU), the unmodelled ones refused with their reason, the generated variety, planted bugs caught."""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import pytest
+import torch
+
+from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout, make_tuning
+from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.model.platform import Platform
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.runner import run_case
+from hicache_fuzz.kernels import sglang_hicache_drive
+from hicache_fuzz.kernels.registry import load_registry
+from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend
+from hicache_fuzz.kernels.sglang_hicache_settings import case_settings
+from hicache_fuzz.oracles import pool_layouts, sequence
+from tests.kernels._hicache_helpers import CPU, CpuHicacheBackend, fake_sglang, hicache_case, run_on_cpu
+
+__all__ = ["fake_sglang"]  # the fixture, used by name
+
+H200 = Platform("cuda", (9, 0))
+KIND = {"MHATokenToKVPoolHost": "standard", "MLATokenToKVPoolHost": "standard",
+        "AsymmetricMHATokenToKVPoolHost": "standard", "HiSparseMHATokenToKVPoolHost": "hisparse",
+        "MHATokenToKOnlyPoolHost": "k_only"}
+
+
+def _combinations() -> list[tuple[str, HostLayout, str]]:
+    out = []
+    for name in pool_layouts.MODELLED:
+        cls = pool_layouts.pool_class(name)
+        for io in pool_layouts.IO_BACKENDS:
+            out += [(name, layout, io) for layout in sorted(cls.layouts_for(io), key=lambda x: x.value)]
+    return out
+
+
+@pytest.mark.parametrize("controller", ["hybrid", "base"])
+@pytest.mark.parametrize(("name", "layout", "io"), _combinations())
+def test_every_modelled_class_layout_and_io_backend_moves_bytes_exactly(fake_sglang, name: str,
+                                                                        layout: HostLayout, io: str,
+                                                                        controller: str) -> None:
+    cls = pool_layouts.pool_class(name)
+    assert cls.attention is not None
+    drafts = 2 if cls.drafts else 0
+    case = hicache_case(cls.attention, layout, page_size=3, layers=4, ops="backup,load,evict,backup,load",
+                        pool_kind=KIND[name], io_backend=io, start_layer=5, draft_layers=drafts,
+                        controller=controller)
+    assert case_settings(case) == (name, io, 5, drafts)
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.PASS, result.summary
+    built = sglang_hicache_drive.build(sglang_hicache_drive.load_modules(), case, torch.device("cpu"))
+    assert type(built.host_pool).__name__ == name  # the class itself, through its own constructor
+    assert built.host_pool.start_layer == 5 and built.host_pool.layer_num == case.layers
+    assert len(built.drafts) == drafts
+    assert type(built.controller).__name__ == {"hybrid": "HybridCacheController", "base": "HiCacheController"}[
+        controller]
+
+
+@pytest.mark.parametrize("name", pool_layouts.UNMODELLED)
+def test_unmodelled_classes_are_unsupported_with_their_reason(name: str) -> None:
+    case = hicache_case(pool_kind=name)
+    reason = SglangHicacheBackend().case_unsupported(case)
+    assert reason is not None and reason.startswith(name) and pool_layouts.pool_class(name).unmodelled in reason
+
+
+def test_knobs_resolve_to_what_the_case_can_have_and_the_rest_is_unsupported() -> None:
+    backend = SglangHicacheBackend()
+    asym_layer_first = hicache_case(Attention.MHA_ASYM, HostLayout.LAYER_FIRST)
+    assert "does not store the layer_first layout" in (backend.case_unsupported(asym_layer_first) or "")
+    # io backends: the preferred one where the class moves the layout with it, else the other one
+    assert case_settings(hicache_case(io_backend="direct"))[1] == "kernel"  # MHA page_first: kernel only
+    assert case_settings(hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT))[1] == "direct"
+    assert case_settings(hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, io_backend="direct"))[1] == "direct"
+    # pool kinds: their class where the case can have it, the standard one otherwise
+    assert case_settings(hicache_case(Attention.MHA_ASYM, pool_kind="hisparse"))[0] == (
+        "AsymmetricMHATokenToKVPoolHost")
+    assert case_settings(hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, pool_kind="hisparse"))[0] == (
+        "HiSparseMHATokenToKVPoolHost")
+    assert case_settings(hicache_case(Attention.MHA, pool_kind="k_only"))[0] == "MHATokenToKVPoolHost"
+    assert case_settings(hicache_case(Attention.MLA, pool_kind="k_only"))[0] == "MHATokenToKOnlyPoolHost"
+    assert "unknown io_backend" in (backend.case_unsupported(hicache_case(io_backend="gds")) or "")
+    assert backend.unsupported_reason(hicache_case(), Platform("cpu")) == "sglang's kernels need a CUDA or ROCm device"
+
+
+@pytest.mark.parametrize(("host_slots", "device_pages", "page_size"), [(4, 6, 1), (12, 2, 3), (48, 9, 48),
+                                                                        (256, 3, 128), (255, 7, 5)])
+def test_hisparse_pool_gets_the_case_host_capacity_from_its_ratio(fake_sglang, host_slots: int, device_pages: int,
+                                                                   page_size: int) -> None:
+    case = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, page_size=page_size, pages=1,
+                        host_pages=host_slots // page_size, device_pages=device_pages, layers=1, pool_kind="hisparse")
+    built = sglang_hicache_drive.build(sglang_hicache_drive.load_modules(), case, torch.device("cpu"))
+    assert built.host_pool.size == case.host_slots
+
+
+def test_generated_cases_cover_the_pool_dimensions_without_sglang() -> None:
+    backend = load_registry().get("sglang-hicache")
+    space = backend.case_space(CaseSpace(), H200)
+    values: dict[str, collections.Counter[object]] = collections.defaultdict(collections.Counter)
+    multi_step_ops: set[str] = set()
+    page_sizes = set()
+    for index in range(300):
+        case = case_for_index(11, index, space)
+        labels = backend.coverage_labels(case)
+        for dimension, value in labels.items():
+            values[dimension][value] += 1
+        if labels["sequence_length"] > 1:
+            multi_step_ops.update(str(labels["operation"]).split("+"))
+        if backend.case_unsupported(case) is None:
+            page_sizes.add(case.page_size)
+    assert len(values["pool_class"]) >= 8
+    assert set(values["io_backend"]) == {"kernel", "direct"}
+    assert set(values["start_layer_nonzero"]) == {True, False}
+    assert set(values["draft_layer"]) == {True, False}
+    assert set(values["controller"]) == {"hybrid", "base"}
+    assert multi_step_ops == {"backup", "load", "evict"}
+    assert any(ps >= 32 and ps & (ps - 1) for ps in page_sizes)  # non-powers of two past 32 run
+    assert not [m for m in sys.modules if m.split(".")[0] == "sglang"]  # generation never imports sglang
+
+
+def test_a_planted_off_by_one_for_page_sizes_from_32_is_caught(fake_sglang, monkeypatch) -> None:
+    case = hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT, page_size=33, pages=2, host_pages=4,
+                        device_pages=3, layers=2, io_backend="direct")
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "page32")
+    assert run_on_cpu(case).outcome is Outcome.MISMATCH
+    small = hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT, page_size=31, pages=2, host_pages=4,
+                         device_pages=3, layers=2, io_backend="direct")
+    assert run_on_cpu(small).outcome is Outcome.PASS  # the planted bug needs page size >= 32
+
+
+def test_load_back_cases_and_foreign_layer_loads_move_nothing_else(fake_sglang) -> None:
+    case = hicache_case(Attention.MHA, HostLayout.PAGE_HEAD, direction=Direction.LOAD_BACK, ops="load,backup,load",
+                        draft_layers=1)
+    assert run_on_cpu(case).outcome is Outcome.PASS
+
+
+def test_backend_is_registered_and_plans_the_reference_contract() -> None:
+    backend = load_registry().get("sglang-hicache")
+    assert isinstance(backend, SglangHicacheBackend) and not isinstance(backend, CpuHicacheBackend)
+    direct = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, io_backend="direct")
+    assert backend.plan(direct, H200).path == "hicache-controller:direct"
+
+
+def test_objects_of_one_geometry_are_reused_with_a_fresh_allocator(fake_sglang) -> None:
+    backend = CpuHicacheBackend()
+    first = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, ops="backup,backup,evict", start_layer=2)
+    assert run_case(first, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert backend._kept is not None
+    built = backend._kept[1]
+    knobs = make_tuning({**dict(first.tuning), "ops": "load,backup"})  # same geometry and knobs, other steps
+    second = first.replace(host_indices=sequence.reversed_pages(first.host_indices, first.page_size), tuning=knobs,
+                           seed=9)
+    assert run_case(second, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert backend._kept[1] is built
+    other = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, ops="backup", start_layer=3)
+    assert run_case(other, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert backend._kept[1] is not built
+
+
+@pytest.mark.parametrize("controller", ["hybrid", "base"])
+def test_draft_layers_not_loaded_fail_the_case(fake_sglang, monkeypatch, controller: str) -> None:
+    """A load that leaves the packed draft layers out (the hybrid controller's draft transfers, or the base
+    controller's draft pass) is a mismatch: the oracle expects every layer loaded."""
+    from hicache_fuzz.kernels import sglang_hicache_drive as drive
+
+    case = hicache_case(Attention.MLA, HostLayout.PAGE_FIRST, layers=3, draft_layers=2, ops="load",
+                        controller=controller)
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    build = drive.build
+
+    def without_drafts(mods, case, device):  # type: ignore[no-untyped-def]
+        built = build(mods, case, device)
+        for entry in getattr(built.controller.mem_pool_host, "entries", ()):
+            entry.packed_draft_device_pools = ()
+        return built
+
+    monkeypatch.setattr(drive, "build", without_drafts)
+    monkeypatch.setattr(drive, "_draft_and_foreign_loads", lambda *args: None)
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 1 (load)")
