@@ -5,6 +5,10 @@ stage ahead (campaign/loop.py, MenuGrowth); a campaign that runs faster than the
 a fresh cache, compiles inside cases (seen on the H200: three 9-10 s builds in the workers of a 60-s campaign).
 This command builds the menus and every growth stage up front, in parallel, so a CI job that keeps the cache
 directory (SGLANG_JIT_CACHE_DIR, keyed on sglang, torch and the GPU architecture) starts every campaign warm.
+
+Each campaign seed draws its own sample of a backend's rotating rows (kernels/sglang_jit.py, gpu_space):
+``--seed N`` builds exactly the modules a campaign with seed N can draw (CI warms the seed it will run);
+without ``--seed`` every row of every menu is built, which covers any seed.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", default=[], metavar="NAME",
                         help="the backends whose modules to build (default: those `fuzz` runs here)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N", help="parallel builds (default: up to 16)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="build what a campaign with this seed draws (default: every row of every menu)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,12 +50,14 @@ def run(args: argparse.Namespace) -> int:
                 else auto_backends(registry, machine))
     jobs = []
     for backend in backends:
-        space = backend_space(backend, CaseSpace(), machine.platform)
+        space = backend_space(backend, CaseSpace(), machine.platform, args.seed)
         jobs += backend.compile_jobs(grown_menus(space), machine.platform)
     if not jobs:
         raise Unavailable(f"nothing to build: no backend here ({', '.join(b.name for b in backends)} on "
                           f"{machine.description}) declares JIT modules")
-    print(f"jit-warm: {len(jobs)} module builds for {', '.join(b.name for b in backends)} on {machine.description}")
+    drawn = "every seed" if args.seed is None else f"seed {args.seed}"
+    print(f"jit-warm: {len(jobs)} module builds for {', '.join(b.name for b in backends)} on {machine.description}"
+          f" ({drawn})")
     seconds = compile_books.run_jobs(jobs, args.jobs)
     print(f"jit-warm: done in {seconds:.1f} s")
     return EXIT_CLEAN
