@@ -150,6 +150,7 @@ class CampaignReport:
             "case_ids": self.case_ids,
             "coverage": self.coverage.to_dict(),
             "coverage_ranges": self.coverage.ranges_dict(),
+            "coverage_values": self.coverage.values_dict(),
             "coverage_summary": self.coverage.summary_dict(),
             "coverage_gaps": {b: gaps for b in self.backends if (gaps := self.coverage.gaps(b))},
             "coverage_exemptions": {b: dict(e) for b, e in sorted(self.coverage.exemptions.items())},
@@ -372,8 +373,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 if record_case_ids:
                     report.case_ids.append(case.case_id)
                 outcome_counts[backend.name][result.outcome.value] += 1
-                report.coverage.add(case, result)
-                stats.add(case, result, slot.scale_number is not None)
+                report.coverage.add(case, result, backend.coverage_labels(case))
+                stats.add(case, result, slot.scale_number is not None, generated=slot.variant == 0)
                 if result.path:
                     path_counts[backend.name][result.path] += 1
                 if slot.scale_number is None:

@@ -61,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--minimize", action="store_true",
                         help="minimize the first case of each new failure signature before saving it")
     add_engine_arguments(parser)  # --batch, --mix, --scale, --scale-share (docs/engine.md)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="generate and predict the campaign's cases for --platform without running any (any "
+                             "machine, no sglang or GPU needed; time budgets are modelled; docs/generation.md)")
 
 
 def campaign_options(args: argparse.Namespace, seed: int, machine: Machine) -> CampaignOptions:
@@ -90,6 +93,10 @@ def _check_budget(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    if args.dry_run:
+        from hicache_fuzz.harness.commands.dry_run import run_dry
+
+        return run_dry(args, seed)
     if args.workers != "1":
         print(f"hicache-fuzz: seed {seed}", flush=True)
         return run_parallel_fuzz(args, seed)
