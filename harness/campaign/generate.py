@@ -7,7 +7,7 @@ small, plain cases), and leans toward the places bugs live: page size 1 and non-
 128/129 pages, 61/126 layers, more than 8 heads, transfers just past 65,536 tokens, pools of 2^k rows with
 indices at 2^k - 1, 2^k, 2^k + 1, the last page of a pool, index 0, reversed and duplicate source pages,
 non-contiguous or misaligned runs inside a page, valid partial last pages, row sizes around each entry point's
-rules, int32 indices, CPU vs device indices per side.
+rules, int32 indices, CPU vs device indices per side, indices exactly at a side's bound.
 
 Each numeric dimension is drawn inside a bucket (:mod:`hicache_fuzz.harness.campaign.buckets`); in campaigns
 the buckets come from the pairwise schedule (:mod:`hicache_fuzz.harness.campaign.pairwise`), so combinations
