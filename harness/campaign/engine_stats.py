@@ -170,6 +170,10 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"  variety: {report['distinct_cases']:,} distinct generated cases ran "
                      f"({report['distinct_cases_per_second']:,.1f}/s), {report['cases_per_distinct_case']:.1f} cases "
                      "each over backends and index variants")
+    dry = report.get("dry_run")
+    if dry:
+        lines.append(f"  dry run: nothing ran (outcomes are predictions, seconds modelled at "
+                     f"{dry['modelled_cases_per_second']:,.0f} cases/s); generated in {dry['wall_seconds']:.1f} s")
     stalls = timeline_stalls(report.get("timeline") or [], float(report.get("cases_per_second") or 0.0))
     if stalls:
         longest = max(stalls, key=lambda stall: stall[1] - stall[0])

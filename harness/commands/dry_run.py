@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from hicache_fuzz.harness.model.exit_codes import UsageError
 
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.campaign.loop import CampaignReport
 
-def run_dry(args: argparse.Namespace, seed: int) -> int:
+
+def dry_run_campaign(args: argparse.Namespace, seed: int) -> CampaignReport:
+    """The report of the dry run the parsed fuzz arguments ask for (fuzz prints and writes it)."""
     from hicache_fuzz.harness.campaign.dry_run import (
         MODELLED_CASES_PER_SECOND,
         MODELLED_PLATFORMS,
@@ -21,7 +26,6 @@ def run_dry(args: argparse.Namespace, seed: int) -> int:
     from hicache_fuzz.harness.campaign.loop import run_campaign
     from hicache_fuzz.harness.campaign.options import CampaignOptions, parse_shard
     from hicache_fuzz.harness.campaign.space_file import space_from_args
-    from hicache_fuzz.harness.commands.fuzz import finish_campaign, print_campaign
     from hicache_fuzz.harness.model.platform import detect
     from hicache_fuzz.harness.pipeline.setup import real_kernel_backends, registry_for
     from hicache_fuzz.kernels.registry import UnknownBackend
@@ -65,8 +69,5 @@ def run_dry(args: argparse.Namespace, seed: int) -> int:
         "wall_seconds": round(wall, 3),
         "generated_per_wall_second": round(report.cases / wall, 1) if wall > 0 else 0.0,
     }
-    print_campaign(report)
-    print(f"dry run: nothing ran (outcomes are predictions, seconds modelled at {MODELLED_CASES_PER_SECOND:,.0f} "
-          f"cases/s); generated in {wall:.1f} s")
-    return finish_campaign(report, args.json)
+    return report
 

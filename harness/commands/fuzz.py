@@ -93,10 +93,12 @@ def _check_budget(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    if args.dry_run:
-        from hicache_fuzz.harness.commands.dry_run import run_dry
+    if args.dry_run:  # generate and predict the campaign's cases, run nothing (commands/dry_run.py)
+        from hicache_fuzz.harness.commands.dry_run import dry_run_campaign
 
-        return run_dry(args, seed)
+        report = dry_run_campaign(args, seed)
+        print_campaign(report)
+        return finish_campaign(report, args.json)
     if args.workers != "1":
         print(f"hicache-fuzz: seed {seed}", flush=True)
         return run_parallel_fuzz(args, seed)
