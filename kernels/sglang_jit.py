@@ -45,7 +45,7 @@ JIT_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048, 4096, 528, 96)
 JIT_ROTATING_ROWS = (
     640, 768, 1280, 1536, 2560, 3072, 6144, 8192,  # multiples of 128: register and TMA kernels take them
     384, 896, 1664, 2304, 3584, 5120, 7168, 16384,
-    64, 32, 16, 48, 80, 160, 192, 320,  # narrow rows: TMA-only or refused by the register kernel
+    64, 32, 16, 48, 80, 160, 192, 320,  # narrow rows: the CUDA register kernel refuses them (TMA takes them)
     656, 1040, 2064, 4608, 32768, 32784,  # GLM bf16, scale-byte rows, the 32 KiB TMA stage and just past it
 )
 GROW_EVERY = 150
