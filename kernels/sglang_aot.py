@@ -24,8 +24,6 @@ from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_jit import SglangBackend, _host_layer, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
-AOT_ROW_MENU = (128, 256, 576, 1152, 24, 12, 656)
-
 
 def aot_status() -> tuple[bool, str]:
     """(callable, what is in use and where it came from / why not) for the ``sgl_kernel.kvcacheio`` ops.
@@ -67,9 +65,8 @@ class SglangAotBackend(SglangBackend):
         return Availability(ok, reason)
 
     def case_space(self, space: CaseSpace, platform: Platform) -> CaseSpace:
-        return gpu_space(
-            space, layouts=self.supported_layouts, rows=AOT_ROW_MENU, page_sizes=(1, 16, 4), backend=self.name
-        )
+        # Prebuilt ops: no row or page size is a compile, so both keep the whole range (geometry draws too).
+        return gpu_space(space, layouts=self.supported_layouts, rows=None, backend=self.name)
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         reason = self.common_unsupported(case, platform)

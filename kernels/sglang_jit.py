@@ -27,22 +27,29 @@ from hicache_fuzz.harness.model.case import (
     IndexDevice,
     Scope,
 )
-from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.model.space import CaseSpace, rotating_sample
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Backend, Plan
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
 from hicache_fuzz.kernels.compile_books import CompileBooks
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
-# Row sizes worth compiling: CUDA register-tiling ones, TMA-only ones (576 DeepSeek fp8 MLA, 528, 1040), and a
-# few that no JIT kernel takes (rejections; compiled once, the failure is memoized).
+# Row sizes: every one is a JIT compile of sglang's register kernel (``element_size`` is a template parameter
+# of ``_jit_hicache_module``; unroll and block quota are too, but the pools pass sglang's defaults, so the
+# backends do as well). A campaign compiles the start menu at worker start-up: CUDA register-tiling rows, TMA-only
+# ones (576 DeepSeek fp8 MLA, 528), and a few no JIT kernel takes (rejections; compiled once, the failure is
+# memoized). The rotating rows are the rest of the menu: each campaign seed draws GROWTH_ROWS of them
+# (space.rotating_sample), which join its menu one every GROW_EVERY campaign indices, compiled in the
+# background one stage ahead (CaseSpace.row_bytes_growth); a handful of seeds draws every one.
 JIT_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048, 4096, 528, 96)
-JIT_PAGE_SIZES = (1, 16, 32, 4, 64)
-# Menu growth (CaseSpace.row_bytes_growth): one more row size every GROW_EVERY campaign indices, compiled in the
-# background one stage ahead. Multiples of 128 (the register kernel takes them on CUDA and HIP, TMA too), up
-# to 8 KiB rows, so the growth adds compiles that succeed.
+JIT_ROTATING_ROWS = (
+    640, 768, 1280, 1536, 2560, 3072, 6144, 8192,  # multiples of 128: register and TMA kernels take them
+    384, 896, 1664, 2304, 3584, 5120, 7168, 16384,
+    64, 32, 16, 48, 80, 160, 192, 320,  # narrow rows: the CUDA register kernel refuses them (TMA takes them)
+    656, 1040, 2064, 4608, 32768, 32784,  # GLM bf16, scale-byte rows, the 32 KiB TMA stage and just past it
+)
 GROW_EVERY = 150
-JIT_ROW_GROWTH = (640, 768, 1280, 1536, 2560, 3072, 6144, 8192)
+GROWTH_ROWS = 8  # rotating rows one campaign compiles (in the background, as its menu grows)
 # Drawn uniformly per side: weighted toward GPU indices so most cases get past the index checks.
 JIT_INDEX_DEVICES = (IndexDevice.DEVICE,) * 6 + (IndexDevice.CPU, IndexDevice.PINNED)
 
@@ -51,22 +58,33 @@ def gpu_space(
     space: CaseSpace,
     *,
     layouts: tuple[HostLayout, ...],
-    rows: tuple[int, ...],
-    page_sizes: tuple[int, ...] = JIT_PAGE_SIZES,
+    rows: tuple[int, ...] | None,
+    rotating: tuple[int, ...] = (),
+    growth_rows: int = GROWTH_ROWS,
+    page_sizes: tuple[int, ...] | None = None,
     max_pools: int = 1,
     allocators: tuple[HostAllocator, ...] = (HostAllocator.PIN_MEMORY, HostAllocator.HOST_REGISTER),
     **changes: Any,
 ) -> CaseSpace:
-    """The common narrowing of the sglang backends: MHA and MLA, small menus (each row size is a compile)."""
-    return space.narrowed(
-        layouts=layouts,
-        attentions=(Attention.MHA, Attention.MLA),
-        row_bytes=rows,
-        page_sizes=page_sizes,
-        max_pools=max_pools,
-        allocators=allocators,
-        **changes,
-    )
+    """The common narrowing of the sglang backends: MHA and MLA, what the entry points take, and row menus only
+    where a row is a compile (`rows` None: every row, geometry draws included). Page sizes, layers, heads,
+    tokens and pool sizes keep the space's whole range: none of them is a template parameter of these kernels
+    (`page_sizes` narrows only for a backend that names a reason). `rotating`: the menu's rows beyond `rows`,
+    of which the space's menu seed draws `growth_rows` as the menu grows (all of them without a seed)."""
+    narrowing: dict[str, Any] = {
+        "layouts": layouts,
+        "attentions": (Attention.MHA, Attention.MLA),
+        "max_pools": max_pools,
+        "allocators": allocators,
+    }
+    if rows is not None:
+        narrowing["row_bytes"] = rows
+    if rotating:
+        narrowing["row_bytes_growth"] = rotating_sample(rotating, space.menu_seed, growth_rows)
+        narrowing["grow_every"] = GROW_EVERY
+    if page_sizes is not None:
+        narrowing["page_sizes"] = page_sizes
+    return space.narrowed(**{**narrowing, **changes})
 
 
 class SglangBackend(Backend):
@@ -119,10 +137,9 @@ class _JitBackend(SglangBackend):
             space,
             layouts=self.supported_layouts,
             rows=JIT_ROW_MENU,
+            rotating=JIT_ROTATING_ROWS,
             backend=self.name,
             index_devices=JIT_INDEX_DEVICES,
-            row_bytes_growth=JIT_ROW_GROWTH,
-            grow_every=GROW_EVERY,
             tuning_menus=menus,
         )
 

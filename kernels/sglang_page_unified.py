@@ -20,7 +20,7 @@ from hicache_fuzz.harness.model.space import HEAD_GROUPS_MENU, CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
 from hicache_fuzz.kernels.buffers import Materialized
-from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, JIT_INDEX_DEVICES, SglangBackend, gpu_space
+from hicache_fuzz.kernels.sglang_jit import JIT_INDEX_DEVICES, SglangBackend, gpu_space
 from hicache_fuzz.kernels.sglang_staged import (
     INDEX_DTYPES,
     STAGING_PAGES_MENU,
@@ -29,7 +29,12 @@ from hicache_fuzz.kernels.sglang_staged import (
 )
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
+# Rows: each one, and each head-group width of it, is a compile (``element_size`` / ``group_bytes`` are template
+# parameters). Start menu at worker start-up, rotating rows per campaign seed (sglang_jit.gpu_space); a row costs
+# up to nine modules here, so a campaign grows by half as many rows as the other JIT backends.
 PAGE_UNIFIED_ROW_MENU = (128, 256, 576, 512, 1152, 96, 48)
+PAGE_UNIFIED_ROTATING_ROWS = (640, 768, 1280, 1536, 1024, 2048, 2064, 1040, 16, 32, 64, 160, 192, 320, 384, 4096)
+PAGE_UNIFIED_GROWTH_ROWS = 4
 
 
 class SglangPageUnifiedBackend(SglangBackend):
@@ -42,9 +47,9 @@ class SglangPageUnifiedBackend(SglangBackend):
             space,
             layouts=self.supported_layouts,
             rows=PAGE_UNIFIED_ROW_MENU,
-            row_bytes_growth=(640, 768, 1280, 1536),
-            grow_every=GROW_EVERY,
-            page_sizes=(1, 16, 4),
+            rotating=PAGE_UNIFIED_ROTATING_ROWS,
+            growth_rows=PAGE_UNIFIED_GROWTH_ROWS,
+            max_pools=3,  # run() makes one call per pool
             index_devices=JIT_INDEX_DEVICES,
             index_dtypes=INDEX_DTYPES,
             tuning_menus=(("staging_pages", STAGING_PAGES_MENU),),

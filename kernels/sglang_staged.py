@@ -18,10 +18,17 @@ from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
 from hicache_fuzz.kernels.buffers import Materialized
-from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend, gpu_space
+from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
+# Rows: each one is a compile (``element_size`` is a template parameter of ``_jit_hicache_staged_module``). The
+# start menu is compiled at worker start-up, the rotating rows drawn per campaign seed (sglang_jit.gpu_space).
 STAGED_ROW_MENU = (128, 256, 576, 1152, 512, 1024, 48, 96, 528, 2064)
+STAGED_ROTATING_ROWS = (
+    640, 768, 1280, 1536, 2560, 3072, 144, 1040,  # E % 16 == 0: the staged path takes them
+    16, 32, 64, 80, 160, 192, 320, 384,
+    656, 896, 2048, 4096, 4608, 8192, 24, 40,  # 24 and 40: not a multiple of 16, refused
+)
 STAGING_PAGES_MENU = (0, 1, 3, 64)
 # Menus are drawn uniformly per side; repeats weight them (host CPU int64 + device GPU is what the staged
 # entry accepts).
@@ -47,9 +54,7 @@ class SglangStagedBackend(SglangBackend):
             space,
             layouts=self.supported_layouts,
             rows=STAGED_ROW_MENU,
-            row_bytes_growth=(640, 768, 1280, 1536, 2560, 3072, 144, 1040),  # E % 16: staged takes them
-            grow_every=GROW_EVERY,
-            page_sizes=(1, 16, 4, 2),
+            rotating=STAGED_ROTATING_ROWS,
             max_pools=3,
             directions=(Direction.WRITE_BACK,),
             scopes=(Scope.ALL_LAYERS,),

@@ -9,6 +9,11 @@ return from an input predicted invalid is "wrongly accepted".
 that never bounds-check, duplicate destinations racing). Running them proves nothing and may corrupt the
 process, so the runner does not execute them.
 
+Bounds checks (:data:`BOUNDS_CHECKS`): the one table of which entry points check which index list against its
+pool before touching memory. An out-of-range index on a checked side must be rejected (so the generator's
+indices exactly at the bound, harness/campaign/generate.py, test the check's off-by-ones); on an unchecked side
+it stays undefined.
+
 Rules and their sources: docs/semantics.md section 3 (table 3.6 is the summary).
 
 Geometry is not an entry-point rule: every positive page size (powers of two or not: a server's --page-size
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from hicache_fuzz.harness.model.case import (
+    INDEX_LIMIT,
     Case,
     Direction,
     HostLayout,
@@ -105,8 +111,61 @@ def _destinations(case: Case, semantics: Semantics) -> list[int]:
     return (host_tokens if case.direction is Direction.WRITE_BACK else device_rows).tolist()
 
 
-def _out_of_range(case: Case, semantics: Semantics) -> list[str]:
-    reasons = []
+class Side(str, Enum):
+    HOST = "host"
+    DEVICE = "device"
+
+
+@dataclass(frozen=True)
+class BoundsCheck:
+    """The index lists an entry point checks against their pool before it touches memory, per direction."""
+
+    write_back: frozenset[Side] = frozenset()
+    load_back: frozenset[Side] = frozenset()
+
+    def sides(self, direction: Direction) -> frozenset[Side]:
+        return self.write_back if direction is Direction.WRITE_BACK else self.load_back
+
+
+_BOTH_SIDES = frozenset(Side)
+# Every entry point, checked or not (a new entry point must say). Sources: sglang 0.5.23's kernels compute
+# addresses from the indices unchecked, except the page_unified write-back, whose launcher checks every
+# destination (host) page id against the host tensor's page count before the launch (staged_write_back.cuh,
+# "destination page out of range"); its source (device) pages are the caller's promise. The reference checks
+# everything.
+BOUNDS_CHECKS: dict[EntryPoint, BoundsCheck] = {
+    EntryPoint.REFERENCE: BoundsCheck(_BOTH_SIDES, _BOTH_SIDES),
+    EntryPoint.JIT_REGISTER: BoundsCheck(),
+    EntryPoint.JIT_TMA: BoundsCheck(),
+    EntryPoint.JIT_STAGED: BoundsCheck(),
+    EntryPoint.JIT_PAGE_UNIFIED: BoundsCheck(write_back=frozenset({Side.HOST})),
+    EntryPoint.AOT: BoundsCheck(),
+    EntryPoint.AOT_DIRECT: BoundsCheck(),
+    EntryPoint.AOT_PAGE_FIRST_DIRECT: BoundsCheck(),
+}
+
+
+INT32_MAX = (1 << 31) - 1
+
+
+def boundary_indices(size: int, dtype: IndexDtype) -> tuple[int, ...]:
+    """The out-of-range indices exactly at a side's bounds, for a pool of `size` rows: the first row past it,
+    the one after, -1, and the largest index the dtype holds (for int64 the largest the case model takes,
+    2^62 - 1, which keeps every ``index + page offset`` inside int64). Every one is out of range, so an entry
+    point that checks that side must reject each."""
+    largest = (INT32_MAX,) if dtype is IndexDtype.INT32 else (INT32_MAX, INDEX_LIMIT - 1)
+    return (size, size + 1, -1, *largest)
+
+
+def bounds_checked(entry: EntryPoint, direction: Direction) -> frozenset[Side]:
+    """The index sides `entry` bounds-checks when moving in `direction` (empty: none, out of range is undefined)."""
+    check = BOUNDS_CHECKS.get(entry)
+    return check.sides(direction) if check is not None else frozenset()
+
+
+def _out_of_range(case: Case, semantics: Semantics) -> dict[Side, str]:
+    """The first out-of-range index of each side, as a reason, by side."""
+    reasons: dict[Side, str] = {}
     S, R, ps = case.host_slots, case.device_rows, case.page_size
     h, d = case.host_indices, case.device_indices
     if semantics is Semantics.PER_TOKEN:
@@ -120,9 +179,9 @@ def _out_of_range(case: Case, semantics: Semantics) -> list[str]:
         bad_h = [x for x in firsts_h if not (x >= 0 and (x // ps * ps if aligned_h else x) + ps <= S)]
         bad_d = [x for x in firsts_d if not (x >= 0 and (x // ps * ps if aligned_d else x) + ps <= R)]
     if bad_h:
-        reasons.append(f"host index {bad_h[0]} outside [0, {S})")
+        reasons[Side.HOST] = f"host index {bad_h[0]} outside [0, {S})"
     if bad_d:
-        reasons.append(f"device index {bad_d[0]} outside [0, {R})")
+        reasons[Side.DEVICE] = f"device index {bad_d[0]} outside [0, {R})"
     return reasons
 
 
@@ -138,18 +197,18 @@ def predict(case: Case, entry: EntryPoint, platform: Platform) -> Prediction:
     if page_granular and n_h % case.page_size:
         reject.append(f"{n_h} indices is not a whole number of {case.page_size}-token pages")
 
-    bounds = _out_of_range(case, semantics)
+    checked = bounds_checked(entry, case.direction)
+    for side, reason in _out_of_range(case, semantics).items():
+        if side in checked:
+            reject.append(reason)
+        else:  # unchecked (B14): what the kernel does with it is undefined, not a rejection
+            undefined.append(f"{reason} (not bounds-checked there)")
     duplicates = len(set(dsts := _destinations(case, semantics))) != len(dsts)
-    dup_reason = "duplicate destinations (the winner is unspecified)"
     if entry is EntryPoint.REFERENCE:
-        reject += bounds
         if duplicates:
             reject.append("duplicate destinations")
-    else:
-        # sglang's kernels never bounds-check (B14): out-of-range indices are undefined, not rejected.
-        undefined += [f"{r} (kernels do not bounds-check)" for r in bounds]
-        if duplicates:
-            undefined.append(dup_reason)
+    elif duplicates:
+        undefined.append("duplicate destinations (the winner is unspecified)")
 
     rules = _ENTRY_RULES[entry]
     reject += rules(case, platform)

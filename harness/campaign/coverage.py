@@ -10,6 +10,9 @@ undefined cases never reached the implementation. Three views, all in the campai
   ``pair:a*b`` dimension counts the bucket pairs of two dimensions seen together. All of it is plain counts,
   so shards and workers sum (merge.py).
 * ``coverage_ranges``: backend -> dimension -> [min, max] of the drawn values (merge takes min and max).
+* ``coverage_values``: backend -> dimension -> the distinct values drawn (:data:`VALUE_DIMENSIONS` of the Case,
+  ``tuning.<knob>`` per tuning knob, and whatever ``Backend.coverage_labels`` names; merge takes the union):
+  what a range hides, e.g. that a backend drew page sizes 1..256 but no non-power of two above 64.
 * ``coverage_summary`` (derived): per backend the ranges, the edges reached and missed, and per dimension pair
   the pairs reached out of the pairs possible among the buckets seen (less combinations no case can have).
 
@@ -24,6 +27,7 @@ import dataclasses
 import functools
 import operator
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from itertools import combinations
 from typing import Any
 
@@ -70,6 +74,10 @@ EDGES = ("page_size=1", "page_size=npot", "page_size>=128", "heads>8", "heads>=6
          "layers>=61", "layers=61", "layers=126", "layers=128", "tokens=0", "tokens>=65536", "pages>=129",
          "pool_rows>65536", "index=2^k-1", "index=2^k", "index=2^k+1", "index>=2^16", "partial_page",
          "row_bytes>32768", "host_bytes>=2^20", "device_component_bytes>=2^24", "pools=3")
+# The Case dimensions whose distinct values coverage_values lists (case_distinct_values).
+VALUE_DIMENSIONS = ("page_size", "layers", "heads", "head_dim", "row_bytes", "head_groups", "pools", "layout",
+                    "direction", "scope", "attention", "dtype", "index_dtype", "index_device", "allocator")
+Label = str | int | bool
 RANGE_DIMENSIONS = ("page_size", "layers", "tokens", "pages", "heads", "head_dim", "row_bytes", "host_slots",
                     "device_rows", "max_index", "pools", "case_bytes")
 
@@ -106,6 +114,30 @@ def case_values(case: Case) -> dict[str, int]:
         "max_index": biggest, "pools": len(case.pools),
         "case_bytes": per_token * case.layers * (case.host_slots + case.device_rows),
     }
+
+
+def case_distinct_values(case: Case) -> dict[str, tuple[Label, ...]]:
+    """The values of `case` per :data:`VALUE_DIMENSIONS` (several where the pools or the two index sides
+    differ), and its tuning knobs as ``tuning.<name>``."""
+    rows = {p.row_bytes(c) for p in case.pools for c in p.components}
+    out: dict[str, tuple[Label, ...]] = {
+        "page_size": (case.page_size,), "layers": (case.layers,),
+        "heads": tuple({p.heads for p in case.pools}), "head_dim": tuple({p.head_dim for p in case.pools}),
+        "row_bytes": tuple(rows), "head_groups": tuple({p.head_groups for p in case.pools}),
+        "pools": (len(case.pools),), "layout": (case.layout.value,), "direction": (case.direction.value,),
+        "scope": (case.scope.value,), "attention": tuple({p.attention.value for p in case.pools}),
+        "dtype": tuple({p.dtype.value for p in case.pools}),
+        "index_dtype": tuple({case.host_index.dtype.value, case.device_index.dtype.value}),
+        "index_device": tuple({case.host_index.device.value, case.device_index.device.value}),
+        "allocator": (case.host_allocator.value,),
+    }
+    for name, value in case.tuning:
+        out[f"tuning.{name}"] = (value,)
+    return out
+
+
+def _label_order(value: Label) -> tuple[str, Label]:
+    return type(value).__name__, value
 
 
 def case_edges(case: Case, values: dict[str, int]) -> list[str]:
@@ -212,6 +244,8 @@ class Coverage:
         self.ranges: dict[str, dict[str, list[int]]] = defaultdict(dict)  # backend -> dim -> [min, max]
         self.exemptions: dict[str, dict[str, str]] = {}  # backend -> "dimension=bucket" -> why out of reach
         self._feature_keys: dict[tuple[Any, ...], FeatureKey] = {}  # (n, geometry) -> the features' key
+        self.values: dict[str, dict[str, set[Label]]] = defaultdict(lambda: defaultdict(set))  # backend -> dim
+        self._values_seen: dict[str, set[tuple[Any, ...]]] = defaultdict(set)  # geometries already in values
         # Cases added but not yet expanded into the counts: backend -> feature set / edge list -> cases. A case
         # adds hundreds of counts (the pairs) and index variants share their case's feature set, so add() only
         # tallies and the expansion runs once per distinct feature set when the counts are read.
@@ -228,11 +262,13 @@ class Coverage:
         if exemptions:
             self.exemptions.setdefault(backend, {}).update(exemptions)
 
-    def add(self, case: Case, result: Result) -> None:
+    def add(self, case: Case, result: Result, labels: Mapping[str, Label] | None = None) -> None:
+        """Count an executed case; `labels` are its backend's coverage_labels (dimension -> value)."""
         if result.outcome in NOT_EXECUTED:
             return
         values = case_values(case)
         geometry = (case.n, _geometry(case))
+        self._add_values(result.backend, case, geometry, labels)
         key = self._feature_keys.get(geometry)
         if key is None:
             key = feature_key(case_features(case, values))
@@ -245,6 +281,20 @@ class Coverage:
         self._widen(result.backend, values)
         if len(tallies) >= PENDING_LIMIT:  # nothing read the counts for long: bound the memory pending holds
             self._flush()
+
+    def _add_values(self, backend: str, case: Case, geometry: tuple[Any, ...],
+                    labels: Mapping[str, Label] | None) -> None:
+        distinct = self.values[backend]
+        for dimension, label in (labels or {}).items():
+            distinct[dimension].add(label)
+        seen = self._values_seen[backend]
+        if geometry in seen:  # index variants share their case's values: once per geometry
+            return
+        if len(seen) >= PENDING_LIMIT:
+            seen.clear()
+        seen.add(geometry)
+        for dimension, found in case_distinct_values(case).items():
+            distinct[dimension].update(found)
 
     def _flush(self) -> None:
         """Expand the pending tallies into the counts: what each case would have added, times its tally. Keys
@@ -331,9 +381,11 @@ class Coverage:
 
     @classmethod
     def from_dicts(cls, parts: list[dict[str, Any]], exemptions: list[dict[str, Any]] | None = None,
-                   ranges: list[dict[str, Any]] | None = None) -> Coverage:
+                   ranges: list[dict[str, Any]] | None = None,
+                   values: list[dict[str, Any]] | None = None) -> Coverage:
         """Sum the coverage of several reports (shards, workers); `exemptions` are their
-        ``coverage_exemptions`` fields, `ranges` their ``coverage_ranges`` (older reports have none)."""
+        ``coverage_exemptions`` fields, `ranges` their ``coverage_ranges``, `values` their ``coverage_values``
+        (older reports have none)."""
         total = cls()
         for part in parts:
             for backend, dims in part.items():
@@ -347,6 +399,10 @@ class Coverage:
                 for dim, (low, high) in dims.items():
                     total._widen(backend, {dim: int(low)})
                     total._widen(backend, {dim: int(high)})
+        for part_values in values or []:
+            for backend, dims in part_values.items():
+                for dim, found in dims.items():
+                    total.values[backend][dim].update(v for v in found if isinstance(v, str | int))
         return total
 
     def to_dict(self) -> dict[str, Any]:
@@ -356,6 +412,10 @@ class Coverage:
     def ranges_dict(self) -> dict[str, Any]:
         return {backend: {dim: list(span) for dim, span in sorted(dims.items())}
                 for backend, dims in sorted(self.ranges.items())}
+
+    def values_dict(self) -> dict[str, dict[str, list[Label]]]:
+        return {backend: {dim: sorted(found, key=_label_order) for dim, found in sorted(dims.items())}
+                for backend, dims in sorted(self.values.items())}
 
     def summary_dict(self) -> dict[str, Any]:
         return {backend: self.summary(backend) for backend in sorted(self.counts)}

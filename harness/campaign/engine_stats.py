@@ -14,14 +14,18 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
 * ``backend_ms_per_case``: the worker's run_case time per ordinary case, per backend (where time goes);
 * ``engine.variants_per_case`` and ``engine.storages_reused``: index variants after each generated case, and
   the cases that ran on storages kept from the case before them (campaign/variants.py, pipeline/reuse.py);
-* ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`).
+* ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`);
+* ``distinct_cases`` and ``distinct_cases_per_second``: generated cases that ran, each counted once however many
+  backends ran it (:func:`variety_key`), index variants not counted: the campaign's variety, beside its volume
+  (``cases_per_second`` counts every variant on every backend; docs/engine.md says how one multiplies into the
+  other).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import pairwise
 from typing import Any
 
@@ -33,6 +37,14 @@ from hicache_fuzz.kernels.buffers import GUARD_BYTES, register_chunk_bytes
 from hicache_fuzz.oracles import layouts
 
 BYTE_COMPARED = frozenset({Outcome.PASS, Outcome.MISMATCH, Outcome.UNEXPECTED_PATH})
+NOT_RUN = frozenset({Outcome.UNSUPPORTED, Outcome.UNDEFINED})
+_VARIETY_FIELDS = tuple(f.name for f in fields(Case) if f.name not in ("backend", "note"))
+
+
+def variety_key(case: Case) -> int:
+    """A hash of everything `case` is but the backend it was drawn for (and its note): the same case on
+    several backends is one case of variety."""
+    return hash(tuple(getattr(case, name) for name in _VARIETY_FIELDS))
 
 
 def storage_bytes(case: Case) -> int:
@@ -55,10 +67,14 @@ class EngineStats:
     reach: ScaleReach = field(default_factory=ScaleReach)
     first_result_unix: float = 0.0  # wall clock of the first result (start-up to first case, from outside)
     per_backend: dict[str, list[float]] = field(default_factory=dict)  # backend -> [cases, seconds in run_case]
+    distinct: set[int] = field(default_factory=set)  # variety_key of the generated cases that ran
 
-    def add(self, case: Case, result: Result, scale_case: bool) -> None:
+    def add(self, case: Case, result: Result, scale_case: bool, generated: bool = True) -> None:
+        """Count `result`; `generated` is False for an index variant (harness/campaign/variants.py)."""
         if not self.first_result_unix:
             self.first_result_unix = time.time()
+        if generated and result.outcome not in NOT_RUN:
+            self.distinct.add(variety_key(case))
         if not scale_case:  # where the time of ordinary cases goes, per backend (the worker's run_case clock)
             row = self.per_backend.setdefault(result.backend, [0, 0.0])
             row[0] += 1
@@ -111,6 +127,9 @@ class EngineStats:
                 "storages_reused": getattr(executor, "storages_reused", 0),
                 "gpu_sharing": sharing.to_dict() if (sharing := getattr(executor, "sharing", None)) else None,
             },
+            "distinct_cases": len(self.distinct),
+            "distinct_cases_per_second": round(len(self.distinct) / seconds, 1) if seconds > 0 else 0.0,
+            "cases_per_distinct_case": round(cases / len(self.distinct), 2) if self.distinct else 0.0,
             "byte_compared_transfers": self.byte_compared,
             "rejections_checked": self.rejections_checked,
             "transfer_share": round(self.byte_compared / cases, 4) if cases else 0.0,
@@ -147,6 +166,14 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"{scale['page_sizes_not_power_of_two'] or 'none'}; scale tier {scale['scale_cases']} cases in "
         f"{scale['scale_seconds']:.1f} s",
     ]
+    if "distinct_cases" in report:
+        lines.append(f"  variety: {report['distinct_cases']:,} distinct generated cases ran "
+                     f"({report['distinct_cases_per_second']:,.1f}/s), {report['cases_per_distinct_case']:.1f} cases "
+                     "each over backends and index variants")
+    dry = report.get("dry_run")
+    if dry:
+        lines.append(f"  dry run: nothing ran (outcomes are predictions, seconds modelled at "
+                     f"{dry['modelled_cases_per_second']:,.0f} cases/s); generated in {dry['wall_seconds']:.1f} s")
     stalls = timeline_stalls(report.get("timeline") or [], float(report.get("cases_per_second") or 0.0))
     if stalls:
         longest = max(stalls, key=lambda stall: stall[1] - stall[0])

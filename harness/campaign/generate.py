@@ -7,7 +7,7 @@ small, plain cases), and leans toward the places bugs live: page size 1 and non-
 128/129 pages, 61/126 layers, more than 8 heads, transfers just past 65,536 tokens, pools of 2^k rows with
 indices at 2^k - 1, 2^k, 2^k + 1, the last page of a pool, index 0, reversed and duplicate source pages,
 non-contiguous or misaligned runs inside a page, valid partial last pages, row sizes around each entry point's
-rules, int32 indices, CPU vs device indices per side.
+rules, int32 indices, CPU vs device indices per side, indices exactly at a side's bound.
 
 Each numeric dimension is drawn inside a bucket (:mod:`hicache_fuzz.harness.campaign.buckets`); in campaigns
 the buckets come from the pairwise schedule (:mod:`hicache_fuzz.harness.campaign.pairwise`), so combinations
@@ -51,6 +51,7 @@ from hicache_fuzz.harness.model.case import (
     make_tuning,
 )
 from hicache_fuzz.harness.model.space import HEAD_GROUPS_MENU, CaseSpace
+from hicache_fuzz.oracles.contract import boundary_indices
 
 T = TypeVar("T")
 
@@ -440,13 +441,26 @@ def _expand(chooser: Chooser, page_ids: list[int], page_size: int, irregular_rat
     return tokens
 
 
+VIOLATIONS = ("host_oob", "device_oob", "length", "partial_page", "duplicate_dst", "negative", "bound", "bound")
+
+
 def _inject_violation(chooser: Chooser, case: Case) -> Case:
-    """One deliberate contract violation, so rejections get exercised as well as transfers."""
+    """One deliberate contract violation, so rejections get exercised as well as transfers. ``bound`` puts an
+    index exactly at one side's bound (contract.boundary_indices) where every entry point reads it, the first
+    entry of a page-sized chunk: an entry point that checks that side must reject it (contract.BOUNDS_CHECKS),
+    which tests the check's off-by-ones; elsewhere the contract calls it undefined and it is not run."""
     h, d = list(case.host_indices), list(case.device_indices)
-    kind = chooser.choice(("host_oob", "device_oob", "length", "partial_page", "duplicate_dst", "negative"))
+    kind = chooser.choice(VIOLATIONS)
     if not h and kind != "length":
         kind = "length"
-    if kind == "host_oob":
+    if kind == "bound":
+        host = chooser.chance(0.5) or not d
+        values, size, spec = (h, case.host_slots, case.host_index) if host else (d, case.device_rows,
+                                                                                 case.device_index)
+        chunks = len(values) // case.page_size
+        position = case.page_size * chooser.integer(0, chunks - 1) if chunks else chooser.integer(0, len(values) - 1)
+        values[position] = chooser.choice(boundary_indices(size, spec.dtype))
+    elif kind == "host_oob":
         h[chooser.integer(0, len(h) - 1)] = case.host_slots + chooser.choice((0, 1, case.page_size))
     elif kind == "device_oob":
         d[chooser.integer(0, len(d) - 1)] = case.device_rows + chooser.choice((0, 1, case.page_size))

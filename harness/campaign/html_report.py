@@ -4,7 +4,9 @@ Inline CSS and SVG only: no script, no external resource, so the file can be att
 report and opened anywhere. Sections (each a ``<section id=...>``):
 
 * campaign: ``summary``, ``outcomes`` (backend x outcome heat map), ``coverage`` (per backend, dimension x
-  bucket heat map; required buckets never hit are marked as gaps), ``throughput`` (cases/s over time from the
+  bucket heat map; required buckets never hit are marked as gaps), ``values`` (per backend, the distinct values
+  drawn per dimension and each numeric dimension's range: ``coverage_values``, ``coverage_ranges``; a dry run's
+  report shows them before any GPU time is spent), ``throughput`` (cases/s over time from the
   report's ``timeline``), ``failures`` (grouped by bug class, one row per signature, with links to the
   reproducer JSON and its standalone script);
 * gate: ``summary`` (verdict and phase times), ``findings``, ``replay``, ``outcomes``, ``failures``, ``isa``.
@@ -95,14 +97,20 @@ def _campaign(report: Mapping[str, Any], base_dir: Path, by_signature: Mapping[s
     status = "fail" if new else "pass"
     stats = [("result", f'<span class="{status}">{len(new)} new failure signature(s)</span>'),
              ("cases", _e(report.get("cases", 0))), ("seconds", _e(report.get("seconds", 0))),
-             ("cases/s", _e(report.get("cases_per_second", 0))), ("seed", _e(report.get("seed", ""))),
+             ("cases/s", _e(report.get("cases_per_second", 0))),
+             ("distinct generated cases/s", _e(report.get("distinct_cases_per_second", "not recorded"))),
+             ("seed", _e(report.get("seed", ""))),
              ("platform", _e(report.get("platform", ""))), ("backends", _e(", ".join(report.get("backends", [])))),
              ("failures (all)", _e(report.get("failures_total", 0)))]
     if report.get("partial"):
         stats.append(("partial", "yes: a checkpoint of a campaign still running or killed"))
+    if report.get("dry_run"):
+        stats.append(("dry run", "yes: nothing ran; outcomes are the contract's predictions, seconds modelled at "
+                                 f"{_e(report['dry_run'].get('modelled_cases_per_second', ''))} cases/s"))
     parts = [_section("summary", "Summary", _stats(stats)),
              _section("outcomes", "Outcomes per backend", _outcome_map(report.get("outcomes", {}))),
              _section("coverage", "Coverage per dimension", _coverage(report)),
+             _section("values", "Values drawn per dimension", _values(report)),
              _section("throughput", "Throughput over time", _throughput(report.get("timeline", []))),
              _section("failures", "Failures grouped by bug", _failures(failures, base_dir, by_signature))]
     return "\n".join(parts)
@@ -181,6 +189,26 @@ def _coverage(report: Mapping[str, Any]) -> str:
         for bucket, why in exemptions.get(backend, {}).items():
             note += f'<p class="missing">exempt {_e(bucket)}: {_e(why)}</p>'
         blocks.append(f'<h3>{_e(backend)}</h3><table class="coverage">{"".join(rows)}</table>{note}')
+    return "\n".join(blocks)
+
+
+def _values(report: Mapping[str, Any]) -> str:
+    values: Mapping[str, Mapping[str, Sequence[Any]]] = report.get("coverage_values", {})
+    ranges: Mapping[str, Mapping[str, Sequence[int]]] = report.get("coverage_ranges", {})
+    if not values and not ranges:
+        return '<p class="missing">no values recorded (reports before coverage_values)</p>'
+    blocks = []
+    for backend in sorted(set(values) | set(ranges)):
+        rows = []
+        for dim, found in sorted(values.get(backend, {}).items()):
+            shown = ", ".join(str(v) for v in found)
+            rows.append(f'<tr class="value-row"><th>{_e(dim)}</th><td class="n">{len(found)}</td>'
+                        f"<td><code>{_e(shown)}</code></td></tr>")
+        for dim, span in sorted(ranges.get(backend, {}).items()):
+            rows.append(f'<tr class="range-row"><th>{_e(dim)}</th><td>range</td>'
+                        f"<td><code>{_e(span[0])} .. {_e(span[1])}</code></td></tr>")
+        head = "<tr><th>dimension</th><th>distinct</th><th>values</th></tr>"
+        blocks.append(f'<h3>{_e(backend)}</h3><table class="values">{head}{"".join(rows)}</table>')
     return "\n".join(blocks)
 
 

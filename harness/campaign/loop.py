@@ -67,6 +67,10 @@ class CampaignConfig:
     minimizer: Callable[[Case, Result], tuple[Case, Result, dict[str, Any]]] | None = None
     # Batching, case mix and scale tier (harness/campaign/feed.py); "auto" picks per platform.
     engine: EngineOptions = field(default_factory=EngineOptions)
+    # A dry run (harness/campaign/dry_run.py): the executor predicts instead of running, nothing is compiled,
+    # and the campaign's clock is the executor's modelled one.
+    dry_run: bool = False
+    clock: Callable[[], float] = time.perf_counter
 
 
 MAX_VARIANTS_SAVED = 16  # reproducers kept per bug in one campaign: one per fine-grained variant, at most this
@@ -146,6 +150,7 @@ class CampaignReport:
             "case_ids": self.case_ids,
             "coverage": self.coverage.to_dict(),
             "coverage_ranges": self.coverage.ranges_dict(),
+            "coverage_values": self.coverage.values_dict(),
             "coverage_summary": self.coverage.summary_dict(),
             "coverage_gaps": {b: gaps for b in self.backends if (gaps := self.coverage.gaps(b))},
             "coverage_exemptions": {b: dict(e) for b, e in sorted(self.coverage.exemptions.items())},
@@ -161,13 +166,14 @@ class Timeline:
     """Samples (seconds, cases, failures) about every `every` seconds; past `limit` samples every other one is
     dropped and the interval doubles, so an hours-long campaign keeps a bounded, evenly spread list."""
 
-    def __init__(self, started: float, every: float = 1.0, limit: int = 240) -> None:
-        self.started, self.every, self.limit = started, every, limit
+    def __init__(self, started: float, every: float = 1.0, limit: int = 240,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.started, self.every, self.limit, self.clock = started, every, limit, clock
         self.samples: list[dict[str, float]] = []
         self.next_at = started + every
 
     def __call__(self, cases: int, failures: int, force: bool = False) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         if not force and now < self.next_at:
             return
         self.samples.append({"t": round(now - self.started, 3), "cases": cases, "failures": failures})
@@ -177,15 +183,20 @@ class Timeline:
         self.next_at = now + self.every
 
 
-def backend_space(backend: Backend, base_space: CaseSpace, platform: Platform) -> CaseSpace:
-    """The space a campaign draws `backend`'s cases from (before menu growth is applied by index)."""
-    return backend.case_space(base_space.narrowed(backend=backend.name), platform)
+def backend_space(backend: Backend, base_space: CaseSpace, platform: Platform, seed: int | None = None) -> CaseSpace:
+    """The space a campaign with `seed` draws `backend`'s cases from (before menu growth is applied by index):
+    the seed picks the backend's sample of its compiled menus (CaseSpace.menu_seed); None keeps the base
+    space's (the whole menu unless the base names a seed)."""
+    base = base_space.narrowed(backend=backend.name)
+    if seed is not None:
+        base = base.narrowed(menu_seed=seed)
+    return backend.case_space(base, platform)
 
 
 def campaign_case(seed: int, index: int, backend: Backend, base_space: CaseSpace, platform: Platform,
                   grow: bool = True) -> Case:
     """Case `index` of `backend`'s campaign; `grow=False` keeps the row menu at its start (benchmarks)."""
-    space = backend_space(backend, base_space, platform)
+    space = backend_space(backend, base_space, platform, seed)
     if not grow:
         space = space.narrowed(row_bytes_growth=(), grow_every=0)
     return case_for_index(seed, index, space)
@@ -195,11 +206,12 @@ class MenuGrowth:
     """Starts each backend's next growth stage compiling (Backend.prefetch) one stage before cases can draw
     it, and records the rows each backend's menu has grown by."""
 
-    def __init__(self, backends: list[Backend], base_space: CaseSpace, platform: Platform,
+    def __init__(self, backends: list[Backend], base_space: CaseSpace, platform: Platform, seed: int | None = None,
                  prefetch: bool = True) -> None:
         self.platform = platform
-        self.prefetch = prefetch  # False where a JIT builder process builds every stage (pipeline/prebuild.py)
-        self.spaces = {b.name: backend_space(b, base_space, platform) for b in backends}
+        self.prefetch = prefetch  # False: record the growth only (a dry run compiles nothing; a JIT builder
+        # process, pipeline/prebuild.py, builds every stage itself)
+        self.spaces = {b.name: backend_space(b, base_space, platform, seed) for b in backends}
         self.prefetched = {b.name: 0 for b in backends}  # highest stage handed to prefetch
         self.grown: dict[str, list[int]] = {b.name: [] for b in backends}
         self.stage_seen: dict[str, int] = {}
@@ -233,14 +245,16 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     # Live views for on_result hooks (Counters are dicts); replaced by plain dicts at the end.
     report.outcomes, report.paths = outcome_counts, path_counts  # type: ignore[assignment]
     classes: dict[str, FailureClass] = {}
-    started = time.perf_counter()
+    clock = config.clock  # the campaign's time: the wall, or a dry run's modelled seconds
+    started = clock()
     index = config.start_index
     while index % n != k:
         index += 1
     report.first_index = index
-    # A campaign whose executor runs a JIT builder has every growth stage built there: a prefetch here would only
-    # import sglang into this process.
-    growth = MenuGrowth(backends, config.space, platform, prefetch=getattr(executor, "prebuild", None) is None)
+    # A dry run compiles nothing; a campaign whose executor runs a JIT builder has every growth stage built there
+    # (a prefetch here would only import sglang into this process).
+    growth = MenuGrowth(backends, config.space, platform, config.seed,
+                        prefetch=not config.dry_run and getattr(executor, "prebuild", None) is None)
     engine = config.engine
     feed, feed_kind = _make_feed(config, index, backends, growth, platform, executor)
     if feed_kind == "process" and hasattr(executor, "start"):
@@ -254,7 +268,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     stats = EngineStats(feed.mix)
     known_crashes = known_crash_features(known_files(config.known_signatures))
     resume = (index, 0)  # (index, backend position) of the first slot not processed
-    timeline = Timeline(started)
+    timeline = Timeline(started, clock=clock)
     failures_seen = 0
     # A pool takes batch i + 1 while batch i is recorded here (submit_batch): one batch in flight ahead. Not with
     # a minimizer, which runs cases on the same executor while it records; not for an executor that runs a
@@ -286,7 +300,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                     limit = min(limit, FIRST_BATCH_CASES)
                 scale_slot: Slot | None = None
                 if (scale is not None and report.cases and not aside
-                        and scale.due(time.perf_counter() - started)):
+                        and scale.due(clock() - started)):
                     picked = scale.next_case(feed.clock)
                     if picked is None:
                         scale = None  # no backend has an accepted case of any shape: the tier ends
@@ -363,8 +377,8 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                 if record_case_ids:
                     report.case_ids.append(case.case_id)
                 outcome_counts[backend.name][result.outcome.value] += 1
-                report.coverage.add(case, result)
-                stats.add(case, result, slot.scale_number is not None)
+                report.coverage.add(case, result, backend.coverage_labels(case))
+                stats.add(case, result, slot.scale_number is not None, generated=slot.variant == 0)
                 if result.path:
                     path_counts[backend.name][result.path] += 1
                 if slot.scale_number is None:
@@ -376,7 +390,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
                         halt = True  # a corpus that cannot take failures ends the campaign; what was found is kept
                 timeline(report.cases, failures_seen)
                 if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
-                    report.seconds = time.perf_counter() - started
+                    report.seconds = clock() - started
                     report.failures = list(classes.values())
                     report.timeline = timeline.samples
                     report.next_index = resume[0]
@@ -400,7 +414,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
     timeline(report.cases, failures_seen, force=True)
     report.timeline = timeline.samples
     report.menu_growth = {name: rows for name, rows in growth.grown.items() if rows}
-    report.seconds = time.perf_counter() - started
+    report.seconds = clock() - started
     report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}
     report.paths = {b: dict(c) for b, c in path_counts.items()}
     report.failures = list(classes.values())
@@ -454,7 +468,7 @@ def _budget_spent(config: CampaignConfig, report: CampaignReport, submitted: int
     """Why no further batch is submitted ("cases", "time", "signal"), or "" while the budget lasts."""
     if config.max_cases is not None and submitted >= config.max_cases:
         return "cases"
-    if config.max_seconds is not None and time.perf_counter() - started >= config.max_seconds:
+    if config.max_seconds is not None and config.clock() - started >= config.max_seconds:
         return "time"
     if config.should_stop is not None and config.should_stop():
         return "signal"

@@ -49,7 +49,7 @@ _COMBINED_KEYS = frozenset({
     "format", "seed", "seeds", "shard", "shards", "backends", "platform", "cases", "seconds",
     "cases_per_second", "first_index", "next_index", "outcomes", "paths", "failures_total",
     "unique_failures", "case_ids", "merged_from", "overlaps", "seconds_total", "coverage", "coverage_gaps",
-    "coverage_ranges", "coverage_summary",
+    "coverage_ranges", "coverage_values", "coverage_summary",
     "coverage_exemptions", "new_failure_signatures",
 })
 
@@ -245,7 +245,8 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
     merged_failures = sorted(failures.values(), key=lambda f: (-int(f["count"]), f["signature"]))
     coverage = Coverage.from_dicts([r.get("coverage", {}) for r in reports],
                                    [r.get("coverage_exemptions", {}) for r in reports],
-                                   [r.get("coverage_ranges", {}) for r in reports])
+                                   [r.get("coverage_ranges", {}) for r in reports],
+                                   [r.get("coverage_values", {}) for r in reports])
     return {
         "format": MERGED_FORMAT,
         "seed": seeds[0] if len(seeds) == 1 else None,
@@ -269,6 +270,7 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
         "case_ids": case_ids,
         "coverage": coverage.to_dict(),
         "coverage_ranges": coverage.ranges_dict(),
+        "coverage_values": coverage.values_dict(),
         "coverage_summary": coverage.summary_dict(),
         "coverage_gaps": {b: gaps for b in backends if (gaps := coverage.gaps(b))},
         "coverage_exemptions": {b: dict(e) for b, e in sorted(coverage.exemptions.items())},

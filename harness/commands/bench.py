@@ -267,14 +267,15 @@ def _targets(report: dict[str, Any]) -> list[dict[str, Any]]:
 def _pipeline_lines(rows: list[dict[str, Any]]) -> list[list[str]]:
     from hicache_fuzz.harness.commands.bench_measure import STAGES
 
-    lines = [["where", "backend", "space", "cases", "cases/s (wall)", "cases/CPU-s", "verified MB/s",
+    lines = [["where", "backend", "space", "cases", "cases/s (wall)", "distinct/s", "cases/CPU-s", "verified MB/s",
               *[f"{s} µs" for s in STAGES]]]
     for r in rows:
         if "cases" not in r:
             continue
         stages = r["stage_us_per_case"]
         lines.append([r["device"], r["backend"], r["name"], str(r["cases"]), f"{r['cases_per_second']:,.0f}",
-                      f"{r['cases_per_cpu_second']:,.0f}", f"{r['verified_bytes_per_second'] / 1e6:,.1f}",
+                      f"{r.get('distinct_cases_per_second', 0.0):,.0f}", f"{r['cases_per_cpu_second']:,.0f}",
+                      f"{r['verified_bytes_per_second'] / 1e6:,.1f}",
                       *[f"{stages.get(s, 0.0):,.0f}" for s in STAGES]])
     return lines
 

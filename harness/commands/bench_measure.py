@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from hicache_fuzz.harness.campaign.engine_stats import NOT_RUN, variety_key
 from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.loop import backend_space
 from hicache_fuzz.harness.commands import selftest
@@ -103,6 +104,10 @@ class PipelineResult:
     cpu_seconds: float = 0.0
     cases_per_second: float = 0.0
     cases_per_cpu_second: float = 0.0
+    # generated cases that ran, each once (engine_stats.variety_key): every case here is a fresh draw of one
+    # backend, so this equals cases unless draws repeat; a campaign's cases multiply it (docs/engine.md)
+    distinct_cases: int = 0
+    distinct_cases_per_second: float = 0.0
     compared_cases: int = 0
     verified_bytes: int = 0  # raw storage bytes (guards included) compared in full
     verified_bytes_per_second: float = 0.0
@@ -148,7 +153,8 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
         return not skip_empty or bool(case.host_indices and case.device_indices)
 
     # The backend's space once, as run_campaign holds it; the menu stays at its start (no growth compiles).
-    drawn_from = backend_space(backend, space, machine.platform).narrowed(row_bytes_growth=(), grow_every=0)
+    drawn_from = backend_space(backend, space, machine.platform, seed).narrowed(row_bytes_growth=(), grow_every=0)
+    distinct: set[int] = set()
     index = 0
     warmed = 0
     while warmed < warm_up_cases:  # first-call costs (imports, allocator growth) are not throughput
@@ -179,6 +185,8 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
                 break
         outcomes[outcome.value] += 1
         result.cases += 1
+        if outcome not in NOT_RUN:
+            distinct.add(variety_key(case))
         if outcome in COMPARED:
             result.compared_cases += 1
             result.verified_bytes += storage_bytes(case)
@@ -187,6 +195,8 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
     result.cpu_seconds = time.process_time() - cpu_started
     result.cases_per_second = result.cases / result.wall_seconds if result.wall_seconds else 0.0
     result.cases_per_cpu_second = result.cases / result.cpu_seconds if result.cpu_seconds else 0.0
+    result.distinct_cases = len(distinct)
+    result.distinct_cases_per_second = len(distinct) / result.wall_seconds if result.wall_seconds else 0.0
     result.verified_bytes_per_second = result.verified_bytes / result.wall_seconds if result.wall_seconds else 0.0
     result.stage_us_per_case = {s: round(stages.get(s, 0.0) / max(result.cases, 1) * 1e6, 1) for s in STAGES}
     result.outcomes = dict(outcomes)

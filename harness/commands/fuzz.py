@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--minimize", action="store_true",
                         help="minimize the first case of each new failure signature before saving it")
     add_engine_arguments(parser)  # --batch, --mix, --scale, --scale-share (docs/engine.md)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="generate and predict the campaign's cases for --platform without running any (any "
+                             "machine, no sglang or GPU needed; time budgets are modelled; docs/generation.md)")
 
 
 def campaign_options(args: argparse.Namespace, seed: int, machine: Machine) -> CampaignOptions:
@@ -98,6 +101,12 @@ def _check_budget(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    if args.dry_run:  # generate and predict the campaign's cases, run nothing (commands/dry_run.py)
+        from hicache_fuzz.harness.commands.dry_run import dry_run_campaign
+
+        report = dry_run_campaign(args, seed)
+        print_campaign(report)
+        return finish_campaign(report, args.json)
     if args.workers != "1":
         if getattr(args, "baseline", None):
             raise UsageError("--baseline replays a campaign's failures: run it with --workers 1")

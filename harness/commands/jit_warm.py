@@ -5,6 +5,10 @@ stage ahead (campaign/loop.py, MenuGrowth); a campaign that runs faster than the
 a fresh cache, compiles inside cases (seconds each, with other workers waiting on the same module).
 This command builds the menus and every growth stage up front, in parallel, so a CI job that keeps the cache
 directory (SGLANG_JIT_CACHE_DIR, keyed on sglang, torch and the GPU architecture) starts every campaign warm.
+
+Each campaign seed draws its own sample of a backend's rotating rows (kernels/sglang_jit.py, gpu_space):
+``--seed N`` builds exactly the modules a campaign with seed N can draw (CI warms the seed it will run);
+without ``--seed`` every row of every menu is built, which covers any seed.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the backends whose modules to build (default: those `fuzz` runs here)")
     parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                         help="parallel builds (default: up to 16)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="build what a campaign with this seed draws (default: every row of every menu)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,12 +52,14 @@ def run(args: argparse.Namespace) -> int:
                 else auto_backends(registry, machine))
     jobs = []
     for backend in backends:
-        space = backend_space(backend, CaseSpace(), machine.platform)
+        space = backend_space(backend, CaseSpace(), machine.platform, args.seed)
         jobs += backend.compile_jobs(grown_menus(space), machine.platform)
     if not jobs:
         raise Unavailable(f"nothing to build: no backend here ({', '.join(b.name for b in backends)} on "
                           f"{machine.description}) declares JIT modules")
-    print(f"jit-warm: {len(jobs)} module builds for {', '.join(b.name for b in backends)} on {machine.description}")
+    drawn = "every seed" if args.seed is None else f"seed {args.seed}"
+    print(f"jit-warm: {len(jobs)} module builds for {', '.join(b.name for b in backends)} on {machine.description}"
+          f" ({drawn})")
     seconds = compile_books.run_jobs(jobs, args.jobs)
     print(f"jit-warm: done in {seconds:.1f} s")
     return EXIT_CLEAN

@@ -104,6 +104,10 @@ class CaseSpace:
     # (Backend.prefetch) before any case can draw it.
     row_bytes_growth: tuple[int, ...] = ()
     grow_every: int = 0
+    # The campaign seed that picks a backend's sample of a menu whose every value is a compile (rows of
+    # sglang's JIT kernels, see rotating_sample); None: no seed, the whole menu (jit-warm without --seed).
+    # Not settable from a space file: a campaign sets it from its own seed.
+    menu_seed: int | None = None
 
     def narrowed(self, **changes: object) -> CaseSpace:
         """A copy with `changes`. Narrowing a menu also narrows its range to the menu unless the range is given
@@ -140,3 +144,13 @@ class CaseSpace:
 
 
 SPACE_FIELDS = tuple(f.name for f in fields(CaseSpace))
+
+
+def rotating_sample(menu: tuple[int, ...], seed: int | None, count: int) -> tuple[int, ...]:
+    """`count` consecutive values of `menu` (wrapping round), starting at ``seed * count``: seeds s, s + 1, ...,
+    s + ceil(len / count) - 1 together draw every value, so a handful of seeds covers a menu whose values each
+    cost a compile while one campaign compiles only `count` of them. None (no seed): the whole menu."""
+    if seed is None or count >= len(menu):
+        return tuple(menu)
+    start = (seed * count) % len(menu)
+    return tuple(menu[(start + k) % len(menu)] for k in range(count))

@@ -61,7 +61,9 @@ def campaign_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_campaign_page(campaign_report: dict[str, Any], tmp_path: Path) -> None:
     out = write_html(campaign_report, tmp_path / "html" / "campaign.html")
     page = Page(out.read_text())
-    assert page.sections == ["summary", "outcomes", "coverage", "throughput", "failures"]
+    assert page.sections == ["summary", "outcomes", "coverage", "values", "throughput", "failures"]
+    values = campaign_report["coverage_values"]
+    assert page.classes["value-row"] == sum(len(dims) for dims in values.values()) > 0
     assert "script" not in page.tags and "svg" in page.tags and "polyline" in page.tags
     assert len(campaign_report["timeline"]) >= 2
     assert page.classes["outcome-row"] == len(campaign_report["outcomes"]) == 2

@@ -45,7 +45,7 @@ def test_jit_warm_builds_the_jobs_of_the_grown_menus(monkeypatch: Any) -> None:
     monkeypatch.setattr("hicache_fuzz.harness.pipeline.setup.available_backend", lambda reg, name, machine: backend)
     import argparse
 
-    args = argparse.Namespace(platform="cpu", backend_plugin=[], backend=["sglang-jit"], jobs=None)
+    args = argparse.Namespace(platform="cpu", backend_plugin=[], backend=["sglang-jit"], jobs=None, seed=None)
     assert jit_warm.run(args) == 0
     assert ran == [2] and len(asked) == 1 and asked[0].row_bytes_growth == ()
     assert set(backend_space(backend, CaseSpace(), Platform("cpu")).row_bytes_growth) <= set(asked[0].row_bytes)
