@@ -55,10 +55,11 @@ from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
 from hicache_fuzz.kernels.buffers import Materialized
-from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend, gpu_space
+from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 POOL_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048)
+POOL_ROTATING_ROWS = (640, 768, 1280, 1536, 2560)  # compiled rows beyond the start menu, sampled per seed
 CONTROLLERS = ("hybrid", "base")
 
 
@@ -132,12 +133,10 @@ class SglangPoolBackend(SglangBackend):
         "index placement, on real device pools"
     )
     supported_layouts = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)
-    # No geometry_setup_variants of its own. Session 5 raised it to 15 (its pool objects are built once per
-    # geometry); session 6 measured a pool case at ~44 ms with 15 variants as with 7 (reports/gpu-engine/
-    # session6): the per-case work, not the build, is the cost, so more pool variants only slowed campaigns.
-    # A pool case took 44-45 ms of worker time on the H200 with six workers (11.6 alone), a JIT backend's 5-8 ms
-    # (1.4-1.9 alone): reports/gpu-engine/session6. With every index, its cases held ~85 % of the workers' busy
-    # time for a sixth of the cases; every 6th index gives it about the time each other backend gets.
+    # No geometry_setup_variants of its own: a pool case's cost is its per-case work (copies into and out of
+    # sglang's pool objects), not the build of the pools, so more variants per geometry only slow a campaign. A
+    # pool case costs several times a JIT case; every 6th index gives it about the worker time each other
+    # backend gets (docs/engine.md, "Backend fan-out").
     relative_case_cost = 6
     coverage_exemptions: ClassVar[Mapping[str, str]] = MappingProxyType({
         "index_dtype=int32": "the pools are fuzzed with production-shaped inputs (reference contract: a "
@@ -164,9 +163,7 @@ class SglangPoolBackend(SglangBackend):
             space,
             layouts=self.supported_layouts,
             rows=POOL_ROW_MENU,
-            row_bytes_growth=(640, 768, 1280, 1536, 2560),
-            grow_every=GROW_EVERY,
-            page_sizes=(1, 16, 4, 32, 64),
+            rotating=POOL_ROTATING_ROWS,
             max_pools=3,
             index_dtypes=(IndexDtype.INT64,),
             # what the allocators hand the controller: host indices on the CPU, device indices on the GPU
@@ -229,7 +226,7 @@ class SglangPoolBackend(SglangBackend):
         case = buffers.case
         built: list[tuple[Any, Any, Any]] = []  # (pool buffers, device pool, host pool)
         # sglang's pool objects of the previous case are used again when the geometry is the same (index
-        # variants): building them costs pinned allocations and device pools, ~15 ms a case on the H200.
+        # variants): building them costs pinned allocations and device pools, more than the transfer itself.
         # Their contents are overwritten from the case's storages below, so nothing carries over.
         pairs = self._pool_objects(mods, case, buffers)
         keep = False
@@ -296,7 +293,7 @@ class SglangPoolBackend(SglangBackend):
 # layer in a hybrid group) must return without touching anything (docs/semantics.md, 4.1). The controller makes
 # such calls in production; the ids just outside the pool's range are the ones an off-by-one guard lets through,
 # and Python would take -1 as the last layer. The whole-storage compare then shows any write, and an exception
-# is a failure of a valid case. (The mutation run of session 6 found the guard's `<` -> `<=` unseen.)
+# is a failure of a valid case (an off-by-one `<` -> `<=` in that guard is otherwise unseen).
 def foreign_layers(case: Case) -> tuple[int, ...]:
     return (-1, case.layers)
 
@@ -309,11 +306,10 @@ def _load_foreign_layers(case: Case, device_pool: Any, host_pool: Any, host_idx:
 # The controller takes the host indices of a write-back from the host pool's own allocator (HostKVCache.alloc),
 # which this backend otherwise bypasses (the case brings its indices). So every case also asks each host pool for
 # the case's token count and gives it back: a whole number of pages must be granted, as distinct slots of the pool;
-# an allocator that refuses or hands out anything else fails the case (the survivor d29b2eae1312 of
-# reports/mutate/h200, `%` -> `&` in alloc's page check, refused every odd number of pages). Then the freed slots
-# must be free: freeing them again is refused (sglang's double-free check), and the whole pool can be granted and
-# given back (the survivor e579ef60fefe of reports/mutate/h200-s8, `free` clearing `slot_used[indices - 1]`,
-# left the last freed slot marked used, which only a later grant of that slot trips over). Nothing is moved.
+# an allocator that refuses or hands out anything else fails the case (a page check that refuses every odd number
+# of pages shows here). Then the freed slots must be free: freeing them again is refused (sglang's double-free
+# check), and the whole pool can be granted and given back (a `free` that leaves the last freed slot marked used is
+# seen only by a later grant of that slot). Nothing is moved.
 def _allocator_round_trip(case: Case, host_pool: Any) -> None:
     granted = host_pool.alloc(case.n)
     if granted is None:

@@ -16,17 +16,20 @@ from hicache_fuzz.harness.model.space import CaseSpace, rotating_sample
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.kernels.sglang_jit import GROWTH_ROWS, JIT_ROTATING_ROWS
 from hicache_fuzz.kernels.sglang_page_unified import PAGE_UNIFIED_GROWTH_ROWS, PAGE_UNIFIED_ROTATING_ROWS
+from hicache_fuzz.kernels.sglang_pool import POOL_ROTATING_ROWS
 from hicache_fuzz.kernels.sglang_staged import STAGED_ROTATING_ROWS
 
 H200 = Platform("cuda", (9, 0))
 MI300 = Platform("rocm", (9, 4))
-SGLANG = ("sglang-jit", "sglang-jit-register", "sglang-jit-tma", "sglang-staged", "sglang-page-unified", "sglang-aot")
+SGLANG = ("sglang-jit", "sglang-jit-register", "sglang-jit-tma", "sglang-staged", "sglang-page-unified", "sglang-aot",
+          "sglang-pool", "sglang-hicache")
 ROTATING = {
     "sglang-jit": (JIT_ROTATING_ROWS, GROWTH_ROWS),
     "sglang-jit-register": (JIT_ROTATING_ROWS, GROWTH_ROWS),
     "sglang-jit-tma": (JIT_ROTATING_ROWS, GROWTH_ROWS),
     "sglang-staged": (STAGED_ROTATING_ROWS, GROWTH_ROWS),
     "sglang-page-unified": (PAGE_UNIFIED_ROTATING_ROWS, PAGE_UNIFIED_GROWTH_ROWS),
+    "sglang-pool": (POOL_ROTATING_ROWS, GROWTH_ROWS),
 }
 
 
