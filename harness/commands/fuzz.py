@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -125,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     )
 
     launched = process_started_unix()
-    execution = execution_options(args)
+    # the JIT builder builds the rotating rows this seed draws (jit-warm --seed builds the same list)
+    execution = dataclasses.replace(execution_options(args), menu_seed=seed)
     machine = machine_for(execution.platform)
     registry = registry_for(execution.backend_plugins)
     print(f"hicache-fuzz: seed {seed}", flush=True)

@@ -33,7 +33,7 @@ class Prebuild:
     """The parent's handle on the builder process: started at once; its record read when asked."""
 
     def __init__(self, backend_names: Sequence[str], plugins: Sequence[str], platform_kind: str, journal: Path,
-                 env: dict[str, str] | None = None, python: str | None = None) -> None:
+                 env: dict[str, str] | None = None, python: str | None = None, menu_seed: int | None = None) -> None:
         self.record_path = journal / "prebuild.json"
         self.record_path.unlink(missing_ok=True)
         args = [python or sys.executable, "-m", "hicache_fuzz.harness.pipeline.prebuild", "--platform", platform_kind,
@@ -42,6 +42,8 @@ class Prebuild:
             args += ["--backend", name]
         for plugin in plugins:
             args += ["--backend-plugin", plugin]
+        if menu_seed is not None:
+            args += ["--menu-seed", str(menu_seed)]
         self.started = time.perf_counter()
         with open(journal / "prebuild.log", "ab") as log:
             self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
@@ -98,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backend", action="append", default=[])
     parser.add_argument("--backend-plugin", action="append", default=[])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--menu-seed", type=int, default=None)
     args = parser.parse_args(argv)
     began = time.perf_counter()
     from hicache_fuzz.harness.model import platform as platform_mod
@@ -109,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = platform_mod.require(args.platform)
     registry = load_registry(args.backend_plugin)
     backends = [registry.get(name) for name in args.backend]
-    jobs, menu_count = prebuild_jobs(backends, machine.platform, CaseSpace())
+    jobs, menu_count = prebuild_jobs(backends, machine.platform, CaseSpace(menu_seed=args.menu_seed))
     threads = platform_mod.usable_cores()
     record: dict[str, Any] = {"modules": len(jobs), "menu_modules": menu_count, "threads": threads,
                               "import_seconds": round(time.perf_counter() - began, 3), "done": False}

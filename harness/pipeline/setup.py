@@ -41,6 +41,9 @@ class ExecutionOptions:
     # a builder process for the JIT modules (pipeline/prebuild.py) where the workers would warm up: auto (on a
     # GPU) | yes | no; $HICACHE_FUZZ_PREBUILD sets it (e.g. to measure a campaign without the builder)
     prebuild: str = field(default_factory=lambda: os.environ.get(PREBUILD_ENV, "auto").strip().lower() or "auto")
+    # the campaign seed whose sample of the rotating JIT rows the builder builds (CaseSpace.menu_seed; None: every
+    # row of every menu, a superset of what any seed draws)
+    menu_seed: int | None = None
 
     def resolved_worker_processes(self, platform_kind: str) -> int:
         """auto: a pool sized by the CPU count on a GPU (pool.auto_pool_size), one worker on the CPU."""
@@ -212,7 +215,8 @@ def _builder(backends: list[Backend], options: ExecutionOptions, machine: Machin
     from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 
     try:
-        return Prebuild([b.name for b in backends], options.backend_plugins, machine.platform.kind, journal)
+        return Prebuild([b.name for b in backends], options.backend_plugins, machine.platform.kind, journal,
+                        menu_seed=options.menu_seed)
     except OSError:
         return None
 
