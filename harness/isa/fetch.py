@@ -481,8 +481,16 @@ def find_cached_sglang_archive(cache_dir: pathlib.Path, version: str) -> pathlib
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m hicache_fuzz.harness.isa.fetch [CACHE_DIR]``: fetch everything ahead of time (CI)."""
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    cache_dir = pathlib.Path(arguments[0]) if arguments else default_cache_dir()
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m hicache_fuzz.harness.isa.fetch",
+        description="Fetch what the static ISA check compiles against (HIP headers, ROCm device libraries, "
+        "clang 22, tvm-ffi headers, sglang's kernel sources) into the cache, ahead of time.",
+    )
+    parser.add_argument("cache_dir", nargs="?", type=pathlib.Path, default=None, metavar="CACHE_DIR",
+                        help="default: $HICACHE_FUZZ_CACHE_DIR/isa, else ~/.cache/hicache-fuzz/isa")
+    cache_dir = parser.parse_args(argv).cache_dir or default_cache_dir()
     try:
         rocm = ensure_rocm_device_files(cache_dir)
         try:
