@@ -400,6 +400,13 @@ def _plan(args: argparse.Namespace) -> list[tuple[str, str]]:
     return plan
 
 
+def _plan_or_empty(args: argparse.Namespace) -> list[tuple[str, str]]:
+    try:
+        return _plan(args)
+    except BadInput:
+        return []  # reported with exit 2 by the check itself
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``hicache-fuzz isa``; returns the exit code (see the module docstring)."""
     if args.list_modules:
@@ -412,6 +419,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cache_dir = pathlib.Path(args.cache_dir) if args.cache_dir else isa_fetch.default_cache_dir()
     allow_fetch = not args.no_fetch
+    if not allow_fetch:
+        for platform in sorted({platform for platform, _arch in _plan_or_empty(args)}):
+            isa_fetch.report_offline(cache_dir, platform, "isa --offline")
     progress = ProgressLine(not getattr(args, "no_progress", False))
     try:
         return _run_checks(args, cache_dir, allow_fetch, progress)

@@ -93,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where fetched headers/tools are kept "
         "(default: $HICACHE_FUZZ_CACHE_DIR/isa, else ~/.cache/hicache-fuzz/isa)",
     )
-    parser.add_argument("--no-fetch", action="store_true", help="never download headers or tools")
+    parser.add_argument("--no-fetch", "--offline", dest="no_fetch", action="store_true",
+                        help="download nothing: use only what the cache holds, and name what is missing")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: CPU count)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
