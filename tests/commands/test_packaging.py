@@ -70,3 +70,15 @@ def test_python_m_report_renders_a_page(tmp_path: Path) -> None:
                                 "--html", str(page)], capture_output=True, text=True, timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr
     assert page.read_text().lstrip().lower().startswith("<!doctype html")
+
+
+@pytest.mark.parametrize("command", ["replay", "minimize"])
+def test_replay_and_minimize_explain_isolation_options(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from hicache_fuzz.harness.commands.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--isolate {auto,yes,no} run cases in a worker process" in text
+    assert "--case-timeout CASE_TIMEOUT seconds before a case counts as a hang" in text
