@@ -126,6 +126,7 @@ def test_scripts_pass_on_correct_fake_and_fail_on_buggy_fake(tmp_path: Path) -> 
         assert "bytes differ; first at storage byte" in output and "layer=" in output, (name, output)
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_committed_findings_reproduce_on_buggy_fake_only(tmp_path: Path) -> None:
     scripts = sorted(CORPUS.glob(f"*{'.standalone.py'}"))
     assert len(scripts) == len(list(CORPUS.glob("*.json"))) >= 8  # every committed finding has its script
