@@ -8,7 +8,8 @@ Fast variants, the one documented substitution: ``--max-total-time N`` and ``--s
 comments dropped) must exit 0 or 1 (1: a campaign found the failures it was pointed at, e.g. a zoo mutant),
 never 2 (bad usage) or 3 (cannot run here), and print no traceback.
 
-Also checked: every module the docs run with ``python -m hicache_fuzz...`` exists and runs as a script, and
+The blocks run in the slow tier (`-m slow`, part of .ci/run); the checks below in the quick one. Also checked:
+every module the docs run with ``python -m hicache_fuzz...`` exists and runs as a script, and
 every ``harness/``, ``oracles/`` and top-level ``kernels/`` source path the docs cite exists.
 """
 
@@ -94,6 +95,7 @@ def test_the_docs_have_runnable_blocks_and_every_marker_is_well_formed() -> None
     assert not stray, f"doc-check markers before blocks that are not bash/sh: {stray}"
 
 
+@pytest.mark.slow  # campaigns in subprocesses, ~10-40 s a block; .ci/run's slow tier runs them
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=lambda block: block.name)
 def test_doc_block_runs(block: Block, tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
