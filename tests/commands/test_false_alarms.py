@@ -17,6 +17,7 @@ def run(tmp_path: Path, tag: str, *fuzz: str, seconds: str = "2") -> tuple[int, 
     return code, json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_clean_reference_raises_nothing(tmp_path: Path) -> None:
     code, summary = run(tmp_path, "clean", "--platform", "cpu", "--backend", "reference")
     assert code == 0 and summary["campaigns"] == 2 and summary["campaigns_with_new_identities"] == 0
