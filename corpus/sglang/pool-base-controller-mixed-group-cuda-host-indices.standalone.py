@@ -229,7 +229,9 @@ def main():
         call_sglang(raw, host_idx, dev_idx)
         rejection = None
     except (ImportError, NotImplementedError) as exc:  # no sglang here, or only a stand-in without this op
-        print(f"SKIP: cannot run here (torch {torch.__version__}): {type(exc).__name__}: {exc}")
+        missing = (f"{exc.name} is not importable ({exc})" if isinstance(exc, ImportError) and exc.name
+                   else f"{type(exc).__name__}: {exc}")
+        print(f"SKIP: cannot run here: {missing} (torch {torch.__version__})")
         return 3
     except Exception as exc:
         rejection = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

@@ -126,6 +126,8 @@ class EngineStats:
                 "batches_ahead": batches_ahead,
                 "storages_reused": getattr(executor, "storages_reused", 0),
                 "gpu_sharing": sharing.to_dict() if (sharing := getattr(executor, "sharing", None)) else None,
+                # the console leaves out what only a GPU run has (host registration, index variants, reuse)
+                "cpu_only": getattr(getattr(getattr(executor, "machine", None), "device", None), "type", "") == "cpu",
             },
             "distinct_cases": len(self.distinct),
             "distinct_cases_per_second": round(len(self.distinct) / seconds, 1) if seconds > 0 else 0.0,
@@ -149,21 +151,26 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         return []
     scale = report["scale"]
     stages = ", ".join(f"{k} {v:.1f}" for k, v in report["stages"].items() if v >= 0.05)
+    cpu_only = bool(report["engine"].get("cpu_only"))
+    gpu_engine = "" if cpu_only else (
+        f"; batch {report['engine']['batch']}, {_variants_text(report['engine'])} index variants per "
+        f"generated case, {report['engine'].get('storages_reused', 0)} cases on reused storages"
+        f"{_every_text(report['engine'])}")
+    registration = "" if cpu_only else (
+        f" ({scale['registration_chunks_of_largest_host_storage']} registration chunks of "
+        f"{scale['host_register_chunk_bytes'] >> 20} MiB)")
     lines = [
         f"  engine: {report['byte_compared_transfers']} byte-compared transfers "
         f"({report['transfer_share']:.0%} of cases, {report['byte_compared_per_second']:,.1f}/s), "
-        f"{report['rejections_checked']} rejections checked, verified {report['verified_gb_per_second']:.2f} GB/s; "
-        f"batch {report['engine']['batch']}, {_variants_text(report['engine'])} index variants per "
-        f"generated case, {report['engine'].get('storages_reused', 0)} cases on reused storages"
-        f"{_every_text(report['engine'])}",
+        f"{report['rejections_checked']} rejections checked, verified {report['verified_gb_per_second']:.2f} GB/s"
+        f"{gpu_engine}",
         f"  stages (s): {stages}",
         "  ms per case by backend (worker clock, scale cases apart): "
         + ", ".join(f"{k} {v:.2f}" for k, v in report.get("backend_ms_per_case", {}).items()),
         f"  scale reached: device pool {scale['largest_device_pool_rows']:,} rows, host offset "
-        f"{scale['largest_host_byte_offset']:,} B ({scale['registration_chunks_of_largest_host_storage']} "
-        f"registration chunks of {scale['host_register_chunk_bytes'] >> 20} MiB), transfer "
+        f"{scale['largest_host_byte_offset']:,} B{registration}, transfer "
         f"{scale['longest_transfer_tokens']:,} tokens, {scale['max_layers']} layers, page sizes not a power of two "
-        f"{scale['page_sizes_not_power_of_two'] or 'none'}; scale tier {scale['scale_cases']} cases in "
+        f"{_some_sizes(scale['page_sizes_not_power_of_two'])}; scale tier {scale['scale_cases']} cases in "
         f"{scale['scale_seconds']:.1f} s",
     ]
     if "distinct_cases" in report:
@@ -187,6 +194,17 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
                      + (f"; {sharing['collateral_count']} cases lost to another MPS client's fault (ran clean "
                         "alone)" if sharing.get("collateral_count") else ""))
     return lines
+
+
+SIZES_SHOWN = 8  # the console names this many page sizes; the JSON report keeps the whole list
+
+
+def _some_sizes(sizes: list[int]) -> str:
+    if not sizes:
+        return "none"
+    if len(sizes) <= SIZES_SHOWN:
+        return ", ".join(map(str, sizes))
+    return f"{len(sizes)} ({', '.join(map(str, sizes[:SIZES_SHOWN]))}, ... {sizes[-1]})"
 
 
 STALL_SHARE = 0.25  # a stretch of the timeline recorded at under this share of the campaign's mean rate

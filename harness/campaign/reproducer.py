@@ -153,7 +153,8 @@ Observed: {summary}
 
 Run: python repro_{case_id}.py [--backend-plugin MODULE:CALLABLE]
 Prints PASS or FAIL with the diff summary; exit 0 = pass, 1 = fail, 3 = the backend cannot run here.
-Needs torch, hicache_fuzz's core (case, materialize, oracle, compare) and the backend's own module.
+Needs torch, hicache_fuzz's core (case, materialize, oracle, compare) and the backend's own module; without
+one of them it prints one SKIP line naming it and exits 3.
 """
 
 import json
@@ -179,14 +180,26 @@ def load_backend(name, plugins):
     return load_registry(plugins).get(name)
 
 
-def main(argv):
-    import torch
+def cannot_run(what, exc):
+    """Exit 3 ("cannot run here") with one line naming what is missing; never a traceback."""
+    print(f"SKIP {case_id}: cannot run here: {{what}} ({{type(exc).__name__}}: {{exc}})")
+    return 3
 
-    from hicache_fuzz.harness.model.case import Case
-    from hicache_fuzz.kernels.buffers import HostMemory
-    from hicache_fuzz.harness.model.platform import detect
-    from hicache_fuzz.harness.pipeline.runner import run_case
-    from hicache_fuzz.harness.campaign.identity import signature
+
+def main(argv):
+    try:
+        import torch
+    except ImportError as exc:
+        return cannot_run("torch is not importable", exc)
+    try:
+        from hicache_fuzz.harness.model.case import Case
+        from hicache_fuzz.kernels.buffers import HostMemory
+        from hicache_fuzz.harness.model.platform import detect
+        from hicache_fuzz.harness.pipeline.runner import run_case
+        from hicache_fuzz.harness.campaign.identity import signature
+    except ImportError as exc:
+        missing = (exc.name or "hicache_fuzz").split(".")[0]  # hicache_fuzz itself, or one of its dependencies
+        return cannot_run(f"{{missing}} is not importable (pip install -e . in the hicache-fuzz checkout)", exc)
 
     plugins = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--backend-plugin"]
     case = Case.from_dict(json.loads(CASE_JSON))
@@ -195,7 +208,10 @@ def main(argv):
         print(f"SKIP {{case.case_id}}: backend {{case.backend}} comes from a plugin; "
               "run with --backend-plugin MODULE:CALLABLE")
         return 3
-    backend = load_backend(case.backend, plugins)
+    try:
+        backend = load_backend(case.backend, plugins)
+    except ImportError as exc:
+        return cannot_run(f"the backend's module {{exc.name or BACKEND_CLASS}} is not importable", exc)
     availability = backend.probe(machine.platform)
     if not availability.available:
         print(f"SKIP {{case.case_id}}: backend {{case.backend}} cannot run on {{machine.description}}: "

@@ -26,12 +26,13 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def add_isolation(parser: argparse.ArgumentParser, documented: bool = True) -> None:
-    """--isolate and --case-timeout (replay and minimize keep them without help text, as they always had)."""
+    """--isolate and --case-timeout; `documented` adds the campaign engine's --worker-processes and
+    --gpu-sharing (replay and minimize run one case at a time and take only the first two)."""
+    parser.add_argument("--isolate", choices=list(ISOLATE_CHOICES), default="auto",
+                        help="run cases in a worker process (auto: for backends that can crash the process)")
+    parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0,
+                        help="seconds before a case counts as a hang (default: %(default)s)")
     if documented:
-        parser.add_argument("--isolate", choices=list(ISOLATE_CHOICES), default="auto",
-                            help="run cases in a worker process (auto: for backends that can crash the process)")
-        parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0,
-                            help="seconds before a case counts as a hang")
         parser.add_argument("--worker-processes", type=worker_process_count, default=None, metavar="N|auto",
                             help="worker processes behind one campaign, sharing its batches (auto: on a GPU, "
                                  "one per two CPU cores beyond four, at most 6; 1 on the CPU)")
@@ -39,9 +40,6 @@ def add_isolation(parser: argparse.ArgumentParser, documented: bool = True) -> N
                             help="how several CUDA workers share the GPU: auto runs them as clients of a private "
                                  "MPS server where nvidia-cuda-mps-control can start one, else separate contexts; "
                                  "mps makes a missing MPS an error (exit 3)")
-    else:
-        parser.add_argument("--isolate", choices=list(ISOLATE_CHOICES), default="auto")
-        parser.add_argument("--case-timeout", type=finite_positive_float, default=60.0)
 
 
 def execution_options(args: argparse.Namespace) -> ExecutionOptions:

@@ -105,7 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "clang-N, the ziglang wheel's clang 22; on rocm also /opt/rocm/llvm/bin/clang)")
     parser.add_argument("--isa-cache-dir", default=None, metavar="DIR",
                         help="cache of fetched ISA headers and tools")
-    parser.add_argument("--no-fetch", action="store_true", help="never download headers, tools or sglang")
+    parser.add_argument("--offline", "--no-fetch", dest="no_fetch", action="store_true",
+                        help="download nothing (ISA headers, tools, sglang's wheel): use only the ISA cache and name "
+                             "what is missing; targets that need it are reported skipped")
     parser.add_argument("--baseline", default=None, metavar="PATH",
                         help="the base sglang of a PR gate (a folder holding the sglang package, or the Python of "
                              "another environment with sglang installed): every campaign failure is replayed "

@@ -263,6 +263,8 @@ def run_isa_checks(platform_kind: str, args: argparse.Namespace, artifacts: Path
         return rows
     cache_dir = Path(args.isa_cache_dir) if args.isa_cache_dir else isa_fetch.default_cache_dir()
     allow_fetch = not args.no_fetch
+    if not allow_fetch:
+        isa_fetch.report_offline(cache_dir, targets[0].platform, "gate --offline")
     isa_fetch.set_progress(lambda text: line.update(f"[3/3] ISA: {text}", force=True))
     try:
         line.update("[3/3] ISA: locating sglang's kernel sources and the toolchain", force=True)

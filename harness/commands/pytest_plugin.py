@@ -196,8 +196,8 @@ def hicache_case_runner(pytestconfig: pytest.Config, request: pytest.FixtureRequ
     def run(case: Case | Mapping[str, Any] | str | Path, backend: str | None = None) -> Result:
         from hicache_fuzz.harness.campaign.reproducer import save_reproducer
 
-        the_case = _as_case(case)
         name = backend or default
+        the_case = _as_case(case, name)
         if name is not None and name != the_case.backend:
             the_case = the_case.replace(backend=name)
         result = state.executor(state.backend(the_case.backend)).run(the_case)
@@ -210,14 +210,23 @@ def hicache_case_runner(pytestconfig: pytest.Config, request: pytest.FixtureRequ
     return run
 
 
-def _as_case(case: Any) -> Case:
-    from hicache_fuzz.harness.campaign.corpus import load_entry
+def _as_case(case: Any, backend: str | None = None) -> Case:
+    """The case to run. A file that lists several backends (a committed seed) gives its entry for `backend`;
+    a backend it does not list runs the same case; with no backend named, such a file is ambiguous."""
+    from hicache_fuzz.harness.campaign.corpus import load_entries
     from hicache_fuzz.harness.model.case import Case
 
     if isinstance(case, Case):
         return case
     if isinstance(case, (str, Path)):
-        return load_entry(Path(case)).case
+        entries = load_entries(Path(case))
+        if len(entries) == 1:
+            return entries[0].case
+        listed = [entry.case.backend for entry in entries]
+        if backend is None:
+            raise ValueError(f"{case}: lists {len(entries)} backends ({', '.join(listed)}); name one with "
+                             "backend=, the hicache_fuzz_backend marker or --hicache-fuzz-backend")
+        return entries[listed.index(backend) if backend in listed else 0].case
     if isinstance(case, Mapping):
         return Case.from_dict(case.get("case", case) if isinstance(case.get("case"), Mapping) else case)
     raise TypeError(f"expected a Case, a case dict or a file path, got {type(case).__name__}")

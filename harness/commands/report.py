@@ -1,6 +1,8 @@
 """``hicache-fuzz report REPORT.json --html OUT.html``: render a campaign (``fuzz --json``) or gate
 (``gate --json``) report as one self-contained HTML page (harness/campaign/html_report.py).
 
+Also ``python -m hicache_fuzz.harness.commands.report REPORT.json --html OUT.html`` (the same options).
+
 Exit codes: 0 written; 2 bad input (missing or unreadable file, not JSON, not a hicache-fuzz report); 3 the page
 could not be written where asked (it went to a temporary file, or stdout, and the message says where).
 """
@@ -54,3 +56,14 @@ def run(args: argparse.Namespace) -> int:
     if written:
         print(f"wrote {kind} report {out}")
     return final_exit_code(EXIT_CLEAN, written)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hicache_fuzz.harness.commands.report``: the same as ``hicache-fuzz report``."""
+    parser = argparse.ArgumentParser(prog="hicache-fuzz report", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from hicache_fuzz.harness.isa import fetch as isa_fetch
+from hicache_fuzz.harness.isa import listing_cache
 from hicache_fuzz.harness.isa.listings import (
     amdgpu_lds_bytes,
     amdgpu_nontemporal_modifiers,
@@ -58,6 +59,8 @@ from hicache_fuzz.harness.isa.listings import (
 )
 from hicache_fuzz.harness.isa.modules import TVM_FFI_INCLUDES, ModuleSpec, modules_for
 from hicache_fuzz.harness.isa.mutants import MUTANTS, Mutant, apply_mutant, mutate_hicache_source
+from hicache_fuzz.harness.isa.options import add_arguments
+from hicache_fuzz.harness.isa.render import render_markdown, render_text
 from hicache_fuzz.harness.isa.source import HOW_TO_GET_SGLANG, SglangSource, resolve_sglang_source
 from hicache_fuzz.harness.isa.symbols import (
     BLOCK_SIZE,
@@ -227,6 +230,7 @@ def _check(
                     kernels_found=sum(1 for kernel in kernels if kernel.symbol),
                     error=outcome.error,
                     output_path=str(outcome.output_path) if work_dir else "",
+                    cached=outcome.cached,
                 )
             )
             if outcome.error:
@@ -274,10 +278,17 @@ def check_rocm(
         compiler=f"{tools.clang} ({tools.clang_version}); headers: {tools.headers_origin}",
         compile_flags=rocm_compile_flags(arch, strict, tools, source),
     )
+    command = [*tools.command, *report.compile_flags]
+    compile_one = listing_cache.with_cache(
+        lambda module, directory: _compile_rocm_module(module, arch, strict, tools, source, directory),
+        cache_dir or isa_fetch.default_cache_dir(),
+        lambda module: listing_cache.listing_key(module.translation_unit(source.csrc_dir), command,
+                                                 tools.clang_version, source),
+    )
     return _check(
         report,
         selected,
-        lambda module, directory: _compile_rocm_module(module, arch, strict, tools, source, directory),
+        compile_one,
         lambda listing: parse_amdgpu_assembly(listing, arch),
         hint,
         work_dir,
@@ -331,10 +342,18 @@ def check_cuda(
         compiler=f"{tools.nvcc} ({tools.nvcc_version}); disassembler: {tools.nvdisasm}",
         compile_flags=cuda_compile_flags(arch, tools, source),
     )
+    command = [str(tools.nvcc), *report.compile_flags, str(tools.nvdisasm)]
+    versions = f"{tools.nvcc_version}; {listing_cache.tool_stamp(str(tools.nvdisasm))}"
+    compile_one = listing_cache.with_cache(
+        lambda module, directory: _compile_cuda_module(module, arch, tools, source, directory),
+        cache_dir or isa_fetch.default_cache_dir(),
+        lambda module: listing_cache.listing_key(module.translation_unit(source.csrc_dir), command,
+                                                 versions, source),
+    )
     return _check(
         report,
         selected,
-        lambda module, directory: _compile_cuda_module(module, arch, tools, source, directory),
+        compile_one,
         parse_sass,
         ".NA (L1::no_allocate)",
         work_dir,
@@ -344,160 +363,7 @@ def check_cuda(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Output
-
-
-def _format_counts(counts: dict[str, int]) -> str:
-    return " ".join(f"{key}={value}" for key, value in counts.items()) or "(no memory accesses)"
-
-
-def render_text(report: IsaReport) -> list[str]:
-    title = f"{report.platform} {report.arch}{' --strict' if report.strict else ''}"
-    if report.mutant:
-        title += f" [mutant {report.mutant}]"
-    lines = [f"== {title}: sglang {report.sglang_version} ({report.sglang_source})"]
-    if report.skipped:
-        lines.append(f"  SKIPPED (not checked): {report.skipped}")
-        return lines
-    lines.append(f"  compiler: {report.compiler}")
-    for module in report.modules:
-        state = f"{module.kernels_found} kernels" if module.compiled else "COMPILE FAILED"
-        lines.append(f"  module {module.name}: {state}, {module.seconds:.1f} s")
-    for kernel in report.kernels:
-        verdict = "PASS" if kernel.passed else "FAIL"
-        lines.append(f"  {verdict} {kernel.kernel}: {_format_counts(kernel.counts)}")
-        lines.extend(f"       - {violation}" for violation in kernel.violations)
-    lines.extend(f"  ERROR {error}" for error in report.errors)
-    checked = sum(1 for kernel in report.kernels if kernel.symbol)
-    failed = sum(1 for kernel in report.kernels if not kernel.passed)
-    verdict = "PASS" if report.passed else "FAIL"
-    lines.append(
-        f"  {verdict}: {checked} kernel instantiations checked, {failed} failing, {report.seconds:.1f} s"
-    )
-    return lines
-
-
-def render_markdown(reports: Sequence[IsaReport], command: str) -> str:
-    lines = ["# HiCache ISA check", "", f"Command: `{command}`", ""]
-    lines += ["| platform | arch | strict | mutant | sglang | compiler | kernels | failing | result | seconds |"]
-    lines += ["|---|---|---|---|---|---|---|---|---|---|"]
-    for report in reports:
-        checked = sum(1 for kernel in report.kernels if kernel.symbol)
-        failed = sum(1 for kernel in report.kernels if not kernel.passed)
-        result = "SKIPPED" if report.skipped else ("PASS" if report.passed else "FAIL")
-        compiler = report.compiler.split(";")[0] or "-"
-        lines.append(
-            f"| {report.platform} | {report.arch} | {'yes' if report.strict else 'no'} "
-            f"| {report.mutant or '-'} "
-            f"| {report.sglang_version} | {compiler} | {checked} | {failed} | {result} "
-            f"| {report.seconds:.1f} |"
-        )
-    for report in reports:
-        lines += ["", f"## {report.platform} {report.arch}{' strict' if report.strict else ''}", ""]
-        if report.skipped:
-            lines += [f"SKIPPED, not checked: {report.skipped}"]
-            continue
-        lines += ["| kernel | expected | accesses | result |", "|---|---|---|---|"]
-        for kernel in report.kernels:
-            expected = f"{kernel.expected_width_bits}-bit, {kernel.expected_accesses_per_element}/element"
-            result = "PASS" if kernel.passed else "FAIL: " + "; ".join(kernel.violations)
-            lines.append(f"| `{kernel.kernel}` | {expected} | {_format_counts(kernel.counts)} | {result} |")
-        lines.extend(f"\nERROR: {error}" for error in report.errors)
-    return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------------------
 # CLI
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``hicache-fuzz isa``."""
-    parser.add_argument(
-        "--platform",
-        choices=(*PLATFORMS, "all"),
-        default="all",
-        help="which compiler path to check (default: all)",
-    )
-    parser.add_argument(
-        "--arch",
-        action="append",
-        default=None,
-        metavar="ARCH",
-        help="target, repeatable: gfx90a, gfx942, gfx950, gfx942:sramecc+:xnack- (ROCm), sm_90a (CUDA); "
-        "default gfx90a + gfx942 + gfx950 for rocm, sm_90a for cuda",
-    )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="ROCm: disable the LLVM passes that re-merge 32-bit accesses, so a scalarized load_nc/store_nc "
-        "shows as 32-bit accesses instead of being merged back into dwordx4",
-    )
-    parser.add_argument(
-        "--sglang-source",
-        metavar="PATH",
-        default=None,
-        help="sglang wheel, sdist or folder containing sglang/kernels/jit (default: the installed sglang)",
-    )
-    parser.add_argument("--json", metavar="PATH", default=None, help="write the full results as JSON")
-    parser.add_argument("--markdown", metavar="PATH", default=None, help="write a Markdown summary")
-    parser.add_argument(
-        "--keep-dir",
-        metavar="DIR",
-        default=None,
-        help="keep generated units and listings (.s / .sass) in DIR",
-    )
-    parser.add_argument(
-        "--module",
-        action="append",
-        default=None,
-        metavar="NAME",
-        help="check only this module, repeatable (e.g. hicache-e256-u4; see --list-modules)",
-    )
-    parser.add_argument("--list-modules", action="store_true", help="print the modules per platform and exit")
-    parser.add_argument(
-        "--mutant",
-        choices=sorted(MUTANTS),
-        default=None,
-        help="self-test: check a copy of hicache.cuh with this defect; the check must FAIL (exit 1)",
-    )
-    parser.add_argument(
-        "--clang",
-        default=None,
-        help="clang for ROCm (default: per target the newest of clang-N on PATH / /usr/lib/llvm-N and the "
-        "ziglang wheel's clang 22 that supports it)",
-    )
-    parser.add_argument(
-        "--rocm-device-lib-path",
-        default=None,
-        metavar="DIR",
-        help="ROCm device libraries, ockl.bc and oclc_*.bc (default: Debian trixie's rocm-device-libs-17)",
-    )
-    parser.add_argument(
-        "--nvcc", default=None, help="nvcc for CUDA (default: nvcc on PATH, $CUDA_HOME/bin/nvcc)"
-    )
-    parser.add_argument(
-        "--nvdisasm", default=None, help="nvdisasm (default: on PATH, toolkit, else PyPI wheel)"
-    )
-    parser.add_argument(
-        "--hip-include", action="append", default=[], metavar="DIR", help="HIP header folder, repeatable"
-    )
-    parser.add_argument(
-        "--tvm-ffi-include",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="tvm-ffi header folder, repeatable",
-    )
-    parser.add_argument(
-        "--cache-dir",
-        default=None,
-        metavar="DIR",
-        help="where fetched headers/tools are kept "
-        "(default: $HICACHE_FUZZ_CACHE_DIR/isa, else ~/.cache/hicache-fuzz/isa)",
-    )
-    parser.add_argument("--no-fetch", action="store_true", help="never download headers or tools")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: CPU count)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
 
 
 def _platform_of_arch(arch: str) -> str:
@@ -534,6 +400,13 @@ def _plan(args: argparse.Namespace) -> list[tuple[str, str]]:
     return plan
 
 
+def _plan_or_empty(args: argparse.Namespace) -> list[tuple[str, str]]:
+    try:
+        return _plan(args)
+    except BadInput:
+        return []  # reported with exit 2 by the check itself
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``hicache-fuzz isa``; returns the exit code (see the module docstring)."""
     if args.list_modules:
@@ -546,6 +419,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cache_dir = pathlib.Path(args.cache_dir) if args.cache_dir else isa_fetch.default_cache_dir()
     allow_fetch = not args.no_fetch
+    if not allow_fetch:
+        for platform in sorted({platform for platform, _arch in _plan_or_empty(args)}):
+            isa_fetch.report_offline(cache_dir, platform, "isa --offline")
     progress = ProgressLine(not getattr(args, "no_progress", False))
     try:
         return _run_checks(args, cache_dir, allow_fetch, progress)

@@ -155,8 +155,15 @@ ROCM_DEVICE_PACKAGES = (
 )
 
 
+DEBIAN_MIRROR_ENV = "HICACHE_FUZZ_DEBIAN_MIRROR"
+
+
 def _debian_mirror() -> str:
-    """The Debian mirror the machine already uses, so the trixie request goes where apt normally goes."""
+    """$HICACHE_FUZZ_DEBIAN_MIRROR, else the Debian mirror the machine already uses (so the trixie request goes
+    where apt normally goes), else deb.debian.org."""
+    explicit = os.environ.get(DEBIAN_MIRROR_ENV, "").strip()
+    if explicit:
+        return explicit.rstrip("/")
     sources_dir = pathlib.Path("/etc/apt/sources.list.d")
     candidates: list[str] = []
     if sources_dir.is_dir():
@@ -188,6 +195,7 @@ def ensure_rocm_device_files(cache_dir: pathlib.Path, allow_fetch: bool = True) 
                 "--no-fetch, or pass --hip-include DIR (HIP >= 5.7 headers with hip/hip_bf16.h) and "
                 "--rocm-device-lib-path DIR (ROCm device libraries: ockl.bc, oclc_*.bc)"
             )
+        announce_downloads(cache_dir)
         _download_debian_packages(root, unpacked, missing)
     overlay_dir = root / "overlay"
     overlay_header = overlay_dir / "hip" / "hip_runtime.h"
@@ -308,6 +316,7 @@ def ensure_bundled_clang(cache_dir: pathlib.Path, allow_fetch: bool = True) -> B
                     f"no clang >= 20: {ZIGLANG_REQUIREMENT} is not installed and fetching is disabled "
                     f"(pip install {ZIGLANG_REQUIREMENT}, or pass --clang PATH to a clang >= 20)"
                 )
+            announce_downloads(cache_dir)
             wheel = pip_download(ZIGLANG_REQUIREMENT, root / "ziglang" / "download")
             _extract_members(wheel, root / "ziglang" / "unpacked", lambda name: name.startswith("ziglang/"))
             if not zig.is_file():
@@ -325,6 +334,7 @@ def ensure_bundled_clang(cache_dir: pathlib.Path, allow_fetch: bool = True) -> B
                 f"{', '.join(missing)} not found under {unpacked} and fetching is disabled; run once without "
                 "--no-fetch"
             )
+        announce_downloads(cache_dir)
         _download_debian_packages(root, unpacked, missing, BUNDLED_LLVM_SUITES, BUNDLED_LLVM_PACKAGES)
     return BundledClang(
         launcher=(str(zig), "clang"),
@@ -367,6 +377,7 @@ def ensure_tvm_ffi_headers(
             f"tvm-ffi headers not found in {include} and fetching is disabled; install "
             f"apache-tvm-ffi=={version} or pass --tvm-ffi-include DIR"
         )
+    announce_downloads(cache_dir)
     wheel = pip_download(f"apache-tvm-ffi=={version}", root / "download")
     _extract_members(wheel, root / "unpacked", lambda name: name.startswith("tvm_ffi/include/"))
     if not (include / "tvm" / "ffi" / "function.h").is_file():
@@ -394,6 +405,7 @@ def ensure_nvdisasm(cache_dir: pathlib.Path, allow_fetch: bool = True) -> pathli
                 "nvdisasm not found (not on PATH, not in $CUDA_HOME/bin) and fetching is disabled; "
                 "pip download --no-deps nvidia-cuda-nvdisasm and pass --nvdisasm PATH"
             )
+        announce_downloads(cache_dir)
         wheel = pip_download("nvidia-cuda-nvdisasm", root / "download")
         _extract_members(wheel, root / "unpacked", lambda name: name.endswith("/bin/nvdisasm"))
         found = sorted((root / "unpacked").rglob("nvdisasm"))
@@ -466,6 +478,7 @@ def fetch_sglang_archive(cache_dir: pathlib.Path, version: str = DEFAULT_SGLANG_
     existing = find_cached_sglang_archive(cache_dir, version)
     if existing is not None:
         return existing
+    announce_downloads(cache_dir)
     return pip_download(f"sglang=={version}", download_dir)
 
 
@@ -479,10 +492,87 @@ def find_cached_sglang_archive(cache_dir: pathlib.Path, version: str) -> pathlib
     return None
 
 
+# ---------------------------------------------------------------------------------------------------------
+# What a first run downloads, said before it starts
+
+# The ISA check's only network use, fetched once into the cache. Sizes as measured for the x86_64 files; the
+# Debian share is the package lists (trixie and sid, read by a private apt state) and four .debs.
+DOWNLOAD_PLAN = (
+    ("PyPI", f"{ZIGLANG_REQUIREMENT} (clang 22, for gfx950)", 101),
+    ("PyPI", f"sglang=={DEFAULT_SGLANG_VERSION} wheel (its kernel sources are read; it is not installed)", 39),
+    ("PyPI", f"apache-tvm-ffi=={DEFAULT_TVM_FFI_VERSION} wheel (headers)", 3),
+    ("Debian", "trixie + sid package lists and 4 .debs: HIP headers, ROCm device libraries, clang 22's HIP "
+               "headers", 500),
+)
+_announced = False
+
+
+def download_notice(cache_dir: pathlib.Path) -> str:
+    """What a first run fetches, how big, where it goes, and how to pre-fetch, mirror or avoid it."""
+    items = "; ".join(f"{what} ~{size} MB from {'the pip index' if origin == 'PyPI' else _debian_mirror()}"
+                      for origin, what, size in DOWNLOAD_PLAN)
+    total = sum(size for _origin, _what, size in DOWNLOAD_PLAN)
+    return (
+        f"hicache-fuzz isa: first use of the ISA cache {cache_dir}: downloading what the check compiles against, "
+        f"once, about {total} MB in all: {items}. Pre-fetch it (e.g. in a CI cache step) with `python -m "
+        f"hicache_fuzz.harness.isa.fetch {cache_dir}`; a mirror: PIP_INDEX_URL for the wheels, "
+        f"{DEBIAN_MIRROR_ENV}=URL for the Debian packages; none of it: `gate --offline` / `isa --no-fetch` use "
+        "only what the cache holds and name what is missing."
+    )
+
+
+def announce_downloads(cache_dir: pathlib.Path) -> None:
+    """Print the download notice on stderr once per process (also when stderr is not a terminal: CI logs)."""
+    global _announced
+    if not _announced:
+        _announced = True
+        print(download_notice(cache_dir), file=sys.stderr, flush=True)
+
+
+def report_offline(cache_dir: pathlib.Path, platform: str, who: str) -> list[str]:
+    """Offline: say on stderr what the cache lacks for `platform` (nothing when it is complete); returns it."""
+    missing = missing_from_cache(cache_dir, platform)
+    if missing:
+        print(f"hicache-fuzz {who}: the ISA cache {cache_dir} lacks {'; '.join(missing)}. Nothing is downloaded; "
+              f"what needs them is reported unavailable or skipped. Fetch them where there is network: `python -m "
+              f"hicache_fuzz.harness.isa.fetch {cache_dir}` (or copy that folder here).", file=sys.stderr, flush=True)
+    return missing
+
+
+def missing_from_cache(cache_dir: pathlib.Path, platform: str = "rocm") -> list[str]:
+    """What the check for `platform` would still have to download into `cache_dir` (empty: nothing)."""
+    missing: list[str] = []
+    if platform == "rocm":
+        unpacked = cache_dir / "rocm" / "unpacked"
+        missing += [f"{package} (Debian {HIP_DEBIAN_SUITE})" for package, proof in ROCM_DEVICE_PACKAGES
+                    if not (unpacked / proof).is_file()]
+        cached_zig = cache_dir / "llvm-22" / "ziglang" / "unpacked" / "ziglang" / "zig"
+        if installed_zig() is None and not cached_zig.is_file():
+            missing.append(f"{ZIGLANG_REQUIREMENT} (PyPI; or pip install it)")
+        llvm_unpacked = cache_dir / "llvm-22" / "unpacked"
+        missing += [f"{package} (Debian {BUNDLED_LLVM_SUITES[package]})"
+                    for package, proof in BUNDLED_LLVM_PACKAGES if not (llvm_unpacked / proof).is_file()]
+    tvm_header = cache_dir / f"tvm-ffi-{DEFAULT_TVM_FFI_VERSION}" / "unpacked" / "tvm_ffi" / "include" / "tvm"
+    if installed_tvm_ffi_include_dirs() is None and not (tvm_header / "ffi" / "function.h").is_file():
+        missing.append(f"apache-tvm-ffi=={DEFAULT_TVM_FFI_VERSION} headers (PyPI)")
+    if find_cached_sglang_archive(cache_dir, DEFAULT_SGLANG_VERSION) is None:
+        missing.append(f"sglang=={DEFAULT_SGLANG_VERSION} wheel (PyPI; not needed where sglang is installed)")
+    return missing
+
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m hicache_fuzz.harness.isa.fetch [CACHE_DIR]``: fetch everything ahead of time (CI)."""
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    cache_dir = pathlib.Path(arguments[0]) if arguments else default_cache_dir()
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m hicache_fuzz.harness.isa.fetch",
+        description="Fetch what the static ISA check compiles against (HIP headers, ROCm device libraries, "
+        "clang 22, tvm-ffi headers, sglang's kernel sources) into the cache, ahead of time.",
+    )
+    parser.add_argument("cache_dir", nargs="?", type=pathlib.Path, default=None, metavar="CACHE_DIR",
+                        help="default: $HICACHE_FUZZ_CACHE_DIR/isa, else ~/.cache/hicache-fuzz/isa")
+    cache_dir = parser.parse_args(argv).cache_dir or default_cache_dir()
     try:
         rocm = ensure_rocm_device_files(cache_dir)
         try:

@@ -146,6 +146,7 @@ class ModuleResult:
     kernels_found: int
     error: str = ""
     output_path: str = ""
+    cached: bool = False  # listing read from the cache (harness/isa/listing_cache.py), not compiled this run
 
 
 @dataclass

@@ -369,6 +369,7 @@ class _CompileOutcome:
     seconds: float
     error: str
     output_path: pathlib.Path
+    cached: bool = False  # read from the listing cache (harness/isa/listing_cache.py), not compiled
 
 
 def _run_compiler(command: list[str]) -> tuple[int, str, str]:

@@ -42,6 +42,7 @@ def test_the_feed_process_sends_the_slots_of_the_in_process_feed() -> None:
     assert _described(_feeds(ProcessFeed), 4) == _described(_feeds(CaseFeed), 4)
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_a_campaign_through_the_feed_process_runs_the_cases_of_the_thread_feed(tmp_path: Path) -> None:
     registry = load_registry()
     machine = require("cpu")
@@ -100,6 +101,7 @@ def test_a_feed_process_that_dies_is_named() -> None:
         feed.close()
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_the_campaign_generates_whole_indices_itself_until_the_feed_process_is_ready() -> None:
     """Before the child says it is ready, take() serves whole indices from the in-process feed; the child then
     goes on from the next index, and the slots are those of one in-process feed all along."""

@@ -203,13 +203,15 @@ def _bugs(backend_name: str, seed: int, cases: int) -> set[str]:
     return bugs
 
 
-@pytest.mark.parametrize("name", ["zoo-kv-swapped-last-layer", "zoo-staging-chunk-64", "zoo-cpu-indices-rejected"])
+@pytest.mark.parametrize("name", [pytest.param("zoo-kv-swapped-last-layer", marks=pytest.mark.slow),  # ~30 s
+                                  "zoo-staging-chunk-64", "zoo-cpu-indices-rejected"])
 def test_a_zoo_bug_raises_the_same_identities_from_two_seeds(name: str) -> None:
     first, second = _bugs(name, 1, 250), _bugs(name, 2, 250)
     assert first and first == second
     assert all(bug.startswith(name) for bug in first)  # the mutant's own path: never merged with another bug
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_different_zoo_bugs_never_share_an_identity() -> None:
     names = ["zoo-kv-swapped-last-layer", "zoo-staging-chunk-64", "zoo-offset-wrap-32bit"]
     seen = [_bugs(name, 3, 400) for name in names]

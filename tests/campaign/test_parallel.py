@@ -105,6 +105,7 @@ def test_shard_job_round_trips_through_json() -> None:
     assert parallel.ShardJob.from_dict(json.loads(json.dumps(job.to_dict()))) == job
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_fuzz_workers_cli_runs_the_unsharded_case_set(tmp_path: Path) -> None:
     """End to end on the CPU: `fuzz --shard 1/2 --workers 2` spawns two workers (each with a crash-isolating
     worker process, as GPU backends get) that together run node shard 1/2, and merges their reports."""

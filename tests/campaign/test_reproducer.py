@@ -132,3 +132,23 @@ def test_normalize_error_strips_numbers_addresses_paths() -> None:
 def test_reference_is_clean_on_the_reproducer_case() -> None:
     case = two_page_case(backend="reference")
     assert cpu_run(ReferenceBackend())(case).outcome is Outcome.PASS
+
+
+BLOCKER = "import runpy, sys; sys.modules.update({{name: None for name in {names!r}}}); " \
+          "sys.argv = [sys.argv[1]]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+@pytest.mark.parametrize(("blocked", "named"), [(("hicache_fuzz",), "hicache_fuzz is not importable"),
+                                                (("torch",), "torch is not importable"),
+                                                (("tests",), "the backend's module tests._mutants is not importable")])
+def test_script_without_its_dependencies_exits_3_with_one_line(saved: Path, blocked: tuple[str, ...],
+                                                                named: str) -> None:
+    """The docstring promises 3 ("cannot run here"), not 1 ("bug present"), and one line, no traceback."""
+    script = saved.parent / f"repro_{saved.stem}.py"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", BLOCKER.format(names=blocked), str(script)], capture_output=True,
+                          text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"SKIP {saved.stem}: cannot run here: {named}"), lines

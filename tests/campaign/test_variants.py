@@ -154,6 +154,7 @@ def test_the_feed_gives_each_backend_its_own_variant_count() -> None:
     assert max(s.variant for s in slots if s.backend.name == "zoo-last-page-dropped") == 4
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_reused_storages_give_the_results_of_fresh_ones(tmp_path: Path) -> None:
     """A campaign with variants through the worker (storages reused) reports, case by case, what each case
     gives alone on fresh storages; and the worker did reuse storages (it materialized fewer than it ran)."""

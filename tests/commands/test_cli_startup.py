@@ -37,5 +37,6 @@ def test_subcommand_help_and_bad_arguments_import_no_torch(command: str) -> None
     assert _probe(command, "--no-such-option") == "no torch 2"
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_a_command_that_runs_still_sets_up_torch() -> None:
     assert _probe("backends", "--platform", "cpu").startswith("torch imported 0")

@@ -45,6 +45,7 @@ def test_sigterm_ends_the_campaign_with_a_complete_report(tmp_path: Path) -> Non
     assert sum(data["outcomes"]["reference"].values()) == data["cases"]
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_a_killed_campaign_leaves_a_partial_report(tmp_path: Path) -> None:
     proc, report = start_fuzz(tmp_path)

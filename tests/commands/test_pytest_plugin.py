@@ -176,3 +176,37 @@ def test_sglang_example_cases_are_valid_transfers(monkeypatch: pytest.MonkeyPatc
             verdict = predict(case, backend.plan(case, platform).entry, platform)
             assert verdict.verdict is Verdict.ACCEPT, (name, platform, verdict.describe())
     assert len(kinds) == 5
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _doc_example() -> str:
+    text = (ROOT / "docs" / "pytest-plugin.md").read_text()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "hicache_case_runner(" in block
+    return block
+
+
+def test_the_doc_example_runs_verbatim_and_on_the_reference(pytester: pytest.Pytester) -> None:
+    """The example names a committed seed that lists several backends: verbatim it skips here (no sglang) with
+    the reason, never a CorpusError; on the reference backend the same seed passes; unnamed it is an error."""
+    import shutil
+
+    shutil.copytree(ROOT / "corpus" / "seeds", pytester.path / "corpus" / "seeds")
+    example = _doc_example()
+    seed = example.split('hicache_case_runner("', 1)[1].split('"', 1)[0]
+    assert (ROOT / seed).is_file(), f"the doc example names {seed}, which does not exist"
+    pytester.makepyfile(test_doc_example=example + f'''
+
+def test_on_the_reference(hicache_case_runner):
+    assert hicache_case_runner("{seed}", backend="reference").outcome.value == "pass"
+
+
+def test_unnamed_backend_is_an_error(hicache_case_runner):
+    with pytest.raises(ValueError, match="lists 5 backends"):
+        hicache_case_runner("{seed}")
+''')
+    result = pytester.runpytest("-p", "hicache_fuzz", "--hicache-fuzz-platform", "cpu", "-rs")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*needs a CUDA or ROCm GPU*"])  # the reason, from the sglang marker

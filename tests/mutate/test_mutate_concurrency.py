@@ -194,6 +194,7 @@ def test_sigterm_stops_all_slots_at_once(tree: Path, tmp_path: Path) -> None:
     assert not list(out.glob("mutants/*.json"))
 
 
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_accepted_baseline_failures_load_as_known_in_a_real_campaign(tmp_path: Path) -> None:
     """The copied reproducers pass the strict corpus loader and make the same bug known to `fuzz --known`."""
     import subprocess
