@@ -36,7 +36,14 @@ FILTERED_PY_FILES = (
     "sglang/srt/mem_cache/pool_host/common.py",
     "sglang/srt/mem_cache/pool_host/mha.py",
     "sglang/srt/mem_cache/pool_host/mla.py",
+    "sglang/srt/mem_cache/pool_host/group.py",
+    "sglang/srt/mem_cache/pool_host/hisparse.py",
+    "sglang/srt/mem_cache/pool_host/mha_mxfp8.py",
+    "sglang/srt/mem_cache/pool_host/dsa.py",
+    "sglang/srt/mem_cache/pool_host/page_interleave.py",
+    "sglang/srt/mem_cache/pool_host/unified.py",
     "sglang/srt/managers/cache_controller.py",
+    "sglang/srt/mem_cache/hybrid_cache/hybrid_cache_controller.py",
 )
 PY_TRANSFER_FUNCTION = re.compile(
     r"transfer|backup|load|write_back|copy|move|stag|page|indic|index|offset|ptr|layout|alloc|free|evict|"
