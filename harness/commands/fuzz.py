@@ -369,6 +369,19 @@ class Progress:
         self.line.close()
 
 
+def prebuild_text(startup: dict[str, Any]) -> str:
+    """The JIT builder's part of the start-up line. The builder may still be building when the campaign ends (a
+    kernel source changed, so every module rebuilds): its totals are then None, and the line says so."""
+    modules = startup.get("prebuild_modules")
+    if not modules:
+        return ""
+    if startup.get("prebuild_s") is not None:
+        return f", JIT prebuild {modules} modules in {startup['prebuild_s']:.1f} s"
+    menu_s = startup.get("prebuild_menu_s")
+    menus = f", starting menus built in {menu_s:.1f} s" if menu_s is not None else ", starting menus unfinished"
+    return f", JIT prebuild of {modules} modules unfinished at the end{menus}"
+
+
 def print_campaign(report: CampaignReport) -> None:
     print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
           f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
@@ -387,8 +400,7 @@ def print_campaign(report: CampaignReport) -> None:
         worker = ", ".join(f"{k} {v:.1f}" for k, v in up["first_worker"].items())
         first = "none" if up["first_result_s"] is None else f"{up['first_result_s']:.1f} s"
         probing = up.get("probing", {})
-        built = (f", JIT prebuild {up['prebuild_modules']} modules in {up['prebuild_s']:.1f} s"
-                 if up.get("prebuild_modules") else "")
+        built = prebuild_text(up)
         print(f"  start-up after launch: backends probed {up['backends_probed_s']:.1f} s "
               f"({probing.get('source', '?')}, {probing.get('seconds', 0.0):.1f} s probing){built}, first worker ready "
               f"{up['first_worker_ready_s']:.1f} s ({worker or 'in process'}), first result {first}")

@@ -28,3 +28,15 @@ def test_startup_record_without_a_result_or_a_worker() -> None:
     record = startup_record(100.0, 101.0, 101.0, {}, {})
     assert record["first_result_s"] is None
     assert record["first_worker"] == {} and record["first_worker_refused_builds_replayed"] == 0
+
+
+def test_the_start_up_line_names_a_builder_that_had_not_finished() -> None:
+    """A kernel source change rebuilds every module: the campaign can end before the builder does."""
+    from hicache_fuzz.harness.commands.fuzz import prebuild_text
+
+    assert prebuild_text({"prebuild_modules": 233, "prebuild_s": 1.13}) == ", JIT prebuild 233 modules in 1.1 s"
+    unfinished = prebuild_text({"prebuild_modules": 233, "prebuild_s": None, "prebuild_menu_s": None})
+    assert "unfinished" in unfinished and "233" in unfinished
+    assert "menus built in 40.5 s" in prebuild_text({"prebuild_modules": 9, "prebuild_s": None,
+                                                     "prebuild_menu_s": 40.5})
+    assert prebuild_text({"prebuild_modules": 0}) == ""
