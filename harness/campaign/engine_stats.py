@@ -176,7 +176,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     if "distinct_cases" in report:
         lines.append(f"  variety: {report['distinct_cases']:,} distinct generated cases ran "
                      f"({report['distinct_cases_per_second']:,.1f}/s), {report['cases_per_distinct_case']:.1f} cases "
-                     "each over backends and index variants")
+                     f"each over backends{'' if cpu_only else ' and index variants'}")
     dry = report.get("dry_run")
     if dry:
         lines.append(f"  dry run: nothing ran (outcomes are predictions, seconds modelled at "
