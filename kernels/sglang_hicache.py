@@ -10,8 +10,9 @@ Storages are compared byte-exact after every transfer (``Materialized.step_image
 
 Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over an anchor-only HostPoolGroup,
 as the scheduler builds it for a flat pool; ``base``: HiCacheController over the pool), ``pool_kind``
-(``standard``: the pool class of the case's attention kind; ``hisparse``: the HiSparse MHA pool; or the name of a
-class the oracle does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``,
+(``standard``: the pool class of the case's attention kind; ``hisparse``: the HiSparse MHA pool; ``k_only``: the
+K-only pool; ``mamba``: the Mamba state pool; or the name of a class the oracle does not model, which is reported
+unsupported with the reason), ``io_backend``, ``start_layer``,
 ``draft_layers`` (the last of ``layers`` are packed draft layers) and ``ops`` (the program). ``draft_layers`` is
 an upper bound: a pool packs at most ``layers - 1`` draft layers, so a one-layer case has none. Generation and
 labels import neither sglang nor torch's GPU side.
@@ -59,7 +60,7 @@ from hicache_fuzz.oracles.contract import EntryPoint, Platform
 class SglangHicacheBackend(SglangBackend):
     name = "sglang-hicache"
     description = (
-        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only) built by their constructors, driven by "
+        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only/Mamba) built by their constructors, driven by "
         "the real HiCache controllers through sequences of back-ups, loads and evictions"
     )
     supported_layouts = LAYOUTS
@@ -136,7 +137,7 @@ class SglangHicacheBackend(SglangBackend):
         if start < 0 or drafts < 0:
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
         why = pool_layouts.mismatch(pool_layouts.pool_class(name), case.pools[0].attention, case.layout, io_backend,
-                                    drafts)
+                                    drafts, case.page_size)
         if why:
             return why
         if case.scope is not Scope.ALL_LAYERS:
@@ -151,7 +152,7 @@ class SglangHicacheBackend(SglangBackend):
 
     def aot_unsupported(self, case: Case, platform: Platform) -> str | None:
         name, io_backend, _start, _drafts = case_settings(case)
-        ok, why = aot_available()
+        ok, why = aot_state(platform)
         if ok:
             return None
         if name not in ("MHATokenToKVPoolHost", "MLATokenToKVPoolHost"):
@@ -203,6 +204,25 @@ class SglangHicacheBackend(SglangBackend):
         return controller_path(case)
 
     _kept: tuple[tuple[object, ...], Any] | None = None
+
+
+# What a prediction for another machine assumes about sgl_kernel's AOT ops (see aot_state).
+AOT_ASSUMED = ("assumed callable: the modelled accelerator is not this machine's, and sglang's server runs with "
+               "sgl_kernel installed")
+
+
+def aot_state(platform: Platform) -> tuple[bool, str]:
+    """(callable, why) for sgl_kernel's AOT ops on `platform`. Probed where this machine has the platform's
+    accelerator (a campaign's workers); a prediction for another machine (``fuzz --dry-run --platform cuda`` on a
+    CPU-only machine) cannot probe it and assumes the production set-up, in which sgl_kernel is installed beside
+    sglang: the pools' AOT paths and the ``direct`` io backend then count as running cases, as they do on the
+    GPU."""
+    import torch
+
+    here = torch.cuda.is_available() and (platform.kind == "rocm") == bool(getattr(torch.version, "hip", None))
+    if here:
+        return aot_available()
+    return True, AOT_ASSUMED
 
 
 def controller_path(case: Case) -> str:

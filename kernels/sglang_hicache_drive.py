@@ -11,6 +11,8 @@ Stand-ins (each is the least the controller needs from outside HiCache):
   it (the harness waits on the ack's finish event instead).
 * ``tp_group=None`` and a fresh ``threading.Event`` for ``load_cache_event``: only the storage (L3) threads use
   them, and no storage backend is attached.
+* The Mamba state pool's device pool (kernels/sglang_hicache_mamba.py): the host pool reads only its
+  ``MambaStateBufferInfo`` (sglang's class, built over the case's device tensors).
 * HiSparse loads: the HiSparse MHA pool is loaded by its own coordinator (global layer ids of the stage, the kernel
   io backend), which this module reproduces as that loop; its back-ups go through the controller's ``write``,
   which makes the same pool call the coordinator does.
@@ -35,6 +37,7 @@ from typing import Any
 import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
+from hicache_fuzz.kernels import sglang_hicache_mamba as mamba
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
 from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind, k_only_heads
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
@@ -46,7 +49,7 @@ K_ONLY = "MHATokenToKOnlyPoolHost"
 # global layer ids and has no guard for others (its coordinator never asks for them).
 COORDINATOR_LOADED = frozenset({"HiSparseMHATokenToKVPoolHost"})
 # Pools without a guard for layer ids outside them (their controllers never pass such ids): no foreign loads.
-UNGUARDED = COORDINATOR_LOADED | {K_ONLY}
+UNGUARDED = COORDINATOR_LOADED | {K_ONLY, mamba.MAMBA}
 DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
           KVDtype.FP8: torch.float8_e4m3fn}
 WRITE_POLICY = "write_through"
@@ -141,6 +144,9 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     name, _io, start, drafts = settings(case)
     spec = case.pools[0]
     target = case.layers - drafts
+    if name == mamba.MAMBA:
+        mamba_device, mamba_drafts, mamba_host = mamba.build_mamba(case, DTYPES[spec.dtype], device, start, drafts)
+        return _finish(mods, case, Built(mamba_device, mamba_drafts, mamba_host))
     device_pool = _device_pool(mods, case, spec, target, device, start)
     draft_pools = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
     info = device_pool.get_device_pool_infos()[0].buffer_info
@@ -165,10 +171,14 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     else:
         host_pool = cls(info, 2.0, 0, ps, case.layout.value, True, "cpu", "default", draft_buffer_infos=draft_infos,
                         pool_label=spec.name, host_token_capacity=case.host_slots, **common)
-    if host_pool.size != case.host_slots:
-        raise RuntimeError(f"harness: {name} was built with {host_pool.size} host slots, the case has "
-                           f"{case.host_slots}")
-    built = Built(device_pool, draft_pools, host_pool)
+    return _finish(mods, case, Built(device_pool, draft_pools, host_pool))
+
+
+def _finish(mods: Any, case: Case, built: Built) -> Built:
+    """The controller over `built`, once its host pool is checked to have the case's capacity."""
+    if built.host_pool.size != case.host_slots:
+        raise RuntimeError(f"harness: {type(built.host_pool).__name__} was built with {built.host_pool.size} host "
+                           f"slots, the case has {case.host_slots}")
     built.controller = controller_for(mods, case, built)
     return built
 
@@ -177,7 +187,10 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
 
 def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[torch.Tensor]:
     """sglang's per-layer device tensors of one component, in the case's layer order (target, then drafts)."""
-    k_only = settings(pool.case)[0] == K_ONLY
+    name = settings(pool.case)[0]
+    if name == mamba.MAMBA:
+        return mamba.device_tensors(built.device_pool, built.drafts, component)
+    k_only = name == K_ONLY
 
     def of(device_pool: Any) -> list[torch.Tensor]:
         if k_only:
@@ -192,6 +205,8 @@ def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[tor
 def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
     """sglang's host tensors whose bytes, one after another, are the case's host storage."""
     host = built.host_pool
+    if settings(pool.case)[0] == mamba.MAMBA:
+        return mamba.host_tensors(host)
     if pool.spec.attention is Attention.MHA_ASYM:
         return [host.k_buffer, host.v_buffer]
     if settings(pool.case)[0] == K_ONLY:

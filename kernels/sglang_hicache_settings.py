@@ -8,7 +8,8 @@ from typing import Any
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
 from hicache_fuzz.oracles import pool_layouts, sequence
 
-STANDARD, HISPARSE, K_ONLY = "standard", "hisparse", "k_only"
+STANDARD, HISPARSE, K_ONLY, MAMBA = "standard", "hisparse", "k_only", "mamba"
+MAMBA_CLASS = "MambaPoolHost"
 HYBRID, BASE = "hybrid", "base"
 # The scheduler drives a flat MHA/MLA pool through the HybridCacheController over an anchor-only HostPoolGroup;
 # HiCacheController itself is what the decode offload manager builds.
@@ -19,8 +20,11 @@ _BY_ATTENTION = {
     Attention.MHA_ASYM: "AsymmetricMHATokenToKVPoolHost",
 }
 # Modelled classes are drawn far more often than the unmodelled ones, which come back unsupported with their
-# reason (so campaign reports name what is out of reach) but cost a draw each.
-POOL_KINDS: tuple[str, ...] = (STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + pool_layouts.UNMODELLED
+# reason (so campaign reports name what is out of reach) but cost a draw each. A kind that does not fit the
+# drawn case resolves to the standard class (case_settings), so a kind that rarely fits (mamba: page size 1)
+# costs no draws.
+POOL_KINDS: tuple[str, ...] = ((STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + (MAMBA,) * 16
+                               + pool_layouts.UNMODELLED)
 IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
 # start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
 # first stage, and every model without pipeline parallelism) as often as all the others together.
@@ -36,7 +40,9 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
 
     The knobs say what to prefer; the case's attention kind and layout (drawn by the generator) decide what
     exists: ``hisparse`` is the HiSparse MHA pool on an MHA layer_first case and the standard class otherwise,
-    ``k_only`` the K-only pool on a one-component case and the standard class otherwise, and ``io_backend`` is
+    ``k_only`` the K-only pool on a one-component case and the standard class otherwise, ``mamba`` the Mamba
+    state pool on a two-component page_first / page_first_direct case of page size 1 and the standard class
+    otherwise, and ``io_backend`` is
     replaced by the other io backend where only that one moves the layout for the class. Coverage labels and the
     plan's path name what was resolved."""
     kind = case.tuning_value("pool_kind", STANDARD)
@@ -46,7 +52,9 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
         name = "HiSparseMHATokenToKVPoolHost"
     elif kind == K_ONLY and attention is Attention.MLA:
         name = "MHATokenToKOnlyPoolHost"
-    elif kind not in (STANDARD, HISPARSE, K_ONLY):
+    elif kind == MAMBA and _fits(MAMBA_CLASS, case):
+        name = MAMBA_CLASS
+    elif kind not in (STANDARD, HISPARSE, K_ONLY, MAMBA):
         name = str(kind)
     io_backend = str(case.tuning_value("io_backend", pool_layouts.KERNEL))
     cls = pool_layouts.POOL_CLASSES.get(name)
@@ -59,7 +67,21 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
 
 
 def controller_kind(case: Case) -> str:
-    return str(case.tuning_value("controller", HYBRID))
+    """The case's controller. The Mamba state pool is driven by HiCacheController: in production it is a side
+    pool of the HybridCacheController's group (moved through ``extra_pools``), which this backend does not build,
+    and an anchor-only group of a Mamba pool is no configuration sglang makes."""
+    kind = str(case.tuning_value("controller", HYBRID))
+    if kind == HYBRID and case.tuning_value("pool_kind") == MAMBA and _fits(MAMBA_CLASS, case):
+        return BASE
+    return kind
+
+
+def _fits(name: str, case: Case) -> bool:
+    """Whether the class stores the case's attention kind, layout (with some io backend) and page size."""
+    cls = pool_layouts.pool_class(name)
+    layouts = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
+    return case.pools[0].attention in cls.attentions and case.layout in layouts and (
+        not cls.slot_pages or case.page_size == 1)
 
 
 def _int(value: Any) -> int:

@@ -31,10 +31,16 @@ class PoolClass:
     direct_layouts: frozenset[HostLayout] = frozenset()  # and with `direct`
     drafts: bool = True  # packs MTP draft layers after the target's
     unmodelled: str = ""  # why the oracle does not judge it ("" if it does)
+    also: frozenset[Attention] = frozenset()  # other attention kinds whose storage is byte for byte the class's
+    slot_pages: bool = False  # one slot per page: stores cases of page size 1 only
 
     @property
     def modelled(self) -> bool:
         return not self.unmodelled
+
+    @property
+    def attentions(self) -> frozenset[Attention]:
+        return frozenset({self.attention} if self.attention else ()) | self.also
 
     def layouts_for(self, io_backend: str) -> frozenset[HostLayout]:
         return self.direct_layouts if io_backend == DIRECT else self.kernel_layouts if io_backend == KERNEL else (
@@ -65,9 +71,12 @@ _CLASSES = (
         "page-block storage")),
     PoolClass("QSAIndexerPoolHost", "qsa", None, unmodelled=(
         "a DeepSeek-V4 paged indexer pool; the oracle does not model its paged host layout")),
-    PoolClass("MambaPoolHost", "mamba", None, unmodelled=(
-        "holds per-request recurrent state (conv and temporal tensors), not per-token KV rows; the oracle's "
-        "token rows do not describe it")),
+    # Per-request recurrent state: one slot (a page of size 1) per request, a temporal and a conv state per layer,
+    # host tensors (S, L, 1, *shape) each: byte for byte an asymmetric page_first pool whose K row is the temporal
+    # state and whose V row is the conv state (an MHA pool where the two widths are equal); page_first_direct is
+    # the same bytes at page size 1. The controller's direct io moves page_first_direct only.
+    PoolClass("MambaPoolHost", "mamba", Attention.MHA_ASYM, frozenset({_PF, _PFD}), frozenset({_PFD}),
+              also=frozenset({Attention.MHA}), slot_pages=True),
     PoolClass("UnifiedPageEnvelopeHostPool", "unified", None, unmodelled=(
         "pages of several pools share one envelope and are resolved through prepare_transfer_indices under a "
         "layout lease; the oracle does not model the envelope")),
@@ -96,13 +105,17 @@ def pool_class(name: str) -> PoolClass:
         raise KeyError(f"unknown host pool class {name!r}; known: {', '.join(POOL_CLASSES)}") from None
 
 
-def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backend: str, draft_layers: int) -> str:
-    """Why a case of this attention kind, layout, io backend and draft count is not one the class stores
-    ("" if it is)."""
+def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backend: str, draft_layers: int,
+             page_size: int = 1) -> str:
+    """Why a case of this attention kind, layout, io backend, draft count and page size is not one the class
+    stores ("" if it is)."""
     if not cls.modelled:
         return f"{cls.name}: {cls.unmodelled}"
-    if attention is not cls.attention:
-        return f"{cls.name} holds {cls.attention.value if cls.attention else '?'} pools, not {attention.value}"
+    if attention not in cls.attentions:
+        kinds = "/".join(sorted(a.value for a in cls.attentions))
+        return f"{cls.name} holds {kinds} pools, not {attention.value}"
+    if cls.slot_pages and page_size != 1:
+        return f"{cls.name} holds one state slot per page (page size 1), not page size {page_size}"
     if layout not in cls.layouts_for(io_backend):
         return f"{cls.name} with io backend {io_backend} does not store the {layout.value} layout"
     if draft_layers and not cls.drafts:

@@ -18,7 +18,7 @@ from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels import sglang_hicache_drive
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend
-from hicache_fuzz.kernels.sglang_hicache_settings import case_settings
+from hicache_fuzz.kernels.sglang_hicache_settings import case_settings, controller_kind
 from hicache_fuzz.oracles import pool_layouts, sequence
 from tests.kernels._hicache_helpers import CPU, CpuHicacheBackend, fake_sglang, hicache_case, run_on_cpu
 
@@ -27,7 +27,7 @@ __all__ = ["fake_sglang"]  # the fixture, used by name
 H200 = Platform("cuda", (9, 0))
 KIND = {"MHATokenToKVPoolHost": "standard", "MLATokenToKVPoolHost": "standard",
         "AsymmetricMHATokenToKVPoolHost": "standard", "HiSparseMHATokenToKVPoolHost": "hisparse",
-        "MHATokenToKOnlyPoolHost": "k_only"}
+        "MHATokenToKOnlyPoolHost": "k_only", "MambaPoolHost": "mamba"}
 
 
 def _combinations() -> list[tuple[str, HostLayout, str]]:
@@ -47,18 +47,22 @@ def test_every_modelled_class_layout_and_io_backend_moves_bytes_exactly(fake_sgl
     cls = pool_layouts.pool_class(name)
     assert cls.attention is not None
     drafts = 2 if cls.drafts else 0
-    case = hicache_case(cls.attention, layout, page_size=3, layers=4, ops="backup,load,evict,backup,load",
-                        pool_kind=KIND[name], io_backend=io, start_layer=5, draft_layers=drafts,
-                        controller=controller)
+    case = hicache_case(cls.attention, layout, page_size=1 if cls.slot_pages else 3, layers=4,
+                        ops="backup,load,evict,backup,load", pool_kind=KIND[name], io_backend=io, start_layer=5,
+                        draft_layers=drafts, controller=controller)
     assert case_settings(case) == (name, io, 5, drafts)
     result = run_on_cpu(case)
     assert result.outcome is Outcome.PASS, result.summary
     built = sglang_hicache_drive.build(sglang_hicache_drive.load_modules(), case, torch.device("cpu"))
     assert type(built.host_pool).__name__ == name  # the class itself, through its own constructor
-    assert built.host_pool.start_layer == 5 and built.host_pool.layer_num == case.layers
+    # the Mamba host pool has no layer range of its own: its device pool holds the stage's
+    assert getattr(built.host_pool, "start_layer", built.device_pool.start_layer) == 5
+    assert built.host_pool.layer_num == case.layers
     assert len(built.drafts) == drafts
+    # the Mamba state pool is a side pool under the hybrid controller in production: driven by HiCacheController
+    assert controller_kind(case) == ("base" if name == "MambaPoolHost" else controller)
     assert type(built.controller).__name__ == {"hybrid": "HybridCacheController", "base": "HiCacheController"}[
-        controller]
+        controller_kind(case)]
 
 
 @pytest.mark.parametrize("name", pool_layouts.UNMODELLED)
@@ -83,6 +87,16 @@ def test_knobs_resolve_to_what_the_case_can_have_and_the_rest_is_unsupported() -
         "HiSparseMHATokenToKVPoolHost")
     assert case_settings(hicache_case(Attention.MHA, pool_kind="k_only"))[0] == "MHATokenToKVPoolHost"
     assert case_settings(hicache_case(Attention.MLA, pool_kind="k_only"))[0] == "MHATokenToKOnlyPoolHost"
+    # the Mamba state pool: two components, page_first or page_first_direct, one slot per page
+    assert case_settings(hicache_case(Attention.MHA_ASYM, page_size=1, pool_kind="mamba"))[0] == "MambaPoolHost"
+    assert case_settings(hicache_case(Attention.MHA, page_size=1, pool_kind="mamba"))[0] == "MambaPoolHost"
+    assert case_settings(hicache_case(Attention.MHA, page_size=2, pool_kind="mamba"))[0] == "MHATokenToKVPoolHost"
+    assert case_settings(hicache_case(Attention.MLA, page_size=1, pool_kind="mamba"))[0] == "MLATokenToKVPoolHost"
+    assert case_settings(hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, page_size=1, pool_kind="mamba"))[0] == (
+        "MHATokenToKVPoolHost")
+    mamba_page_size_two = pool_layouts.mismatch(pool_layouts.pool_class("MambaPoolHost"), Attention.MHA,
+                                                HostLayout.PAGE_FIRST, "kernel", 0, 2)
+    assert "page size 1" in mamba_page_size_two
     assert "unknown io_backend" in (backend.case_unsupported(hicache_case(io_backend="gds")) or "")
     assert backend.unsupported_reason(hicache_case(), Platform("cpu")) == "sglang's kernels need a CUDA or ROCm device"
 
@@ -183,3 +197,17 @@ def test_draft_layers_not_loaded_fail_the_case(fake_sglang, monkeypatch, control
     monkeypatch.setattr(drive, "_draft_and_foreign_loads", lambda *args: None)
     result = run_on_cpu(case)
     assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 1 (load)")
+
+
+@pytest.mark.parametrize("layout", [HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT])
+def test_mamba_state_pool_is_built_by_its_constructor_and_a_planted_bug_is_caught(fake_sglang, monkeypatch,
+                                                                                  layout: HostLayout) -> None:
+    case = hicache_case(Attention.MHA_ASYM, layout, page_size=1, pages=3, host_pages=7, device_pages=9, layers=3,
+                        ops="backup,evict,load", pool_kind="mamba", draft_layers=1, start_layer=4)
+    built = sglang_hicache_drive.build(sglang_hicache_drive.load_modules(), case, torch.device("cpu"))
+    assert type(built.host_pool).__name__ == "MambaPoolHost" and built.host_pool.size == case.host_slots
+    assert built.host_pool.num_mamba_layers == case.layers and len(built.drafts) == 1
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "mamba_conv")  # the last layer's conv state is not backed up
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 0 (backup)"), result.summary
