@@ -136,8 +136,9 @@ class SglangHicacheBackend(SglangBackend):
             return f"unknown controller {controller_kind(case)!r}"
         if start < 0 or drafts < 0:
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
-        why = pool_layouts.mismatch(pool_layouts.pool_class(name), case.pools[0].attention, case.layout, io_backend,
-                                    drafts, case.page_size)
+        spec = case.pools[0]
+        why = pool_layouts.mismatch(pool_layouts.pool_class(name), spec.attention, case.layout, io_backend, drafts,
+                                    case.page_size, tuple(spec.row_bytes(c) for c in spec.components))
         if why:
             return why
         if case.scope is not Scope.ALL_LAYERS:

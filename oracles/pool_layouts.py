@@ -33,6 +33,7 @@ class PoolClass:
     unmodelled: str = ""  # why the oracle does not judge it ("" if it does)
     also: frozenset[Attention] = frozenset()  # other attention kinds whose storage is byte for byte the class's
     slot_pages: bool = False  # one slot per page: stores cases of page size 1 only
+    kernel_row_align: int = 1  # the kernel io backend moves rows whose byte widths are multiples of this only
 
     @property
     def modelled(self) -> bool:
@@ -75,8 +76,9 @@ _CLASSES = (
     # host tensors (S, L, 1, *shape) each: byte for byte an asymmetric page_first pool whose K row is the temporal
     # state and whose V row is the conv state (an MHA pool where the two widths are equal); page_first_direct is
     # the same bytes at page size 1. The controller's direct io moves page_first_direct only.
+    # Its kernel io is transfer_mamba's JIT kernels, which check every state row for 16-byte (uint4) alignment.
     PoolClass("MambaPoolHost", "mamba", Attention.MHA_ASYM, frozenset({_PF, _PFD}), frozenset({_PFD}),
-              also=frozenset({Attention.MHA}), slot_pages=True),
+              also=frozenset({Attention.MHA}), slot_pages=True, kernel_row_align=16),
     PoolClass("UnifiedPageEnvelopeHostPool", "unified", None, unmodelled=(
         "pages of several pools share one envelope and are resolved through prepare_transfer_indices under a "
         "layout lease; the oracle does not model the envelope")),
@@ -106,9 +108,9 @@ def pool_class(name: str) -> PoolClass:
 
 
 def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backend: str, draft_layers: int,
-             page_size: int = 1) -> str:
-    """Why a case of this attention kind, layout, io backend, draft count and page size is not one the class
-    stores ("" if it is)."""
+             page_size: int = 1, row_bytes: tuple[int, ...] = ()) -> str:
+    """Why a case of this attention kind, layout, io backend, draft count, page size and row widths (bytes, one
+    per component) is not one the class stores and moves ("" if it is)."""
     if not cls.modelled:
         return f"{cls.name}: {cls.unmodelled}"
     if attention not in cls.attentions:
@@ -120,4 +122,7 @@ def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backen
         return f"{cls.name} with io backend {io_backend} does not store the {layout.value} layout"
     if draft_layers and not cls.drafts:
         return f"{cls.name} packs no draft layers"
+    if io_backend == KERNEL and any(row % cls.kernel_row_align for row in row_bytes):
+        return (f"{cls.name} moves rows of {cls.kernel_row_align}-byte multiples with io backend kernel, not "
+                f"{'/'.join(map(str, row_bytes))} bytes")
     return ""

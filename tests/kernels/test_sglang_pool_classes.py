@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout, make_tuning
+from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout, KVDtype, PoolSpec, make_tuning
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -211,3 +211,29 @@ def test_mamba_state_pool_is_built_by_its_constructor_and_a_planted_bug_is_caugh
     monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "mamba_conv")  # the last layer's conv state is not backed up
     result = run_on_cpu(case)
     assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 0 (backup)"), result.summary
+
+
+def test_mamba_kernel_io_needs_16_byte_state_rows() -> None:
+    backend = SglangHicacheBackend()
+    aligned = hicache_case(Attention.MHA_ASYM, page_size=1, pool_kind="mamba")  # rows of 32 and 16 bytes
+    assert backend.case_unsupported(aligned) is None
+    narrow = aligned.replace(pools=(PoolSpec("kv", Attention.MHA_ASYM, KVDtype.BF16, 2, 8, v_head_dim=3),))
+    assert "16-byte multiples" in (backend.case_unsupported(narrow) or "")
+    direct = narrow.replace(layout=HostLayout.PAGE_FIRST_DIRECT, tuning=make_tuning(
+        {**dict(narrow.tuning), "io_backend": "direct"}))
+    assert backend.case_unsupported(direct) is None  # the direct io backend has no such rule
+
+
+def test_aot_ops_are_probed_here_and_assumed_for_a_modelled_accelerator(monkeypatch) -> None:
+    """A prediction for a CUDA machine made on a machine without one (fuzz --dry-run) cannot probe sgl_kernel's
+    AOT ops and assumes the production set-up; where the accelerator is this machine's, the probe decides."""
+    from hicache_fuzz.kernels import sglang_hicache
+
+    backend = SglangHicacheBackend()
+    direct = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, io_backend="direct")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert sglang_hicache.aot_state(H200) == (True, sglang_hicache.AOT_ASSUMED)
+    assert backend.unsupported_reason(direct, H200) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(sglang_hicache, "aot_available", lambda: (False, "no sgl_kernel"))
+    assert "unavailable here (no sgl_kernel)" in (backend.unsupported_reason(direct, H200) or "")
