@@ -63,9 +63,9 @@ _CLASSES = (
     PoolClass("MHATokenToKOnlyPoolHost", "mha", Attention.MLA, frozenset({_LF, _PF}), frozenset({_LF, _PFD}),
               drafts=False),
     PoolClass("MHATokenToKVPoolMXFP8Host", "mha_mxfp8", None, unmodelled=(
-        "besides its page_first K/V payload it moves per-page MXFP8 scale blocks (host tensors page x layer x "
-        "bytes, from a device pool with interleaved scales at page size 128); the oracle models neither scale "
-        "storage")),
+        "besides its page_first fp8 K/V payload it moves per-page UE8M0 scale blocks (host tensors page x layer x "
+        "bytes, from MHATokenToKVPoolMXFP8's interleaved scales, which exist at page size 128 with head dims "
+        "divisible by 32); a case has no storage for the scale blocks")),
     PoolClass("DSAIndexerPoolHost", "dsa", None, unmodelled=(
         "the DeepSeek sparse-attention indexer pool keeps the indexer's K-with-scale buffer as one block per page "
         "and layer, built from a HostPoolDecl of a DSA device pool beside an MLA anchor; the oracle models no "
