@@ -13,7 +13,9 @@ as the scheduler builds it for a flat pool; ``base``: HiCacheController over the
 (``standard``: the pool class of the case's attention kind; ``hisparse``: the HiSparse MHA pool; ``k_only``: the
 K-only pool; ``mamba``: the Mamba state pool; or the name of a class the oracle does not model, which is reported
 unsupported with the reason), ``io_backend``, ``start_layer``,
-``draft_layers`` (the last of ``layers`` are packed draft layers) and ``ops`` (the program). ``draft_layers`` is
+``draft_layers`` (the last of ``layers`` are packed draft layers), ``side_pool`` (a K-only index pool or a Mamba
+state pool beside the anchor in the hybrid controller's group, which no transfer names: its flags change the
+group's, and its bytes must stay as they were) and ``ops`` (the program). ``draft_layers`` is
 an upper bound: a pool packs at most ``layers - 1`` draft layers, so a one-layer case has none. Generation and
 labels import neither sglang nor torch's GPU side.
 """
@@ -46,10 +48,13 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     LAYOUTS,
     POOL_KINDS,
     PROGRAMS,
+    SIDE_POOL_CLASSES,
+    SIDE_POOLS,
     START_LAYERS,
     case_settings,
     controller_kind,
     operation_kinds,
+    side_pool,
 )
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_available, pool_paths
@@ -98,7 +103,7 @@ class SglangHicacheBackend(SglangBackend):
             device_index_devices=(IndexDevice.DEVICE,),
             tuning_menus=(("controller", CONTROLLERS), ("draft_layers", DRAFT_LAYERS), ("io_backend", IO_BACKENDS),
                           ("ops", PROGRAMS),
-                          ("pool_kind", POOL_KINDS), ("start_layer", START_LAYERS)),
+                          ("pool_kind", POOL_KINDS), ("side_pool", SIDE_POOLS), ("start_layer", START_LAYERS)),
             invalid_rate=0.0,
             irregular_rate=0.0,
             partial_rate=0.0,
@@ -111,6 +116,7 @@ class SglangHicacheBackend(SglangBackend):
         return MappingProxyType({
             "pool_class": name,
             "controller": controller_kind(case),
+            "side_pool": side_pool(case) or "none",
             "io_backend": io_backend,
             "start_layer_nonzero": start > 0,
             "draft_layer": drafts > 0,
@@ -134,6 +140,8 @@ class SglangHicacheBackend(SglangBackend):
             return f"unknown io_backend {io_backend!r}"
         if controller_kind(case) not in CONTROLLERS:
             return f"unknown controller {controller_kind(case)!r}"
+        if case.tuning_value("side_pool", "") not in ("", *SIDE_POOL_CLASSES):
+            return f"unknown side_pool {case.tuning_value('side_pool')!r}"
         if start < 0 or drafts < 0:
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
         spec = case.pools[0]

@@ -38,8 +38,9 @@ import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.kernels import sglang_hicache_mamba as mamba
+from hicache_fuzz.kernels import sglang_hicache_side as side_pools
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
-from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind, k_only_heads
+from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind, k_only_heads, side_pool
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
@@ -105,6 +106,7 @@ class Built:
         self.device_pool, self.drafts, self.host_pool = device_pool, drafts, host_pool
         self.allocator = DeviceAllocatorStandIn(device_pool)
         self.controller: Any = None
+        self.side: side_pools.SidePool | None = None  # the group's side pool, if the case has one
 
 
 def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
@@ -117,9 +119,10 @@ def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
 
 def destroy(built: Built) -> None:
     """Unregister the host pool's pinned buffers now rather than at process exit."""
-    release = getattr(built.host_pool, "destroy", None)
-    if release is not None:
-        release()
+    for pool in (built.host_pool, built.side.host_pool if built.side else None):
+        release = getattr(pool, "destroy", None)
+        if release is not None:
+            release()
 
 
 def _device_pool(mods: Any, case: Case, spec: PoolSpec, layers: int, device: torch.device, start: int) -> Any:
@@ -246,9 +249,10 @@ def copy_out(pool: PoolBuffers, built: Built) -> None:
 
 def controller_for(mods: Any, case: Case, built: Built) -> Any:
     """The case's controller, as the scheduler constructs it: HiCacheController over the host pool, or the
-    HybridCacheController over an anchor-only HostPoolGroup whose entry sglang's own assembler builds (stage-local
-    layer mapping, the packed draft layers' transfer ids after the target's, the draft device pools)."""
-    _name, io_backend, _start, drafts = settings(case)
+    HybridCacheController over a HostPoolGroup whose anchor entry sglang's own assembler builds (stage-local
+    layer mapping, the packed draft layers' transfer ids after the target's, the draft device pools), with the
+    case's side pool beside it if it has one (kernels/sglang_hicache_side.py)."""
+    _name, io_backend, start, drafts = settings(case)
     if controller_kind(case) == BASE:
         return mods.HiCacheController(built.allocator, built.host_pool, case.page_size, None, threading.Event(),
                                       write_policy=WRITE_POLICY, io_backend=io_backend)
@@ -259,7 +263,13 @@ def controller_for(mods: Any, case: Case, built: Built) -> Any:
     entry = mods.build_pool_entry(name=mods.PoolName.KV, host_pool=built.host_pool, device_pool=built.device_pool,
                                   layer_mapping=mapping, transfer_layer_id_max=target + drafts, is_anchor=True,
                                   packed_draft_device_pools=tuple(built.drafts))
-    return mods.HybridCacheController(built.allocator, mods.HostPoolGroup([entry]), case.page_size, None,
+    entries = [entry]
+    side = side_pool(case)
+    if side:
+        built.side = side_pools.build_side(mods, case, side, built.host_pool, DTYPES[case.pools[0].dtype],
+                                           built.device_pool.device, start, target)
+        entries.append(side_pools.side_entry(mods, built.side, target))
+    return mods.HybridCacheController(built.allocator, mods.HostPoolGroup(entries), case.page_size, None,
                                       threading.Event(), write_policy=WRITE_POLICY, io_backend=io_backend,
                                       transfer_layer_id_max=target)
 
@@ -376,8 +386,13 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
     bytes back out (also when a step raises)."""
     pool = buffers.pools[0]
     copy_in(pool, built)
+    if built.side is not None:
+        built.side.fill_and_snapshot()
     try:
         run_sequence(mods, buffers, built)
     finally:
         _sync(buffers.device)
         copy_out(pool, built)
+    why = built.side.changed() if built.side is not None else ""
+    if why:
+        raise AssertionError(why)

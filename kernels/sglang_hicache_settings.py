@@ -32,6 +32,12 @@ START_LAYERS: tuple[int, ...] = (0,) * 127 + tuple(range(1, 128))
 DRAFT_LAYERS: tuple[int, ...] = (0, 0, 0, 0, 1, 1, 2, 3)
 # "" is the case's own transfer alone; the others are every program of 1..5 operations valid on any geometry.
 PROGRAMS: tuple[str, ...] = ("",) * 40 + sequence.valid_programs(5)
+# Side pools of the hybrid controller's group: "" (anchor only, as the scheduler groups a flat pool) in most
+# cases, else a K-only index pool (PoolName.INDEXER, as sparse-attention models add one) or a Mamba state pool
+# (PoolName.MAMBA, as hybrid linear-attention models do). Their capability flags join the group's
+# (can_use_write_back_jit of every child / of some child), which decide the controller's index placement.
+SIDE_POOLS: tuple[str, ...] = ("",) * 4 + (K_ONLY, MAMBA)
+SIDE_POOL_CLASSES = {K_ONLY: "MHATokenToKOnlyPoolHost", MAMBA: MAMBA_CLASS}
 LAYOUTS = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD)
 
 
@@ -74,6 +80,21 @@ def controller_kind(case: Case) -> str:
     if kind == HYBRID and case.tuning_value("pool_kind") == MAMBA and _fits(MAMBA_CLASS, case):
         return BASE
     return kind
+
+
+def side_pool(case: Case) -> str:
+    """The class of the side pool in the case's group ("" for none): the ``side_pool`` knob where the case has a
+    group (the hybrid controller over a standard KV anchor) and the class's constructor takes the case's layout
+    (and, for the Mamba pool, its page size 1)."""
+    wanted = case.tuning_value("side_pool", "")
+    name = SIDE_POOL_CLASSES.get(str(wanted), "")
+    if not name or controller_kind(case) != HYBRID or case_settings(case)[0] not in _BY_ATTENTION.values():
+        return ""
+    cls = pool_layouts.pool_class(name)
+    layouts = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
+    if case.layout not in layouts or (cls.slot_pages and case.page_size != 1):
+        return ""
+    return name
 
 
 def _fits(name: str, case: Case) -> bool:
