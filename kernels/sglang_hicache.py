@@ -132,7 +132,8 @@ class SglangHicacheBackend(SglangBackend):
     def case_unsupported(self, case: Case) -> str | None:
         """Why the case is not one this backend drives (platform aside); None if it is."""
         if len(case.pools) != 1:
-            return "one pool per case: a HostPoolGroup moves only under the HybridCacheController, not built here"
+            return ("one moved pool per case: a group's side pool is the side_pool knob's and moves nothing; groups "
+                    "whose pools all move are sglang-pool's")
         name, io_backend, start, drafts = case_settings(case)
         if name not in pool_layouts.POOL_CLASSES:
             return f"unknown pool_kind {case.tuning_value('pool_kind')!r}"
