@@ -38,6 +38,7 @@ import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.kernels import sglang_hicache_mamba as mamba
+from hicache_fuzz.kernels import sglang_hicache_pagerow as pagerow
 from hicache_fuzz.kernels import sglang_hicache_side as side_pools
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
 from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind, k_only_heads, side_pool
@@ -49,8 +50,9 @@ K_ONLY = "MHATokenToKOnlyPoolHost"
 # Pools whose loads their own coordinator makes, not a HiCache controller: the HiSparse MHA pool takes the stage's
 # global layer ids and has no guard for others (its coordinator never asks for them).
 COORDINATOR_LOADED = frozenset({"HiSparseMHATokenToKVPoolHost"})
-# Pools without a guard for layer ids outside them (their controllers never pass such ids): no foreign loads.
-UNGUARDED = COORDINATOR_LOADED | {K_ONLY, mamba.MAMBA}
+# Pools without a guard for layer ids outside them, or whose guard raises (their controllers never pass such
+# ids): no foreign loads.
+UNGUARDED = COORDINATOR_LOADED | {K_ONLY, mamba.MAMBA} | pagerow.PAGE_ROW_CLASSES
 DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
           KVDtype.FP8: torch.float8_e4m3fn}
 WRITE_POLICY = "write_through"
@@ -150,6 +152,9 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     if name == mamba.MAMBA:
         mamba_device, mamba_drafts, mamba_host = mamba.build_mamba(case, DTYPES[spec.dtype], device, start, drafts)
         return _finish(mods, case, Built(mamba_device, mamba_drafts, mamba_host))
+    if name in pagerow.PAGE_ROW_CLASSES:
+        page_device, page_host = pagerow.build_page_rows(case, name, device, start)
+        return _finish(mods, case, Built(page_device, [], page_host))
     device_pool = _device_pool(mods, case, spec, target, device, start)
     draft_pools = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
     info = device_pool.get_device_pool_infos()[0].buffer_info
@@ -193,6 +198,8 @@ def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[tor
     name = settings(pool.case)[0]
     if name == mamba.MAMBA:
         return mamba.device_tensors(built.device_pool, built.drafts, component)
+    if name in pagerow.PAGE_ROW_CLASSES:
+        return pagerow.device_tensors(built.device_pool, pool.case.device_rows)
     k_only = name == K_ONLY
 
     def of(device_pool: Any) -> list[torch.Tensor]:
@@ -210,6 +217,8 @@ def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
     host = built.host_pool
     if settings(pool.case)[0] == mamba.MAMBA:
         return mamba.host_tensors(host)
+    if settings(pool.case)[0] in pagerow.PAGE_ROW_CLASSES:
+        return pagerow.host_tensors(host)
     if pool.spec.attention is Attention.MHA_ASYM:
         return [host.k_buffer, host.v_buffer]
     if settings(pool.case)[0] == K_ONLY:

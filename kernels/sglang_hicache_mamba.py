@@ -7,7 +7,7 @@ case's K row is the temporal state, its V row the conv state, so the device stor
 ``(layers, slots, heads, head_dim)`` followed by the conv tensor ``(layers, slots, heads, v_head_dim)`` and the host
 storage the host pool's ``temporal_buffer`` then ``conv_buffer[0]`` (``(slots, layers, 1, ...)`` each).
 
-Stand-in (``MambaDevicePoolStandIn``): the device Mamba pool. Its constructor needs the model's cache parameters;
+Stand-in (``DevicePoolStandIn``): the device Mamba pool. Its constructor needs the model's cache parameters;
 the host pool reads only the ``MambaStateBufferInfo`` the device pool exposes (sglang's own class, built here
 over the case's device tensors), and the controller only the device, the layer count and the transfer counter.
 sglang's modules for it are imported when a Mamba case is built, never at generation time or for other classes.
@@ -24,8 +24,10 @@ from hicache_fuzz.harness.model.case import Attention, Case, PoolSpec
 MAMBA = "MambaPoolHost"
 
 
-class MambaDevicePoolStandIn:
-    """The device Mamba pool as far as the host pool and the controller use it (see the module doc)."""
+class DevicePoolStandIn:
+    """A device pool whose host pool is built from its buffer info alone (the Mamba state pool, MiniMax's NVFP4
+    page-row pools), as far as the host pool and the controller use it: the info, device, layer range and the
+    controller's transfer counter (see the module doc)."""
 
     layer_transfer_counter: Any = None
 
@@ -63,8 +65,8 @@ def build_mamba(case: Case, dtype: torch.dtype, device: torch.device, start: int
 
     target = case.layers - drafts
     info = _state_info(MambaStateBufferInfo, case, target, dtype, device)
-    device_pool = MambaDevicePoolStandIn(info, target, device, start)
-    draft_pools = [MambaDevicePoolStandIn(_state_info(MambaStateBufferInfo, case, 1, dtype, device), 1, device, 0)
+    device_pool = DevicePoolStandIn(info, target, device, start)
+    draft_pools = [DevicePoolStandIn(_state_info(MambaStateBufferInfo, case, 1, dtype, device), 1, device, 0)
                    for _ in range(drafts)]
     capacity = case.device_rows - case.page_size
     # the half slot keeps float rounding below the next integer

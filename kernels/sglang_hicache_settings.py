@@ -9,6 +9,10 @@ from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayo
 from hicache_fuzz.oracles import pool_layouts, sequence
 
 STANDARD, HISPARSE, K_ONLY, MAMBA = "standard", "hisparse", "k_only", "mamba"
+NVFP4_INDEX_K, NVFP4_MAIN_KV = "nvfp4_index_k", "nvfp4_main_kv"
+# Kinds resolved to a class of their own where the case fits it (else the standard class).
+FITTED_KINDS = {MAMBA: "MambaPoolHost", NVFP4_INDEX_K: "MiniMaxM3Nvfp4IndexKPoolHost",
+                NVFP4_MAIN_KV: "MiniMaxM3Nvfp4MainKVPoolHost"}
 MAMBA_CLASS = "MambaPoolHost"
 HYBRID, BASE = "hybrid", "base"
 # The scheduler drives a flat MHA/MLA pool through the HybridCacheController over an anchor-only HostPoolGroup;
@@ -24,7 +28,7 @@ _BY_ATTENTION = {
 # drawn case resolves to the standard class (case_settings), so a kind that rarely fits (mamba: page size 1)
 # costs no draws.
 POOL_KINDS: tuple[str, ...] = ((STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + (MAMBA,) * 16
-                               + pool_layouts.UNMODELLED)
+                               + (NVFP4_INDEX_K,) * 8 + (NVFP4_MAIN_KV,) * 8 + pool_layouts.UNMODELLED)
 IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
 # start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
 # first stage, and every model without pipeline parallelism) as often as all the others together.
@@ -48,7 +52,8 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
     exists: ``hisparse`` is the HiSparse MHA pool on an MHA layer_first case and the standard class otherwise,
     ``k_only`` the K-only pool on a one-component case and the standard class otherwise, ``mamba`` the Mamba
     state pool on a two-component page_first / page_first_direct case of page size 1 and the standard class
-    otherwise, and ``io_backend`` is
+    otherwise, ``nvfp4_index_k`` / ``nvfp4_main_kv`` MiniMax M3's NVFP4 page-row pools on a one-component
+    layer_first / page_first_direct case and the standard class otherwise, and ``io_backend`` is
     replaced by the other io backend where only that one moves the layout for the class. Coverage labels and the
     plan's path name what was resolved."""
     kind = case.tuning_value("pool_kind", STANDARD)
@@ -58,9 +63,9 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
         name = "HiSparseMHATokenToKVPoolHost"
     elif kind == K_ONLY and attention is Attention.MLA:
         name = "MHATokenToKOnlyPoolHost"
-    elif kind == MAMBA and _fits(MAMBA_CLASS, case):
-        name = MAMBA_CLASS
-    elif kind not in (STANDARD, HISPARSE, K_ONLY, MAMBA):
+    elif kind in FITTED_KINDS and _fits(FITTED_KINDS[str(kind)], case):
+        name = FITTED_KINDS[str(kind)]
+    elif kind not in (STANDARD, HISPARSE, K_ONLY, *FITTED_KINDS):
         name = str(kind)
     io_backend = str(case.tuning_value("io_backend", pool_layouts.KERNEL))
     cls = pool_layouts.POOL_CLASSES.get(name)

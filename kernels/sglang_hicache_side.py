@@ -70,7 +70,7 @@ def build_side(mods: Any, case: Case, name: str, anchor_host: Any, dtype: torch.
     info = MambaStateBufferInfo(temporal=state, conv=(state.clone(),))
     host_pool = MambaPoolHost(info, 2.0, 0, device_capacity=size, pin_memory=True, device="cpu",
                               allocator_type="default", layout=case.layout.value)
-    device_pool = mamba.MambaDevicePoolStandIn(info, target, device, start)
+    device_pool = mamba.DevicePoolStandIn(info, target, device, start)
     return SidePool(name, device_pool, host_pool, [host_pool.temporal_buffer, host_pool.conv_buffer[0]],
                     [info.temporal, info.conv[0]])
 

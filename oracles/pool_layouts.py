@@ -34,6 +34,7 @@ class PoolClass:
     also: frozenset[Attention] = frozenset()  # other attention kinds whose storage is byte for byte the class's
     slot_pages: bool = False  # one slot per page: stores cases of page size 1 only
     kernel_row_align: int = 1  # the kernel io backend moves rows whose byte widths are multiples of this only
+    kernel_page_row_align: int = 1  # ... and pages of one layer (page size x row bytes) of multiples of this only
 
     @property
     def modelled(self) -> bool:
@@ -85,14 +86,16 @@ _CLASSES = (
     PoolClass("PageInterleaveHostPool", "page_interleave", None, unmodelled=(
         "a KV-sharded wrapper placing pages across owners; it needs a sharded placement and the hybrid "
         "controller's shard routing, which this backend does not build")),
-    PoolClass("MiniMaxM3Nvfp4IndexKPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
-        "a page-row sidecar of MiniMax M3's NVFP4 KV cache (packed page rows per layer, from the NVFP4 device "
-        "pool's page-row buffers); the oracle models no page-row storage, and NVFP4 device pools are for "
-        "Blackwell-class GPUs")),
-    PoolClass("MiniMaxM3Nvfp4MainKVPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
-        "a page-row pool of MiniMax M3's NVFP4 KV cache (packed page rows per layer, from the NVFP4 device "
-        "pool's page-row buffers); the oracle models no page-row storage, and NVFP4 device pools are for "
-        "Blackwell-class GPUs")),
+    # MiniMax M3's NVFP4 KV cache as packed uint8 page rows: one row of page_size * E bytes per (layer, page),
+    # whatever it packs (payloads and scales). A page row is page_size token rows of E bytes, so the host tensor
+    # (L, P, row) is a one-component layer_first pool and (P, L, 1, row) (its page_first and page_first_direct)
+    # the oracle's page_first_direct; whole pages move, so per token is exact. The index-K sidecar is sized from
+    # its anchor host pool, the main pool from its device capacity. The kernel io backend (the page_row JIT
+    # kernel) needs 128-byte-aligned page rows; loads of draft layers or layer ids outside the pool raise.
+    PoolClass("MiniMaxM3Nvfp4IndexKPoolHost", "minimax_m3_nvfp4", Attention.MLA, frozenset({_LF, _PFD}),
+              frozenset({_LF, _PFD}), drafts=False, kernel_page_row_align=128),
+    PoolClass("MiniMaxM3Nvfp4MainKVPoolHost", "minimax_m3_nvfp4", Attention.MLA, frozenset({_LF, _PFD}),
+              frozenset({_LF, _PFD}), drafts=False, kernel_page_row_align=128),
 )
 
 POOL_CLASSES: Mapping[str, PoolClass] = MappingProxyType({c.name: c for c in _CLASSES})
@@ -125,4 +128,7 @@ def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backen
     if io_backend == KERNEL and any(row % cls.kernel_row_align for row in row_bytes):
         return (f"{cls.name} moves rows of {cls.kernel_row_align}-byte multiples with io backend kernel, not "
                 f"{'/'.join(map(str, row_bytes))} bytes")
+    if io_backend == KERNEL and any(row * page_size % cls.kernel_page_row_align for row in row_bytes):
+        return (f"{cls.name} moves page rows of {cls.kernel_page_row_align}-byte multiples with io backend "
+                f"kernel, not {page_size} x {'/'.join(map(str, row_bytes))} bytes")
     return ""

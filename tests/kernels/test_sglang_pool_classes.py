@@ -27,7 +27,8 @@ __all__ = ["fake_sglang"]  # the fixture, used by name
 H200 = Platform("cuda", (9, 0))
 KIND = {"MHATokenToKVPoolHost": "standard", "MLATokenToKVPoolHost": "standard",
         "AsymmetricMHATokenToKVPoolHost": "standard", "HiSparseMHATokenToKVPoolHost": "hisparse",
-        "MHATokenToKOnlyPoolHost": "k_only", "MambaPoolHost": "mamba"}
+        "MHATokenToKOnlyPoolHost": "k_only", "MambaPoolHost": "mamba",
+        "MiniMaxM3Nvfp4IndexKPoolHost": "nvfp4_index_k", "MiniMaxM3Nvfp4MainKVPoolHost": "nvfp4_main_kv"}
 
 
 def _combinations() -> list[tuple[str, HostLayout, str]]:
@@ -47,7 +48,9 @@ def test_every_modelled_class_layout_and_io_backend_moves_bytes_exactly(fake_sgl
     cls = pool_layouts.pool_class(name)
     assert cls.attention is not None
     drafts = 2 if cls.drafts else 0
-    case = hicache_case(cls.attention, layout, page_size=1 if cls.slot_pages else 3, layers=4,
+    # page size 1 for one-slot pages; 8 makes the page rows of the 48-byte MLA rows 128-byte aligned
+    page_size = 1 if cls.slot_pages else 8 if cls.kernel_page_row_align > 1 else 3
+    case = hicache_case(cls.attention, layout, page_size=page_size, layers=4,
                         ops="backup,load,evict,backup,load", pool_kind=KIND[name], io_backend=io, start_layer=5,
                         draft_layers=drafts, controller=controller)
     assert case_settings(case) == (name, io, 5, drafts)
@@ -237,3 +240,26 @@ def test_aot_ops_are_probed_here_and_assumed_for_a_modelled_accelerator(monkeypa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(sglang_hicache, "aot_available", lambda: (False, "no sgl_kernel"))
     assert "unavailable here (no sgl_kernel)" in (backend.unsupported_reason(direct, H200) or "")
+
+
+@pytest.mark.parametrize(("kind", "name"), [("nvfp4_index_k", "MiniMaxM3Nvfp4IndexKPoolHost"),
+                                            ("nvfp4_main_kv", "MiniMaxM3Nvfp4MainKVPoolHost")])
+def test_nvfp4_page_row_pools_are_built_by_their_constructors_and_a_planted_bug_is_caught(
+        fake_sglang, monkeypatch, kind: str, name: str) -> None:
+    case = hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT, page_size=16, pages=2, host_pages=5,
+                        device_pages=7, layers=3, ops="backup,load,evict,backup", pool_kind=kind, start_layer=2)
+    built = sglang_hicache_drive.build(sglang_hicache_drive.load_modules(), case, torch.device("cpu"))
+    assert type(built.host_pool).__name__ == name and built.host_pool.size == case.host_slots
+    assert built.host_pool.row_bytes == 16 * 48 and built.device_pool.info.num_pages == 7
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "page_rows")  # a back-up leaves its last page out
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 0 (backup)"), result.summary
+    backend = SglangHicacheBackend()
+    # page_first stores its pages in the oracle's page_first_direct order, and the page_row kernel needs
+    # 128-byte-aligned page rows
+    assert case_settings(case.replace(layout=HostLayout.PAGE_FIRST))[0] == "MLATokenToKVPoolHost"
+    narrow = hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, page_size=3, pool_kind=kind)
+    assert "page rows of 128-byte multiples" in (backend.case_unsupported(narrow) or "")
+    direct = narrow.replace(tuning=make_tuning({**dict(narrow.tuning), "io_backend": "direct"}))
+    assert backend.case_unsupported(direct) is None
