@@ -8,11 +8,11 @@ step 0 is the case's own transfer, then the case's program of back-ups, loads an
 with the host slots granted by the pool's own allocator. How, and the stand-ins: kernels/sglang_hicache_drive.py.
 Storages are compared byte-exact after every transfer (``Materialized.step_images``) and at the end.
 
-Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over an anchor-only HostPoolGroup,
-as the scheduler builds it for a flat pool; ``base``: HiCacheController over the pool), ``pool_kind``
-(``standard``: the pool class of the case's attention kind; ``hisparse``: the HiSparse MHA pool; ``k_only``: the
-K-only pool; ``mamba``: the Mamba state pool; or the name of a class the oracle does not model, which is reported
-unsupported with the reason), ``io_backend``, ``start_layer``,
+Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over a HostPoolGroup, as the
+scheduler builds it; ``base``: HiCacheController over the pool), ``pool_kind`` (``standard``: the pool class of
+the case's attention kind; ``hisparse``: the HiSparse MHA pool; ``k_only``: the K-only pool; ``mamba``: the Mamba
+state pool; ``nvfp4_index_k`` / ``nvfp4_main_kv``: MiniMax M3's NVFP4 page-row pools; or the name of a class the
+oracle does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``,
 ``draft_layers`` (the last of ``layers`` are packed draft layers), ``side_pool`` (a K-only index pool or a Mamba
 state pool beside the anchor in the hybrid controller's group, which no transfer names: its flags change the
 group's, and its bytes must stay as they were) and ``ops`` (the program). ``draft_layers`` is
@@ -65,7 +65,8 @@ from hicache_fuzz.oracles.contract import EntryPoint, Platform
 class SglangHicacheBackend(SglangBackend):
     name = "sglang-hicache"
     description = (
-        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only/Mamba) built by their constructors, driven by "
+        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only/Mamba/NVFP4 page rows) built by their "
+        "constructors, driven by "
         "the real HiCache controllers through sequences of back-ups, loads and evictions"
     )
     supported_layouts = LAYOUTS

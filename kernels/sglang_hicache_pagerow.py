@@ -5,12 +5,14 @@ from sglang's ``PageRowBufferInfo``.
 Both hold packed uint8 page rows, one row of ``page_size * E`` bytes per (layer, page), whatever the row packs
 (NVFP4 payloads and scales). The oracle reads a page row as ``page_size`` token rows of ``E`` bytes of a
 one-component pool (oracles/pool_layouts.py), so the device slab ``(layers, pages, row)`` is the case's device
-storage and the host ``kv_buffer`` its host storage. Producing NVFP4 data needs a Blackwell-class GPU; storing
-and moving the rows does not, and the harness's rows are the case's bytes.
+storage and the host ``kv_buffer`` its host storage. The host pools only store and move the rows, whatever
+quantized them; the rows here are the case's bytes. In production the MSA-v1 device pool fixes page size 128;
+the host pools take any page size, and every one is drawn.
 
-Stand-ins: the device pool (``DevicePoolStandIn``: the host pools read only its ``PageRowBufferInfo``, over the
-case's device slab), and for the index-K sidecar its anchor host pool (a namespace of the page size and the
-capacity, the only fields it reads), as for the K-only pool.
+Stand-ins: the device pool (``DevicePoolStandIn``: its constructor needs the model's MSA-v1 configuration; the
+host pools read only its ``PageRowBufferInfo``, built here over the case's device slab), and for the index-K
+sidecar its anchor host pool (a namespace of the page size and the capacity, the only fields it reads), as for
+the K-only pool.
 """
 
 from __future__ import annotations
