@@ -263,3 +263,20 @@ def test_nvfp4_page_row_pools_are_built_by_their_constructors_and_a_planted_bug_
     assert "page rows of 128-byte multiples" in (backend.case_unsupported(narrow) or "")
     direct = narrow.replace(tuning=make_tuning({**dict(narrow.tuning), "io_backend": "direct"}))
     assert backend.case_unsupported(direct) is None
+
+
+def test_generated_cases_run_every_modelled_class_on_a_gpu_platform(monkeypatch) -> None:
+    """Cases predicted to run (the platform's rules, AOT ops assumed where the GPU is not this machine's) reach
+    every modelled class and both io backends."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    backend = load_registry().get("sglang-hicache")
+    space = backend.case_space(CaseSpace(), H200)
+    classes, io_backends = set(), set()
+    for index in range(2000):
+        case = case_for_index(1, index, space)
+        if backend.unsupported_reason(case, H200) is None:
+            labels = backend.coverage_labels(case)
+            classes.add(labels["pool_class"])
+            io_backends.add(labels["io_backend"])
+    assert classes == set(pool_layouts.MODELLED) and len(classes) >= 8
+    assert io_backends == {"kernel", "direct"}
