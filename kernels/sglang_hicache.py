@@ -180,9 +180,15 @@ class SglangHicacheBackend(SglangBackend):
         return Plan(EntryPoint.REFERENCE, controller_path(case))
 
     def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
+        """sglang-pool's modules, and the JIT modules of the Mamba and NVFP4 page-row pools (the page-row pools
+        use theirs on CUDA only)."""
+        from hicache_fuzz.kernels import sglang_hicache_mamba, sglang_hicache_pagerow
         from hicache_fuzz.kernels.sglang_pool import SglangPoolBackend
 
-        return SglangPoolBackend().compile_jobs(space, platform)
+        jobs: list[Any] = [*SglangPoolBackend().compile_jobs(space, platform), sglang_hicache_mamba.build_jit_module]
+        if platform.kind == "cuda":
+            jobs.append(sglang_hicache_pagerow.build_jit_modules)
+        return jobs
 
     def sglang_modules(self) -> Any:
         """sglang's modules this backend drives (after the AOT ops are made callable for the pools)."""

@@ -77,6 +77,14 @@ def build_mamba(case: Case, dtype: torch.dtype, device: torch.device, start: int
     return device_pool, draft_pools, host_pool
 
 
+def build_jit_module() -> object:
+    """Build (or load) the transfer_mamba JIT module the pool's kernel io uses: one module, no template
+    parameter, so the campaign's builder makes it before any case needs it."""
+    from sglang.kernels.ops.mamba.transfer_mamba import _jit_transfer_mamba_module
+
+    return _jit_transfer_mamba_module()
+
+
 def device_tensors(device_pool: Any, drafts: list[Any], component: str) -> list[torch.Tensor]:
     """Per-layer device state tensors of one component (k: temporal, v: conv), target layers then drafts."""
 

@@ -55,6 +55,14 @@ def build_page_rows(case: Case, name: str, device: torch.device, start: int) -> 
     return device_pool, host
 
 
+def build_jit_modules() -> None:
+    """Build (or load) both page_row JIT modules (load and back-up), as the pools' constructors do on CUDA: once,
+    in the campaign's builder, rather than inside a case."""
+    from sglang.kernels.ops.kvcache.nvfp4_hicache import warmup_page_row_transfer
+
+    warmup_page_row_transfer()
+
+
 def device_tensors(device_pool: Any, rows: int) -> list[torch.Tensor]:
     """Each layer's page rows as the case's device rows (rows x E bytes)."""
     return [layer.view(rows, -1) for layer in device_pool.info.rows]

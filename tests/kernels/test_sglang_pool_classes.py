@@ -280,3 +280,18 @@ def test_generated_cases_run_every_modelled_class_on_a_gpu_platform(monkeypatch)
             io_backends.add(labels["io_backend"])
     assert classes == set(pool_layouts.MODELLED) and len(classes) >= 8
     assert io_backends == {"kernel", "direct"}
+
+
+def test_compile_jobs_build_the_mamba_and_page_row_modules(fake_sglang, monkeypatch) -> None:
+    from hicache_fuzz.kernels import sglang_pool
+
+    monkeypatch.setattr(sglang_pool.SglangPoolBackend, "compile_jobs", lambda self, space, platform: [])
+    backend = SglangHicacheBackend()
+    space = backend.case_space(CaseSpace(), H200)
+    for job in backend.compile_jobs(space, H200):
+        job()
+    from sglang.kernels.ops.kvcache import nvfp4_hicache
+    from sglang.kernels.ops.mamba import transfer_mamba
+
+    assert transfer_mamba.BUILDS == ["transfer_mamba"] and nvfp4_hicache.BUILDS == ["page_row"]
+    assert len(backend.compile_jobs(space, Platform("rocm", (9, 4)))) == 1  # no page_row kernel on ROCm
