@@ -8,11 +8,14 @@ step 0 is the case's own transfer, then the case's program of back-ups, loads an
 with the host slots granted by the pool's own allocator. How, and the stand-ins: kernels/sglang_hicache_drive.py.
 Storages are compared byte-exact after every transfer (``Materialized.step_images``) and at the end.
 
-Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over an anchor-only HostPoolGroup,
-as the scheduler builds it for a flat pool; ``base``: HiCacheController over the pool), ``pool_kind``
-(``standard``: the pool class of the case's attention kind; ``hisparse``: the HiSparse MHA pool; or the name of a
-class the oracle does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``,
-``draft_layers`` (the last of ``layers`` are packed draft layers) and ``ops`` (the program). ``draft_layers`` is
+Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over a HostPoolGroup, as the
+scheduler builds it; ``base``: HiCacheController over the pool), ``pool_kind`` (``standard``: the pool class of
+the case's attention kind; ``hisparse``: the HiSparse MHA pool; ``k_only``: the K-only pool; ``mamba``: the Mamba
+state pool; ``nvfp4_index_k`` / ``nvfp4_main_kv``: MiniMax M3's NVFP4 page-row pools; or the name of a class the
+oracle does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``,
+``draft_layers`` (the last of ``layers`` are packed draft layers), ``side_pool`` (a K-only index pool or a Mamba
+state pool beside the anchor in the hybrid controller's group, which no transfer names: its flags change the
+group's, and its bytes must stay as they were) and ``ops`` (the program). ``draft_layers`` is
 an upper bound: a pool packs at most ``layers - 1`` draft layers, so a one-layer case has none. Generation and
 labels import neither sglang nor torch's GPU side.
 """
@@ -45,10 +48,13 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     LAYOUTS,
     POOL_KINDS,
     PROGRAMS,
+    SIDE_POOL_CLASSES,
+    SIDE_POOLS,
     START_LAYERS,
     case_settings,
     controller_kind,
     operation_kinds,
+    side_pool,
 )
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_available, pool_paths
@@ -59,7 +65,8 @@ from hicache_fuzz.oracles.contract import EntryPoint, Platform
 class SglangHicacheBackend(SglangBackend):
     name = "sglang-hicache"
     description = (
-        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only) built by their constructors, driven by "
+        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only/Mamba/NVFP4 page rows) built by their "
+        "constructors, driven by "
         "the real HiCache controllers through sequences of back-ups, loads and evictions"
     )
     supported_layouts = LAYOUTS
@@ -97,7 +104,7 @@ class SglangHicacheBackend(SglangBackend):
             device_index_devices=(IndexDevice.DEVICE,),
             tuning_menus=(("controller", CONTROLLERS), ("draft_layers", DRAFT_LAYERS), ("io_backend", IO_BACKENDS),
                           ("ops", PROGRAMS),
-                          ("pool_kind", POOL_KINDS), ("start_layer", START_LAYERS)),
+                          ("pool_kind", POOL_KINDS), ("side_pool", SIDE_POOLS), ("start_layer", START_LAYERS)),
             invalid_rate=0.0,
             irregular_rate=0.0,
             partial_rate=0.0,
@@ -110,6 +117,7 @@ class SglangHicacheBackend(SglangBackend):
         return MappingProxyType({
             "pool_class": name,
             "controller": controller_kind(case),
+            "side_pool": side_pool(case) or "none",
             "io_backend": io_backend,
             "start_layer_nonzero": start > 0,
             "draft_layer": drafts > 0,
@@ -125,7 +133,8 @@ class SglangHicacheBackend(SglangBackend):
     def case_unsupported(self, case: Case) -> str | None:
         """Why the case is not one this backend drives (platform aside); None if it is."""
         if len(case.pools) != 1:
-            return "one pool per case: a HostPoolGroup moves only under the HybridCacheController, not built here"
+            return ("one moved pool per case: a group's side pool is the side_pool knob's and moves nothing; groups "
+                    "whose pools all move are sglang-pool's")
         name, io_backend, start, drafts = case_settings(case)
         if name not in pool_layouts.POOL_CLASSES:
             return f"unknown pool_kind {case.tuning_value('pool_kind')!r}"
@@ -133,10 +142,13 @@ class SglangHicacheBackend(SglangBackend):
             return f"unknown io_backend {io_backend!r}"
         if controller_kind(case) not in CONTROLLERS:
             return f"unknown controller {controller_kind(case)!r}"
+        if case.tuning_value("side_pool", "") not in ("", *SIDE_POOL_CLASSES):
+            return f"unknown side_pool {case.tuning_value('side_pool')!r}"
         if start < 0 or drafts < 0:
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
-        why = pool_layouts.mismatch(pool_layouts.pool_class(name), case.pools[0].attention, case.layout, io_backend,
-                                    drafts)
+        spec = case.pools[0]
+        why = pool_layouts.mismatch(pool_layouts.pool_class(name), spec.attention, case.layout, io_backend, drafts,
+                                    case.page_size, tuple(spec.row_bytes(c) for c in spec.components))
         if why:
             return why
         if case.scope is not Scope.ALL_LAYERS:
@@ -151,7 +163,7 @@ class SglangHicacheBackend(SglangBackend):
 
     def aot_unsupported(self, case: Case, platform: Platform) -> str | None:
         name, io_backend, _start, _drafts = case_settings(case)
-        ok, why = aot_available()
+        ok, why = aot_state(platform)
         if ok:
             return None
         if name not in ("MHATokenToKVPoolHost", "MLATokenToKVPoolHost"):
@@ -168,9 +180,15 @@ class SglangHicacheBackend(SglangBackend):
         return Plan(EntryPoint.REFERENCE, controller_path(case))
 
     def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
+        """sglang-pool's modules, and the JIT modules of the Mamba and NVFP4 page-row pools (the page-row pools
+        use theirs on CUDA only)."""
+        from hicache_fuzz.kernels import sglang_hicache_mamba, sglang_hicache_pagerow
         from hicache_fuzz.kernels.sglang_pool import SglangPoolBackend
 
-        return SglangPoolBackend().compile_jobs(space, platform)
+        jobs: list[Any] = [*SglangPoolBackend().compile_jobs(space, platform), sglang_hicache_mamba.build_jit_module]
+        if platform.kind == "cuda":
+            jobs.append(sglang_hicache_pagerow.build_jit_modules)
+        return jobs
 
     def sglang_modules(self) -> Any:
         """sglang's modules this backend drives (after the AOT ops are made callable for the pools)."""
@@ -203,6 +221,25 @@ class SglangHicacheBackend(SglangBackend):
         return controller_path(case)
 
     _kept: tuple[tuple[object, ...], Any] | None = None
+
+
+# What a prediction for another machine assumes about sgl_kernel's AOT ops (see aot_state).
+AOT_ASSUMED = ("assumed callable: the modelled accelerator is not this machine's, and sglang's server runs with "
+               "sgl_kernel installed")
+
+
+def aot_state(platform: Platform) -> tuple[bool, str]:
+    """(callable, why) for sgl_kernel's AOT ops on `platform`. Probed where this machine has the platform's
+    accelerator (a campaign's workers); a prediction for another machine (``fuzz --dry-run --platform cuda`` on a
+    CPU-only machine) cannot probe it and assumes the production set-up, in which sgl_kernel is installed beside
+    sglang: the pools' AOT paths and the ``direct`` io backend then count as running cases, as they do on the
+    GPU."""
+    import torch
+
+    here = torch.cuda.is_available() and (platform.kind == "rocm") == bool(getattr(torch.version, "hip", None))
+    if here:
+        return aot_available()
+    return True, AOT_ASSUMED
 
 
 def controller_path(case: Case) -> str:

@@ -11,6 +11,8 @@ Stand-ins (each is the least the controller needs from outside HiCache):
   it (the harness waits on the ack's finish event instead).
 * ``tp_group=None`` and a fresh ``threading.Event`` for ``load_cache_event``: only the storage (L3) threads use
   them, and no storage backend is attached.
+* The Mamba state pool's device pool (kernels/sglang_hicache_mamba.py): the host pool reads only its
+  ``MambaStateBufferInfo`` (sglang's class, built over the case's device tensors).
 * HiSparse loads: the HiSparse MHA pool is loaded by its own coordinator (global layer ids of the stage, the kernel
   io backend), which this module reproduces as that loop; its back-ups go through the controller's ``write``,
   which makes the same pool call the coordinator does.
@@ -35,8 +37,11 @@ from typing import Any
 import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
+from hicache_fuzz.kernels import sglang_hicache_mamba as mamba
+from hicache_fuzz.kernels import sglang_hicache_pagerow as pagerow
+from hicache_fuzz.kernels import sglang_hicache_side as side_pools
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
-from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind, k_only_heads
+from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind, k_only_heads, side_pool
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
@@ -45,8 +50,9 @@ K_ONLY = "MHATokenToKOnlyPoolHost"
 # Pools whose loads their own coordinator makes, not a HiCache controller: the HiSparse MHA pool takes the stage's
 # global layer ids and has no guard for others (its coordinator never asks for them).
 COORDINATOR_LOADED = frozenset({"HiSparseMHATokenToKVPoolHost"})
-# Pools without a guard for layer ids outside them (their controllers never pass such ids): no foreign loads.
-UNGUARDED = COORDINATOR_LOADED | {K_ONLY}
+# Pools without a guard for layer ids outside them, or whose guard raises (their controllers never pass such
+# ids): no foreign loads.
+UNGUARDED = COORDINATOR_LOADED | {K_ONLY, mamba.MAMBA} | pagerow.PAGE_ROW_CLASSES
 DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
           KVDtype.FP8: torch.float8_e4m3fn}
 WRITE_POLICY = "write_through"
@@ -102,6 +108,7 @@ class Built:
         self.device_pool, self.drafts, self.host_pool = device_pool, drafts, host_pool
         self.allocator = DeviceAllocatorStandIn(device_pool)
         self.controller: Any = None
+        self.side: side_pools.SidePool | None = None  # the group's side pool, if the case has one
 
 
 def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
@@ -114,9 +121,10 @@ def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
 
 def destroy(built: Built) -> None:
     """Unregister the host pool's pinned buffers now rather than at process exit."""
-    release = getattr(built.host_pool, "destroy", None)
-    if release is not None:
-        release()
+    for pool in (built.host_pool, built.side.host_pool if built.side else None):
+        release = getattr(pool, "destroy", None)
+        if release is not None:
+            release()
 
 
 def _device_pool(mods: Any, case: Case, spec: PoolSpec, layers: int, device: torch.device, start: int) -> Any:
@@ -141,6 +149,12 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     name, _io, start, drafts = settings(case)
     spec = case.pools[0]
     target = case.layers - drafts
+    if name == mamba.MAMBA:
+        mamba_device, mamba_drafts, mamba_host = mamba.build_mamba(case, DTYPES[spec.dtype], device, start, drafts)
+        return _finish(mods, case, Built(mamba_device, mamba_drafts, mamba_host))
+    if name in pagerow.PAGE_ROW_CLASSES:
+        page_device, page_host = pagerow.build_page_rows(case, name, device, start)
+        return _finish(mods, case, Built(page_device, [], page_host))
     device_pool = _device_pool(mods, case, spec, target, device, start)
     draft_pools = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
     info = device_pool.get_device_pool_infos()[0].buffer_info
@@ -165,10 +179,14 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     else:
         host_pool = cls(info, 2.0, 0, ps, case.layout.value, True, "cpu", "default", draft_buffer_infos=draft_infos,
                         pool_label=spec.name, host_token_capacity=case.host_slots, **common)
-    if host_pool.size != case.host_slots:
-        raise RuntimeError(f"harness: {name} was built with {host_pool.size} host slots, the case has "
-                           f"{case.host_slots}")
-    built = Built(device_pool, draft_pools, host_pool)
+    return _finish(mods, case, Built(device_pool, draft_pools, host_pool))
+
+
+def _finish(mods: Any, case: Case, built: Built) -> Built:
+    """The controller over `built`, once its host pool is checked to have the case's capacity."""
+    if built.host_pool.size != case.host_slots:
+        raise RuntimeError(f"harness: {type(built.host_pool).__name__} was built with {built.host_pool.size} host "
+                           f"slots, the case has {case.host_slots}")
     built.controller = controller_for(mods, case, built)
     return built
 
@@ -177,7 +195,12 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
 
 def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[torch.Tensor]:
     """sglang's per-layer device tensors of one component, in the case's layer order (target, then drafts)."""
-    k_only = settings(pool.case)[0] == K_ONLY
+    name = settings(pool.case)[0]
+    if name == mamba.MAMBA:
+        return mamba.device_tensors(built.device_pool, built.drafts, component)
+    if name in pagerow.PAGE_ROW_CLASSES:
+        return pagerow.device_tensors(built.device_pool, pool.case.device_rows)
+    k_only = name == K_ONLY
 
     def of(device_pool: Any) -> list[torch.Tensor]:
         if k_only:
@@ -192,6 +215,10 @@ def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[tor
 def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
     """sglang's host tensors whose bytes, one after another, are the case's host storage."""
     host = built.host_pool
+    if settings(pool.case)[0] == mamba.MAMBA:
+        return mamba.host_tensors(host)
+    if settings(pool.case)[0] in pagerow.PAGE_ROW_CLASSES:
+        return pagerow.host_tensors(host)
     if pool.spec.attention is Attention.MHA_ASYM:
         return [host.k_buffer, host.v_buffer]
     if settings(pool.case)[0] == K_ONLY:
@@ -231,9 +258,10 @@ def copy_out(pool: PoolBuffers, built: Built) -> None:
 
 def controller_for(mods: Any, case: Case, built: Built) -> Any:
     """The case's controller, as the scheduler constructs it: HiCacheController over the host pool, or the
-    HybridCacheController over an anchor-only HostPoolGroup whose entry sglang's own assembler builds (stage-local
-    layer mapping, the packed draft layers' transfer ids after the target's, the draft device pools)."""
-    _name, io_backend, _start, drafts = settings(case)
+    HybridCacheController over a HostPoolGroup whose anchor entry sglang's own assembler builds (stage-local
+    layer mapping, the packed draft layers' transfer ids after the target's, the draft device pools), with the
+    case's side pool beside it if it has one (kernels/sglang_hicache_side.py)."""
+    _name, io_backend, start, drafts = settings(case)
     if controller_kind(case) == BASE:
         return mods.HiCacheController(built.allocator, built.host_pool, case.page_size, None, threading.Event(),
                                       write_policy=WRITE_POLICY, io_backend=io_backend)
@@ -244,7 +272,13 @@ def controller_for(mods: Any, case: Case, built: Built) -> Any:
     entry = mods.build_pool_entry(name=mods.PoolName.KV, host_pool=built.host_pool, device_pool=built.device_pool,
                                   layer_mapping=mapping, transfer_layer_id_max=target + drafts, is_anchor=True,
                                   packed_draft_device_pools=tuple(built.drafts))
-    return mods.HybridCacheController(built.allocator, mods.HostPoolGroup([entry]), case.page_size, None,
+    entries = [entry]
+    side = side_pool(case)
+    if side:
+        built.side = side_pools.build_side(mods, case, side, built.host_pool, DTYPES[case.pools[0].dtype],
+                                           built.device_pool.device, start, target)
+        entries.append(side_pools.side_entry(mods, built.side, target))
+    return mods.HybridCacheController(built.allocator, mods.HostPoolGroup(entries), case.page_size, None,
                                       threading.Event(), write_policy=WRITE_POLICY, io_backend=io_backend,
                                       transfer_layer_id_max=target)
 
@@ -361,8 +395,13 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
     bytes back out (also when a step raises)."""
     pool = buffers.pools[0]
     copy_in(pool, built)
+    if built.side is not None:
+        built.side.fill_and_snapshot()
     try:
         run_sequence(mods, buffers, built)
     finally:
         _sync(buffers.device)
         copy_out(pool, built)
+    why = built.side.changed() if built.side is not None else ""
+    if why:
+        raise AssertionError(why)

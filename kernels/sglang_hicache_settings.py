@@ -8,7 +8,12 @@ from typing import Any
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
 from hicache_fuzz.oracles import pool_layouts, sequence
 
-STANDARD, HISPARSE, K_ONLY = "standard", "hisparse", "k_only"
+STANDARD, HISPARSE, K_ONLY, MAMBA = "standard", "hisparse", "k_only", "mamba"
+NVFP4_INDEX_K, NVFP4_MAIN_KV = "nvfp4_index_k", "nvfp4_main_kv"
+# Kinds resolved to a class of their own where the case fits it (else the standard class).
+FITTED_KINDS = {MAMBA: "MambaPoolHost", NVFP4_INDEX_K: "MiniMaxM3Nvfp4IndexKPoolHost",
+                NVFP4_MAIN_KV: "MiniMaxM3Nvfp4MainKVPoolHost"}
+MAMBA_CLASS = "MambaPoolHost"
 HYBRID, BASE = "hybrid", "base"
 # The scheduler drives a flat MHA/MLA pool through the HybridCacheController over an anchor-only HostPoolGroup;
 # HiCacheController itself is what the decode offload manager builds.
@@ -19,8 +24,11 @@ _BY_ATTENTION = {
     Attention.MHA_ASYM: "AsymmetricMHATokenToKVPoolHost",
 }
 # Modelled classes are drawn far more often than the unmodelled ones, which come back unsupported with their
-# reason (so campaign reports name what is out of reach) but cost a draw each.
-POOL_KINDS: tuple[str, ...] = (STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + pool_layouts.UNMODELLED
+# reason (so campaign reports name what is out of reach) but cost a draw each. A kind that does not fit the
+# drawn case resolves to the standard class (case_settings), so a kind that rarely fits (mamba: page size 1)
+# costs no draws.
+POOL_KINDS: tuple[str, ...] = ((STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + (MAMBA,) * 16
+                               + (NVFP4_INDEX_K,) * 8 + (NVFP4_MAIN_KV,) * 8 + pool_layouts.UNMODELLED)
 IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
 # start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
 # first stage, and every model without pipeline parallelism) as often as all the others together.
@@ -28,6 +36,12 @@ START_LAYERS: tuple[int, ...] = (0,) * 127 + tuple(range(1, 128))
 DRAFT_LAYERS: tuple[int, ...] = (0, 0, 0, 0, 1, 1, 2, 3)
 # "" is the case's own transfer alone; the others are every program of 1..5 operations valid on any geometry.
 PROGRAMS: tuple[str, ...] = ("",) * 40 + sequence.valid_programs(5)
+# Side pools of the hybrid controller's group: "" (anchor only, as the scheduler groups a flat pool) in most
+# cases, else a K-only index pool (PoolName.INDEXER, as sparse-attention models add one) or a Mamba state pool
+# (PoolName.MAMBA, as hybrid linear-attention models do). Their capability flags join the group's
+# (can_use_write_back_jit of every child / of some child), which decide the controller's index placement.
+SIDE_POOLS: tuple[str, ...] = ("",) * 4 + (K_ONLY, MAMBA)
+SIDE_POOL_CLASSES = {K_ONLY: "MHATokenToKOnlyPoolHost", MAMBA: MAMBA_CLASS}
 LAYOUTS = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD)
 
 
@@ -36,7 +50,10 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
 
     The knobs say what to prefer; the case's attention kind and layout (drawn by the generator) decide what
     exists: ``hisparse`` is the HiSparse MHA pool on an MHA layer_first case and the standard class otherwise,
-    ``k_only`` the K-only pool on a one-component case and the standard class otherwise, and ``io_backend`` is
+    ``k_only`` the K-only pool on a one-component case and the standard class otherwise, ``mamba`` the Mamba
+    state pool on a two-component page_first / page_first_direct case of page size 1 and the standard class
+    otherwise, ``nvfp4_index_k`` / ``nvfp4_main_kv`` MiniMax M3's NVFP4 page-row pools on a one-component
+    layer_first / page_first_direct case and the standard class otherwise, and ``io_backend`` is
     replaced by the other io backend where only that one moves the layout for the class. Coverage labels and the
     plan's path name what was resolved."""
     kind = case.tuning_value("pool_kind", STANDARD)
@@ -46,7 +63,9 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
         name = "HiSparseMHATokenToKVPoolHost"
     elif kind == K_ONLY and attention is Attention.MLA:
         name = "MHATokenToKOnlyPoolHost"
-    elif kind not in (STANDARD, HISPARSE, K_ONLY):
+    elif kind in FITTED_KINDS and _fits(FITTED_KINDS[str(kind)], case):
+        name = FITTED_KINDS[str(kind)]
+    elif kind not in (STANDARD, HISPARSE, K_ONLY, *FITTED_KINDS):
         name = str(kind)
     io_backend = str(case.tuning_value("io_backend", pool_layouts.KERNEL))
     cls = pool_layouts.POOL_CLASSES.get(name)
@@ -59,7 +78,36 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
 
 
 def controller_kind(case: Case) -> str:
-    return str(case.tuning_value("controller", HYBRID))
+    """The case's controller. The Mamba state pool is driven by HiCacheController: in production it is a side
+    pool of the HybridCacheController's group (moved through ``extra_pools``), which this backend does not build,
+    and an anchor-only group of a Mamba pool is no configuration sglang makes."""
+    kind = str(case.tuning_value("controller", HYBRID))
+    if kind == HYBRID and case.tuning_value("pool_kind") == MAMBA and _fits(MAMBA_CLASS, case):
+        return BASE
+    return kind
+
+
+def side_pool(case: Case) -> str:
+    """The class of the side pool in the case's group ("" for none): the ``side_pool`` knob where the case has a
+    group (the hybrid controller over a standard KV anchor) and the class's constructor takes the case's layout
+    (and, for the Mamba pool, its page size 1)."""
+    wanted = case.tuning_value("side_pool", "")
+    name = SIDE_POOL_CLASSES.get(str(wanted), "")
+    if not name or controller_kind(case) != HYBRID or case_settings(case)[0] not in _BY_ATTENTION.values():
+        return ""
+    cls = pool_layouts.pool_class(name)
+    layouts = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
+    if case.layout not in layouts or (cls.slot_pages and case.page_size != 1):
+        return ""
+    return name
+
+
+def _fits(name: str, case: Case) -> bool:
+    """Whether the class stores the case's attention kind, layout (with some io backend) and page size."""
+    cls = pool_layouts.pool_class(name)
+    layouts = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
+    return case.pools[0].attention in cls.attentions and case.layout in layouts and (
+        not cls.slot_pages or case.page_size == 1)
 
 
 def _int(value: Any) -> int:

@@ -31,10 +31,18 @@ class PoolClass:
     direct_layouts: frozenset[HostLayout] = frozenset()  # and with `direct`
     drafts: bool = True  # packs MTP draft layers after the target's
     unmodelled: str = ""  # why the oracle does not judge it ("" if it does)
+    also: frozenset[Attention] = frozenset()  # other attention kinds whose storage is byte for byte the class's
+    slot_pages: bool = False  # one slot per page: stores cases of page size 1 only
+    kernel_row_align: int = 1  # the kernel io backend moves rows whose byte widths are multiples of this only
+    kernel_page_row_align: int = 1  # ... and pages of one layer (page size x row bytes) of multiples of this only
 
     @property
     def modelled(self) -> bool:
         return not self.unmodelled
+
+    @property
+    def attentions(self) -> frozenset[Attention]:
+        return frozenset({self.attention} if self.attention else ()) | self.also
 
     def layouts_for(self, io_backend: str) -> frozenset[HostLayout]:
         return self.direct_layouts if io_backend == DIRECT else self.kernel_layouts if io_backend == KERNEL else (
@@ -56,32 +64,38 @@ _CLASSES = (
     PoolClass("MHATokenToKOnlyPoolHost", "mha", Attention.MLA, frozenset({_LF, _PF}), frozenset({_LF, _PFD}),
               drafts=False),
     PoolClass("MHATokenToKVPoolMXFP8Host", "mha_mxfp8", None, unmodelled=(
-        "besides its page_first K/V payload it moves per-page MXFP8 scale blocks (host tensors page x layer x "
-        "bytes, from a device pool with interleaved scales at page size 128); the oracle models neither scale "
-        "storage")),
+        "besides its page_first fp8 K/V payload it moves per-page UE8M0 scale blocks (host tensors page x layer x "
+        "bytes, from MHATokenToKVPoolMXFP8's interleaved scales, which exist at page size 128 with head dims "
+        "divisible by 32); a case has no storage for the scale blocks")),
     PoolClass("DSAIndexerPoolHost", "dsa", None, unmodelled=(
         "the DeepSeek sparse-attention indexer pool keeps the indexer's K-with-scale buffer as one block per page "
         "and layer, built from a HostPoolDecl of a DSA device pool beside an MLA anchor; the oracle models no "
         "page-block storage")),
     PoolClass("QSAIndexerPoolHost", "qsa", None, unmodelled=(
         "a DeepSeek-V4 paged indexer pool; the oracle does not model its paged host layout")),
-    PoolClass("MambaPoolHost", "mamba", None, unmodelled=(
-        "holds per-request recurrent state (conv and temporal tensors), not per-token KV rows; the oracle's "
-        "token rows do not describe it")),
+    # Per-request recurrent state: one slot (a page of size 1) per request, a temporal and a conv state per layer,
+    # host tensors (S, L, 1, *shape) each: byte for byte an asymmetric page_first pool whose K row is the temporal
+    # state and whose V row is the conv state (an MHA pool where the two widths are equal); page_first_direct is
+    # the same bytes at page size 1. The controller's direct io moves page_first_direct only.
+    # Its kernel io is transfer_mamba's JIT kernels, which check every state row for 16-byte (uint4) alignment.
+    PoolClass("MambaPoolHost", "mamba", Attention.MHA_ASYM, frozenset({_PF, _PFD}), frozenset({_PFD}),
+              also=frozenset({Attention.MHA}), slot_pages=True, kernel_row_align=16),
     PoolClass("UnifiedPageEnvelopeHostPool", "unified", None, unmodelled=(
         "pages of several pools share one envelope and are resolved through prepare_transfer_indices under a "
         "layout lease; the oracle does not model the envelope")),
     PoolClass("PageInterleaveHostPool", "page_interleave", None, unmodelled=(
         "a KV-sharded wrapper placing pages across owners; it needs a sharded placement and the hybrid "
         "controller's shard routing, which this backend does not build")),
-    PoolClass("MiniMaxM3Nvfp4IndexKPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
-        "a page-row sidecar of MiniMax M3's NVFP4 KV cache (packed page rows per layer, from the NVFP4 device "
-        "pool's page-row buffers); the oracle models no page-row storage, and NVFP4 device pools are for "
-        "Blackwell-class GPUs")),
-    PoolClass("MiniMaxM3Nvfp4MainKVPoolHost", "minimax_m3_nvfp4", None, unmodelled=(
-        "a page-row pool of MiniMax M3's NVFP4 KV cache (packed page rows per layer, from the NVFP4 device "
-        "pool's page-row buffers); the oracle models no page-row storage, and NVFP4 device pools are for "
-        "Blackwell-class GPUs")),
+    # MiniMax M3's NVFP4 KV cache as packed uint8 page rows: one row of page_size * E bytes per (layer, page),
+    # whatever it packs (payloads and scales). A page row is page_size token rows of E bytes, so the host tensor
+    # (L, P, row) is a one-component layer_first pool and (P, L, 1, row) (its page_first and page_first_direct)
+    # the oracle's page_first_direct; whole pages move, so per token is exact. The index-K sidecar is sized from
+    # its anchor host pool, the main pool from its device capacity. The kernel io backend (the page_row JIT
+    # kernel) needs 128-byte-aligned page rows; loads of draft layers or layer ids outside the pool raise.
+    PoolClass("MiniMaxM3Nvfp4IndexKPoolHost", "minimax_m3_nvfp4", Attention.MLA, frozenset({_LF, _PFD}),
+              frozenset({_LF, _PFD}), drafts=False, kernel_page_row_align=128),
+    PoolClass("MiniMaxM3Nvfp4MainKVPoolHost", "minimax_m3_nvfp4", Attention.MLA, frozenset({_LF, _PFD}),
+              frozenset({_LF, _PFD}), drafts=False, kernel_page_row_align=128),
 )
 
 POOL_CLASSES: Mapping[str, PoolClass] = MappingProxyType({c.name: c for c in _CLASSES})
@@ -96,15 +110,25 @@ def pool_class(name: str) -> PoolClass:
         raise KeyError(f"unknown host pool class {name!r}; known: {', '.join(POOL_CLASSES)}") from None
 
 
-def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backend: str, draft_layers: int) -> str:
-    """Why a case of this attention kind, layout, io backend and draft count is not one the class stores
-    ("" if it is)."""
+def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backend: str, draft_layers: int,
+             page_size: int = 1, row_bytes: tuple[int, ...] = ()) -> str:
+    """Why a case of this attention kind, layout, io backend, draft count, page size and row widths (bytes, one
+    per component) is not one the class stores and moves ("" if it is)."""
     if not cls.modelled:
         return f"{cls.name}: {cls.unmodelled}"
-    if attention is not cls.attention:
-        return f"{cls.name} holds {cls.attention.value if cls.attention else '?'} pools, not {attention.value}"
+    if attention not in cls.attentions:
+        kinds = "/".join(sorted(a.value for a in cls.attentions))
+        return f"{cls.name} holds {kinds} pools, not {attention.value}"
+    if cls.slot_pages and page_size != 1:
+        return f"{cls.name} holds one state slot per page (page size 1), not page size {page_size}"
     if layout not in cls.layouts_for(io_backend):
         return f"{cls.name} with io backend {io_backend} does not store the {layout.value} layout"
     if draft_layers and not cls.drafts:
         return f"{cls.name} packs no draft layers"
+    if io_backend == KERNEL and any(row % cls.kernel_row_align for row in row_bytes):
+        return (f"{cls.name} moves rows of {cls.kernel_row_align}-byte multiples with io backend kernel, not "
+                f"{'/'.join(map(str, row_bytes))} bytes")
+    if io_backend == KERNEL and any(row * page_size % cls.kernel_page_row_align for row in row_bytes):
+        return (f"{cls.name} moves page rows of {cls.kernel_page_row_align}-byte multiples with io backend "
+                f"kernel, not {page_size} x {'/'.join(map(str, row_bytes))} bytes")
     return ""

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout, make_tuning
+from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout, KVDtype, PoolSpec, make_tuning
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -18,7 +18,7 @@ from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels import sglang_hicache_drive
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend
-from hicache_fuzz.kernels.sglang_hicache_settings import case_settings
+from hicache_fuzz.kernels.sglang_hicache_settings import case_settings, controller_kind
 from hicache_fuzz.oracles import pool_layouts, sequence
 from tests.kernels._hicache_helpers import CPU, CpuHicacheBackend, fake_sglang, hicache_case, run_on_cpu
 
@@ -27,7 +27,8 @@ __all__ = ["fake_sglang"]  # the fixture, used by name
 H200 = Platform("cuda", (9, 0))
 KIND = {"MHATokenToKVPoolHost": "standard", "MLATokenToKVPoolHost": "standard",
         "AsymmetricMHATokenToKVPoolHost": "standard", "HiSparseMHATokenToKVPoolHost": "hisparse",
-        "MHATokenToKOnlyPoolHost": "k_only"}
+        "MHATokenToKOnlyPoolHost": "k_only", "MambaPoolHost": "mamba",
+        "MiniMaxM3Nvfp4IndexKPoolHost": "nvfp4_index_k", "MiniMaxM3Nvfp4MainKVPoolHost": "nvfp4_main_kv"}
 
 
 def _combinations() -> list[tuple[str, HostLayout, str]]:
@@ -47,18 +48,24 @@ def test_every_modelled_class_layout_and_io_backend_moves_bytes_exactly(fake_sgl
     cls = pool_layouts.pool_class(name)
     assert cls.attention is not None
     drafts = 2 if cls.drafts else 0
-    case = hicache_case(cls.attention, layout, page_size=3, layers=4, ops="backup,load,evict,backup,load",
-                        pool_kind=KIND[name], io_backend=io, start_layer=5, draft_layers=drafts,
-                        controller=controller)
+    # page size 1 for one-slot pages; 8 makes the page rows of the 48-byte MLA rows 128-byte aligned
+    page_size = 1 if cls.slot_pages else 8 if cls.kernel_page_row_align > 1 else 3
+    case = hicache_case(cls.attention, layout, page_size=page_size, layers=4,
+                        ops="backup,load,evict,backup,load", pool_kind=KIND[name], io_backend=io, start_layer=5,
+                        draft_layers=drafts, controller=controller)
     assert case_settings(case) == (name, io, 5, drafts)
     result = run_on_cpu(case)
     assert result.outcome is Outcome.PASS, result.summary
     built = sglang_hicache_drive.build(sglang_hicache_drive.load_modules(), case, torch.device("cpu"))
     assert type(built.host_pool).__name__ == name  # the class itself, through its own constructor
-    assert built.host_pool.start_layer == 5 and built.host_pool.layer_num == case.layers
+    # the Mamba host pool has no layer range of its own: its device pool holds the stage's
+    assert getattr(built.host_pool, "start_layer", built.device_pool.start_layer) == 5
+    assert built.host_pool.layer_num == case.layers
     assert len(built.drafts) == drafts
+    # the Mamba state pool is a side pool under the hybrid controller in production: driven by HiCacheController
+    assert controller_kind(case) == ("base" if name == "MambaPoolHost" else controller)
     assert type(built.controller).__name__ == {"hybrid": "HybridCacheController", "base": "HiCacheController"}[
-        controller]
+        controller_kind(case)]
 
 
 @pytest.mark.parametrize("name", pool_layouts.UNMODELLED)
@@ -83,6 +90,16 @@ def test_knobs_resolve_to_what_the_case_can_have_and_the_rest_is_unsupported() -
         "HiSparseMHATokenToKVPoolHost")
     assert case_settings(hicache_case(Attention.MHA, pool_kind="k_only"))[0] == "MHATokenToKVPoolHost"
     assert case_settings(hicache_case(Attention.MLA, pool_kind="k_only"))[0] == "MHATokenToKOnlyPoolHost"
+    # the Mamba state pool: two components, page_first or page_first_direct, one slot per page
+    assert case_settings(hicache_case(Attention.MHA_ASYM, page_size=1, pool_kind="mamba"))[0] == "MambaPoolHost"
+    assert case_settings(hicache_case(Attention.MHA, page_size=1, pool_kind="mamba"))[0] == "MambaPoolHost"
+    assert case_settings(hicache_case(Attention.MHA, page_size=2, pool_kind="mamba"))[0] == "MHATokenToKVPoolHost"
+    assert case_settings(hicache_case(Attention.MLA, page_size=1, pool_kind="mamba"))[0] == "MLATokenToKVPoolHost"
+    assert case_settings(hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, page_size=1, pool_kind="mamba"))[0] == (
+        "MHATokenToKVPoolHost")
+    mamba_page_size_two = pool_layouts.mismatch(pool_layouts.pool_class("MambaPoolHost"), Attention.MHA,
+                                                HostLayout.PAGE_FIRST, "kernel", 0, 2)
+    assert "page size 1" in mamba_page_size_two
     assert "unknown io_backend" in (backend.case_unsupported(hicache_case(io_backend="gds")) or "")
     assert backend.unsupported_reason(hicache_case(), Platform("cpu")) == "sglang's kernels need a CUDA or ROCm device"
 
@@ -183,3 +200,98 @@ def test_draft_layers_not_loaded_fail_the_case(fake_sglang, monkeypatch, control
     monkeypatch.setattr(drive, "_draft_and_foreign_loads", lambda *args: None)
     result = run_on_cpu(case)
     assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 1 (load)")
+
+
+@pytest.mark.parametrize("layout", [HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT])
+def test_mamba_state_pool_is_built_by_its_constructor_and_a_planted_bug_is_caught(fake_sglang, monkeypatch,
+                                                                                  layout: HostLayout) -> None:
+    case = hicache_case(Attention.MHA_ASYM, layout, page_size=1, pages=3, host_pages=7, device_pages=9, layers=3,
+                        ops="backup,evict,load", pool_kind="mamba", draft_layers=1, start_layer=4)
+    built = sglang_hicache_drive.build(sglang_hicache_drive.load_modules(), case, torch.device("cpu"))
+    assert type(built.host_pool).__name__ == "MambaPoolHost" and built.host_pool.size == case.host_slots
+    assert built.host_pool.num_mamba_layers == case.layers and len(built.drafts) == 1
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "mamba_conv")  # the last layer's conv state is not backed up
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 0 (backup)"), result.summary
+
+
+def test_mamba_kernel_io_needs_16_byte_state_rows() -> None:
+    backend = SglangHicacheBackend()
+    aligned = hicache_case(Attention.MHA_ASYM, page_size=1, pool_kind="mamba")  # rows of 32 and 16 bytes
+    assert backend.case_unsupported(aligned) is None
+    narrow = aligned.replace(pools=(PoolSpec("kv", Attention.MHA_ASYM, KVDtype.BF16, 2, 8, v_head_dim=3),))
+    assert "16-byte multiples" in (backend.case_unsupported(narrow) or "")
+    direct = narrow.replace(layout=HostLayout.PAGE_FIRST_DIRECT, tuning=make_tuning(
+        {**dict(narrow.tuning), "io_backend": "direct"}))
+    assert backend.case_unsupported(direct) is None  # the direct io backend has no such rule
+
+
+def test_aot_ops_are_probed_here_and_assumed_for_a_modelled_accelerator(monkeypatch) -> None:
+    """A prediction for a CUDA machine made on a machine without one (fuzz --dry-run) cannot probe sgl_kernel's
+    AOT ops and assumes the production set-up; where the accelerator is this machine's, the probe decides."""
+    from hicache_fuzz.kernels import sglang_hicache
+
+    backend = SglangHicacheBackend()
+    direct = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, io_backend="direct")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert sglang_hicache.aot_state(H200) == (True, sglang_hicache.AOT_ASSUMED)
+    assert backend.unsupported_reason(direct, H200) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(sglang_hicache, "aot_available", lambda: (False, "no sgl_kernel"))
+    assert "unavailable here (no sgl_kernel)" in (backend.unsupported_reason(direct, H200) or "")
+
+
+@pytest.mark.parametrize(("kind", "name"), [("nvfp4_index_k", "MiniMaxM3Nvfp4IndexKPoolHost"),
+                                            ("nvfp4_main_kv", "MiniMaxM3Nvfp4MainKVPoolHost")])
+def test_nvfp4_page_row_pools_are_built_by_their_constructors_and_a_planted_bug_is_caught(
+        fake_sglang, monkeypatch, kind: str, name: str) -> None:
+    case = hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT, page_size=16, pages=2, host_pages=5,
+                        device_pages=7, layers=3, ops="backup,load,evict,backup", pool_kind=kind, start_layer=2)
+    built = sglang_hicache_drive.build(sglang_hicache_drive.load_modules(), case, torch.device("cpu"))
+    assert type(built.host_pool).__name__ == name and built.host_pool.size == case.host_slots
+    assert built.host_pool.row_bytes == 16 * 48 and built.device_pool.info.num_pages == 7
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "page_rows")  # a back-up leaves its last page out
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 0 (backup)"), result.summary
+    backend = SglangHicacheBackend()
+    # page_first stores its pages in the oracle's page_first_direct order, and the page_row kernel needs
+    # 128-byte-aligned page rows
+    assert case_settings(case.replace(layout=HostLayout.PAGE_FIRST))[0] == "MLATokenToKVPoolHost"
+    narrow = hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, page_size=3, pool_kind=kind)
+    assert "page rows of 128-byte multiples" in (backend.case_unsupported(narrow) or "")
+    direct = narrow.replace(tuning=make_tuning({**dict(narrow.tuning), "io_backend": "direct"}))
+    assert backend.case_unsupported(direct) is None
+
+
+def test_generated_cases_run_every_modelled_class_on_a_gpu_platform(monkeypatch) -> None:
+    """Cases predicted to run (the platform's rules, AOT ops assumed where the GPU is not this machine's) reach
+    every modelled class and both io backends."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    backend = load_registry().get("sglang-hicache")
+    space = backend.case_space(CaseSpace(), H200)
+    classes, io_backends = set(), set()
+    for index in range(2000):
+        case = case_for_index(1, index, space)
+        if backend.unsupported_reason(case, H200) is None:
+            labels = backend.coverage_labels(case)
+            classes.add(labels["pool_class"])
+            io_backends.add(labels["io_backend"])
+    assert classes == set(pool_layouts.MODELLED) and len(classes) >= 8
+    assert io_backends == {"kernel", "direct"}
+
+
+def test_compile_jobs_build_the_mamba_and_page_row_modules(fake_sglang, monkeypatch) -> None:
+    from hicache_fuzz.kernels import sglang_pool
+
+    monkeypatch.setattr(sglang_pool.SglangPoolBackend, "compile_jobs", lambda self, space, platform: [])
+    backend = SglangHicacheBackend()
+    space = backend.case_space(CaseSpace(), H200)
+    for job in backend.compile_jobs(space, H200):
+        job()
+    from sglang.kernels.ops.kvcache import nvfp4_hicache
+    from sglang.kernels.ops.mamba import transfer_mamba
+
+    assert transfer_mamba.BUILDS == ["transfer_mamba"] and nvfp4_hicache.BUILDS == ["page_row"]
+    assert len(backend.compile_jobs(space, Platform("rocm", (9, 4)))) == 1  # no page_row kernel on ROCm

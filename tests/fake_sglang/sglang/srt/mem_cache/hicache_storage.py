@@ -5,3 +5,5 @@ from enum import Enum
 
 class PoolName(str, Enum):
     KV = "kv"
+    MAMBA = "mamba"
+    INDEXER = "indexer"

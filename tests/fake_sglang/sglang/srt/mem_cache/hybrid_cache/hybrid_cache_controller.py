@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from sglang.srt.managers.cache_controller import HiCacheController, L2Transfer
+from sglang.srt.mem_cache.pool_host.base import planted_bug
 
 
 class HybridCacheController(HiCacheController):
@@ -40,9 +41,14 @@ class HybridCacheController(HiCacheController):
         return (*self.move_indices(op.host_indices, op.device_indices), None)
 
     def _move_write_operation(self, op: Any) -> tuple[Any, ...]:
+        """sglang's placement: the group's flags first (no child JIT-capable: moved; all: kept), then per pool."""
         group = self.mem_pool_host
         if self.io_backend != "kernel" or group.layout != "page_first":
             return self._move_op_indices(op)
+        if not group.supports_per_pool_backup_indices:
+            if not group.can_use_write_back_jit:
+                return self._move_op_indices(op)
+            return op.host_indices, op.device_indices, None
         if group.anchor_entry.host_pool.can_use_write_back_jit:
             host = op.host_indices.cpu() if op.host_indices.is_cuda else op.host_indices
             return host, op.device_indices, None
@@ -51,7 +57,12 @@ class HybridCacheController(HiCacheController):
     def _l2_transfers(self, host_indices: torch.Tensor, device_indices: torch.Tensor,
                       pool_transfers: Any = None) -> list[L2Transfer]:
         anchor = self.mem_pool_host.anchor_entry
-        return [L2Transfer(anchor.host_pool, anchor.device_pool, host_indices, device_indices, anchor.layer_mapper)]
+        transfers = [L2Transfer(anchor.host_pool, anchor.device_pool, host_indices, device_indices,
+                                anchor.layer_mapper)]
+        if planted_bug() == "side_write":  # the bug: side pools no transfer names are backed up too
+            transfers += [L2Transfer(e.host_pool, e.device_pool, host_indices, device_indices, e.layer_mapper)
+                          for e in self.mem_pool_host.entries if e is not anchor]
+        return transfers
 
     def _l2_load_transfers(self, host_indices: torch.Tensor, device_indices: torch.Tensor,
                            pool_transfers: Any = None) -> list[L2Transfer]:

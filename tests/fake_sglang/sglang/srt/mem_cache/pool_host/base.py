@@ -5,7 +5,9 @@ double-free checks, per-token backup of every layer and per-layer load with the 
 
 * ``page32``: for page sizes >= 32 the last token of every page is not backed up (an off-by-one);
 * ``alloc_twice``: ``free`` queues the freed slots twice and ``alloc`` skips its double-alloc check, so a freed
-  slot is granted twice.
+  slot is granted twice;
+* ``side_write`` (hybrid_cache_controller.py): every back-up also writes the group's side pools that no transfer
+  names; ``mamba_conv`` (pool_host/mamba.py): the Mamba pool does not back up its last layer's conv state.
 """
 
 from __future__ import annotations

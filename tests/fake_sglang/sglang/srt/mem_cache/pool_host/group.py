@@ -27,6 +27,7 @@ class HostPoolGroup:
         anchor = self.anchor_entry.host_pool
         self.layout, self.page_size, self.device = anchor.layout, anchor.page_size, anchor.device
         self.size = anchor.size
+        self.logical_size = anchor.size
 
     @property
     def can_use_write_back_jit(self) -> bool:

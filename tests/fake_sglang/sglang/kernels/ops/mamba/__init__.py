@@ -1,0 +1,1 @@
+"""Fake sglang Mamba kernel ops."""
