@@ -25,7 +25,7 @@ from hicache_fuzz.oracles.contract import Platform, Verdict, predict
 
 # A GPU campaign's rate: the H200's default 60-s campaign runs 1,000-1,335 cases/s (docs/engine.md).
 MODELLED_CASES_PER_SECOND = 1000.0
-# A scale-tier case (production sizes, harness/campaign/scale.py) runs about a second on the H200.
+# A scale-tier case (production sizes, harness/engine/scale.py) runs about a second on the H200.
 MODELLED_SCALE_CASE_SECONDS = 1.0
 # The accelerator a dry run models per platform: an H200 (sm90: the TMA backend's cases count) and an MI300.
 MODELLED_PLATFORMS = {"cpu": Platform("cpu"), "cuda": Platform("cuda", (9, 0)), "rocm": Platform("rocm", (9, 4))}

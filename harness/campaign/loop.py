@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
-from hicache_fuzz.harness.campaign.coverage import Coverage
-from hicache_fuzz.harness.campaign.engine_stats import EngineStats
-from hicache_fuzz.harness.campaign.feed import (
+from hicache_fuzz.harness.engine.engine_stats import EngineStats
+from hicache_fuzz.harness.engine.feed import (
     CaseFeed,
     EngineOptions,
     ScaleTier,
@@ -27,11 +25,12 @@ from hicache_fuzz.harness.campaign.feed import (
     known_crash_features,
     suspects_last,
 )
-from hicache_fuzz.harness.campaign.feed_process import ProcessFeed
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.identity import identify
-from hicache_fuzz.harness.campaign.known import KnownMap, known_files, match_known
-from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+from hicache_fuzz.harness.engine.feed_process import ProcessFeed
+from hicache_fuzz.harness.findings.corpus import reproducer_dict, write_json_atomic
+from hicache_fuzz.harness.findings.identity import identify
+from hicache_fuzz.harness.findings.known import KnownMap, known_files, match_known
+from hicache_fuzz.harness.findings.reproducer import save_reproducer
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
 from hicache_fuzz.harness.model.outcome import Outcome, Result
@@ -39,6 +38,7 @@ from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor, SubmittedBatch, submit_batch
 from hicache_fuzz.harness.pipeline.runner import explain_crash
 from hicache_fuzz.harness.pipeline.worker import WorkerError
+from hicache_fuzz.harness.reporting.coverage import Coverage
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
 
@@ -65,7 +65,7 @@ class CampaignConfig:
     # Called on the first case of each new signature before it is saved (fuzz --minimize): returns the
     # smaller case, its result (same signature) and extra JSON fields for the reproducer file.
     minimizer: Callable[[Case, Result], tuple[Case, Result, dict[str, Any]]] | None = None
-    # Batching, case mix and scale tier (harness/campaign/feed.py); "auto" picks per platform.
+    # Batching, case mix and scale tier (harness/engine/feed.py); "auto" picks per platform.
     engine: EngineOptions = field(default_factory=EngineOptions)
     # A dry run (harness/campaign/dry_run.py): the executor predicts instead of running, nothing is compiled,
     # and the campaign's clock is the executor's modelled one.
@@ -235,7 +235,7 @@ class MenuGrowth:
 def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Platform, executor: Executor,
                  on_result: Callable[[Case, Result, CampaignReport], None] | None = None,
                  record_case_ids: bool = False) -> CampaignReport:
-    """Run the campaign in batches from a CaseFeed (harness/campaign/feed.py), the scale tier interleaved."""
+    """Run the campaign in batches from a CaseFeed (harness/engine/feed.py), the scale tier interleaved."""
     k, n = config.shard
     report = CampaignReport(config.seed, config.shard, [b.name for b in backends], platform.kind)
     for backend in backends:

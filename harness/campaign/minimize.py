@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache_fuzz.harness.campaign.identity import error_cause, signature
-from hicache_fuzz.harness.campaign.trigger import derive_trigger
+from hicache_fuzz.harness.findings.identity import error_cause, signature
+from hicache_fuzz.harness.findings.trigger import derive_trigger
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import load_corpus
-from hicache_fuzz.harness.campaign.feed import EngineOptions
-from hicache_fuzz.harness.campaign.known import KnownMap, known_bugs
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
-from hicache_fuzz.harness.campaign.scope import Environment
-from hicache_fuzz.harness.campaign.space_file import apply_space
+from hicache_fuzz.harness.engine.feed import EngineOptions
+from hicache_fuzz.harness.findings.corpus import load_corpus
+from hicache_fuzz.harness.findings.known import KnownMap, known_bugs
+from hicache_fuzz.harness.findings.scope import Environment
+from hicache_fuzz.harness.generation.space_file import apply_space
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.exit_codes import UsageError
 from hicache_fuzz.harness.model.outcome import Result
@@ -47,7 +47,7 @@ class CampaignOptions:
     record_case_ids: bool = False
     engine: EngineOptions = field(default_factory=EngineOptions)  # batches, case mix, scale tier ("auto")
     stop_on_new_failure: bool = False  # stop at the first failure no known entry accounts for
-    # CaseSpace fields changed by --space / --set, in plain JSON form (see harness/campaign/space_file.py)
+    # CaseSpace fields changed by --space / --set, in plain JSON form (see harness/generation/space_file.py)
     space_overrides: dict[str, Any] = field(default_factory=dict)
 
     def space(self) -> CaseSpace:

@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.campaign.engine_stats import NOT_RUN, variety_key
-from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.loop import backend_space
 from hicache_fuzz.harness.commands import selftest
+from hicache_fuzz.harness.engine.engine_stats import NOT_RUN, variety_key
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import (
     Attention,
     Case,

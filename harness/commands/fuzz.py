@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.campaign.engine_cli import add_engine_arguments, engine_options
 from hicache_fuzz.harness.campaign.parallel import (
     ParallelUsageError,
     accelerator_kind,
@@ -20,10 +19,11 @@ from hicache_fuzz.harness.campaign.parallel import (
     shard_job,
     visible_devices,
 )
-from hicache_fuzz.harness.campaign.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.campaign.stop import Checkpoint, StopOnSignal
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
+from hicache_fuzz.harness.engine.engine_cli import add_engine_arguments, engine_options
+from hicache_fuzz.harness.generation.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, Unavailable, UsageError
 
 if TYPE_CHECKING:
@@ -77,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def campaign_options(args: argparse.Namespace, seed: int, machine: Machine) -> CampaignOptions:
     """The campaign the parsed fuzz arguments ask for (budgets checked, shard parsed, known failures that
     apply on `machine` read)."""
-    from hicache_fuzz.harness.campaign.known import detect_environment
     from hicache_fuzz.harness.campaign.options import CampaignOptions, load_known_failures, parse_shard
+    from hicache_fuzz.harness.findings.known import detect_environment
 
     _check_budget(args)
     shard = parse_shard(args.shard)
@@ -221,8 +221,8 @@ def _name_failure_statuses(report: CampaignReport, known: dict[str, Any]) -> Non
     the report (JSON ``failure_status``, in the order of ``unique_failures``); a new failure with a known
     identity names the trigger conditions its case does not meet."""
     from hicache_fuzz.harness.campaign.baseline import PRE_EXISTING, PRE_EXISTING_NOTE
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_entry
-    from hicache_fuzz.harness.campaign.known import known_trigger, outside_triggers
+    from hicache_fuzz.harness.findings.corpus import CorpusError, load_entry
+    from hicache_fuzz.harness.findings.known import known_trigger, outside_triggers
 
     statuses: list[dict[str, Any]] = []
     for failure in report.failures:
@@ -296,8 +296,8 @@ def finish_campaign(report: CampaignReport, json_path: str | None) -> int:
 
 def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
     """The fuzz subcommand with --workers other than 1 (the seed is printed already)."""
-    from hicache_fuzz.harness.campaign.merge import describe
     from hicache_fuzz.harness.campaign.options import parse_shard
+    from hicache_fuzz.harness.reporting.merge import describe
 
     _check_budget(args)
     parse_shard(args.shard)
@@ -370,7 +370,7 @@ class Progress:
 def print_campaign(report: CampaignReport) -> None:
     print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
           f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
-    from hicache_fuzz.harness.campaign.engine_stats import summary_lines
+    from hicache_fuzz.harness.engine.engine_stats import summary_lines
 
     for line in summary_lines(report.extra):  # engine: byte-compared share, verified GB/s, stages, scale reached
         print(line)
@@ -404,7 +404,7 @@ def print_campaign(report: CampaignReport) -> None:
         print(f"  baseline {done['baseline']}: {done['cases']} failures replayed in {done['seconds']:.1f} s"
               + (f"; {done['error']}" if done.get("error") else ""))
     if report.failures:
-        from hicache_fuzz.harness.campaign.trigger import describe
+        from hicache_fuzz.harness.findings.trigger import describe
 
         new = report.new_failures
         statuses = report.extra.get("failure_status") or [{} for _ in report.failures]

@@ -8,10 +8,10 @@ import argparse
 
 import pytest
 
-from hicache_fuzz.harness.campaign.engine_cli import add_engine_arguments, engine_options
-from hicache_fuzz.harness.campaign.engine_stats import summary_lines
-from hicache_fuzz.harness.campaign.feed import CaseFeed, EngineOptions, parse_backend_every
-from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.engine.engine_cli import add_engine_arguments, engine_options
+from hicache_fuzz.harness.engine.engine_stats import summary_lines
+from hicache_fuzz.harness.engine.feed import CaseFeed, EngineOptions, parse_backend_every
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hicache_fuzz.harness.campaign.corpus import save_failure
 from hicache_fuzz.harness.campaign.loop import campaign_case
 from hicache_fuzz.harness.campaign.strategies import cases
+from hicache_fuzz.harness.findings.corpus import save_failure
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hicache_fuzz.harness.campaign.buckets import is_power_of_two
 from hicache_fuzz.harness.campaign.loop import backend_space, campaign_case
+from hicache_fuzz.harness.generation.buckets import is_power_of_two
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace, rotating_sample
 from hicache_fuzz.kernels.registry import load_registry

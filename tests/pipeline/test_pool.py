@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.feed import EngineOptions
 from hicache_fuzz.harness.campaign.loop import FIRST_BATCH_CASES, CampaignConfig, run_campaign
-from hicache_fuzz.harness.campaign.variants import index_variant
 from hicache_fuzz.harness.commands.common import worker_process_count
+from hicache_fuzz.harness.engine.feed import EngineOptions
+from hicache_fuzz.harness.engine.variants import index_variant
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import require

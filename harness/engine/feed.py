@@ -9,16 +9,16 @@ with a feed visits exactly the cases the case-at-a-time loop visited, and ``next
 Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 
 * ``batch``: cases per round trip (auto: 64 where the executor has ``run_batch``, else 1);
-* ``mix``: the case mix (:mod:`hicache_fuzz.harness.campaign.mix`; auto: ``transfer=0.7,reject=0.28,empty=0.02``
+* ``mix``: the case mix (:mod:`hicache_fuzz.harness.engine.mix`; auto: ``transfer=0.7,reject=0.28,empty=0.02``
   on a GPU, none on the CPU platform, whose campaigns keep their historical case sets);
-* ``scale``: the scale tier (:mod:`hicache_fuzz.harness.campaign.scale`; auto: production sizes on a GPU,
+* ``scale``: the scale tier (:mod:`hicache_fuzz.harness.engine.scale`; auto: production sizes on a GPU,
   off on the CPU; ``simulated`` runs the scaled-down tier anywhere) and its time share (default 15 %);
-* ``variants``: index variants after each generated case (:mod:`hicache_fuzz.harness.campaign.variants`;
+* ``variants``: index variants after each generated case (:mod:`hicache_fuzz.harness.engine.variants`;
   auto: 7 on a GPU, raised for a backend to its ``geometry_setup_variants``, none on the CPU platform;
   ``--variants N`` gives every backend N). A variant is a case like any other, run on the storages its case
   left behind; the slots of one index are its case and then its variants, for every backend in turn.
 
-The command-line form of these options is harness/campaign/engine_cli.py (no torch import: fast --help).
+The command-line form of these options is harness/engine/engine_cli.py (no torch import: fast --help).
 
 Known crash classes. A corpus entry marked ``"expect": "fail"`` whose observed outcome is a crash gives a
 predicate: same backend, same emptiness of each index list (every crash class known today is a zero-length
@@ -41,9 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.mix import DEFAULT_MIX, Mix, TransferProfile, mixed_case
-from hicache_fuzz.harness.campaign.scale import (
+from hicache_fuzz.harness.engine.mix import DEFAULT_MIX, Mix, TransferProfile, mixed_case
+from hicache_fuzz.harness.engine.scale import (
     DEFAULT_SCALE_SHARE,
     PRODUCTION,
     SHAPES,
@@ -51,7 +50,8 @@ from hicache_fuzz.harness.campaign.scale import (
     ScaleTargets,
     scale_case,
 )
-from hicache_fuzz.harness.campaign.variants import index_variants
+from hicache_fuzz.harness.engine.variants import index_variants
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend
@@ -83,7 +83,7 @@ class EngineOptions:
     # batch boundary; 0 runs a batch at a time.
     batches_ahead: int = 3
     # Where cases are generated: "auto" (a process of its own for a worker pool on a GPU, where the parent's
-    # interpreter lock is the limit: harness/campaign/feed_process.py; a thread of the campaign otherwise),
+    # interpreter lock is the limit: harness/engine/feed_process.py; a thread of the campaign otherwise),
     # "process" or "thread". The slots are the same either way.
     feed: str = "auto"
 

@@ -27,7 +27,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from hicache_fuzz.harness.campaign.generate import RandomChooser, case_for_index, draw_case
+from hicache_fuzz.harness.generation.generate import RandomChooser, case_for_index, draw_case
 from hicache_fuzz.harness.model.case import Case, Direction, HostAllocator, IndexDevice, IndexDtype, Scope
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend

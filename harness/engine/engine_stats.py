@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, fields
 from itertools import pairwise
 from typing import Any
 
-from hicache_fuzz.harness.campaign.mix import Mix
-from hicache_fuzz.harness.campaign.scale import ScaleReach
+from hicache_fuzz.harness.engine.mix import Mix
+from hicache_fuzz.harness.engine.scale import ScaleReach
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, register_chunk_bytes
@@ -70,7 +70,7 @@ class EngineStats:
     distinct: set[int] = field(default_factory=set)  # variety_key of the generated cases that ran
 
     def add(self, case: Case, result: Result, scale_case: bool, generated: bool = True) -> None:
-        """Count `result`; `generated` is False for an index variant (harness/campaign/variants.py)."""
+        """Count `result`; `generated` is False for an index variant (harness/engine/variants.py)."""
         if not self.first_result_unix:
             self.first_result_unix = time.time()
         if generated and result.outcome not in NOT_RUN:

@@ -1,5 +1,5 @@
 """The engine's command-line options (fuzz --batch/--mix/--scale/--scale-share), kept free of torch imports so
-that ``fuzz --help`` stays fast; the options are checked and resolved by harness/campaign/feed.py."""
+that ``fuzz --help`` stays fast; the options are checked and resolved by harness/engine/feed.py."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def add_engine_arguments(parser: Any) -> None:
 
 def engine_options(args: Any) -> Any:
     """EngineOptions from parsed arguments; ValueError (a usage error, exit 2) names a bad value."""
-    from hicache_fuzz.harness.campaign.feed import EngineOptions
-    from hicache_fuzz.harness.campaign.mix import Mix
+    from hicache_fuzz.harness.engine.feed import EngineOptions
+    from hicache_fuzz.harness.engine.mix import Mix
 
     mix = getattr(args, "mix", "auto")
     if mix not in ("auto", "none"):
@@ -61,7 +61,7 @@ def engine_options(args: Any) -> Any:
         raise ValueError(f"--batches-ahead {ahead}: need 0 to 4")
     every = getattr(args, "backend_every", "auto")
     if every not in ("auto", "none"):
-        from hicache_fuzz.harness.campaign.feed import parse_backend_every
+        from hicache_fuzz.harness.engine.feed import parse_backend_every
         from hicache_fuzz.harness.pipeline.setup import registry_for
 
         known = registry_for(list(getattr(args, "backend_plugin", []) or [])).names()

@@ -3,7 +3,7 @@
 The script builds the case's storages byte for byte as the harness does (guard | payload | guard, filled with
 the address-tagged splitmix64 pattern of :func:`hicache_fuzz.harness.pipeline.materialize.fill_pattern`, with the salts
 computed here and written in as numbers), calls the sglang entry point the case's backend calls, with the same
-arguments (the per-backend call templates live in :mod:`hicache_fuzz.harness.campaign.standalone_calls`), computes the
+arguments (the per-backend call templates live in :mod:`hicache_fuzz.harness.findings.standalone_calls`), computes the
 expected bytes with a few lines of torch indexing, compares uint8 views of every whole storage and prints the
 first differing K/V, layer, page, token and byte. What the script expects is the contract's verdict for the
 case (:func:`hicache_fuzz.oracles.contract.predict`): accept (then the bytes must match) or reject (then the
@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.standalone_calls import CALLS
-from hicache_fuzz.harness.campaign.standalone_hicache import BACKEND as HICACHE_BACKEND
-from hicache_fuzz.harness.campaign.standalone_hicache import hicache_script
+from hicache_fuzz.harness.findings.standalone_calls import CALLS
+from hicache_fuzz.harness.findings.standalone_hicache import BACKEND as HICACHE_BACKEND
+from hicache_fuzz.harness.findings.standalone_hicache import hicache_script
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, IndexDevice, PoolSpec
 from hicache_fuzz.harness.model.json_input import read_json_file
 from hicache_fuzz.harness.model.output_paths import write_text_atomic
@@ -85,11 +85,11 @@ def stale_corpus_scripts(directory: Path, platform: Platform = DEFAULT_PLATFORM)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hicache_fuzz.harness.campaign.standalone DIR...``: (re)write the standalone scripts of the sglang
+    """``python -m hicache_fuzz.harness.findings.standalone DIR...``: (re)write the standalone scripts of the sglang
     reproducers under each DIR (e.g. corpus/sglang); ``--check`` only lists stale ones (exit 1 if any)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.campaign.standalone")
+    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.findings.standalone")
     parser.add_argument("directories", nargs="+", type=Path)
     parser.add_argument("--check", action="store_true", help="list missing or stale scripts; write nothing")
     args = parser.parse_args(argv)

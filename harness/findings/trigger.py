@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hicache_fuzz.harness.campaign.identity import contract_cause
+from hicache_fuzz.harness.findings.identity import contract_cause
 from hicache_fuzz.harness.model.case import Case, CaseError, HostAllocator, IndexSpec, PoolSpec
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.kernels.base import Backend

@@ -9,8 +9,8 @@ indices at 2^k - 1, 2^k, 2^k + 1, the last page of a pool, index 0, reversed and
 non-contiguous or misaligned runs inside a page, valid partial last pages, row sizes around each entry point's
 rules, int32 indices, CPU vs device indices per side, indices exactly at a side's bound.
 
-Each numeric dimension is drawn inside a bucket (:mod:`hicache_fuzz.harness.campaign.buckets`); in campaigns
-the buckets come from the pairwise schedule (:mod:`hicache_fuzz.harness.campaign.pairwise`), so combinations
+Each numeric dimension is drawn inside a bucket (:mod:`hicache_fuzz.harness.generation.buckets`); in campaigns
+the buckets come from the pairwise schedule (:mod:`hicache_fuzz.harness.generation.pairwise`), so combinations
 are reached early. A :class:`CaseSpace` bounds what is drawn; backends narrow it to what they implement
 (``Backend.case_space``); docs/generation.md describes all of it.
 """
@@ -23,7 +23,7 @@ from dataclasses import replace
 from enum import Enum
 from typing import Protocol, TypeVar
 
-from hicache_fuzz.harness.campaign.buckets import (
+from hicache_fuzz.harness.generation.buckets import (
     HEAD_BUCKETS,
     LAYER_BUCKETS,
     OPEN,
@@ -36,7 +36,7 @@ from hicache_fuzz.harness.campaign.buckets import (
     labels_of_menu,
     menu_in_bucket,
 )
-from hicache_fuzz.harness.campaign.pairwise import pins_for_index
+from hicache_fuzz.harness.generation.pairwise import pins_for_index
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
@@ -210,7 +210,7 @@ def _case_budget(chooser: Chooser, space: CaseSpace) -> tuple[int, bool]:
 
 def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None = None) -> Case:
     """One case from `space`, every decision taken through `chooser`; `pins` (schedule dimension -> bucket,
-    see :mod:`hicache_fuzz.harness.campaign.pairwise`) fix the buckets the schedule asks for, the rest is drawn."""
+    see :mod:`hicache_fuzz.harness.generation.pairwise`) fix the buckets the schedule asks for, the rest is drawn."""
     pins = pins or {}
     dls = pins.get("dls")
     if dls is not None:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry
-from hicache_fuzz.harness.campaign.scope import Environment, KnownScope
-from hicache_fuzz.harness.campaign.trigger import (
+from hicache_fuzz.harness.findings.corpus import CorpusEntry
+from hicache_fuzz.harness.findings.scope import Environment, KnownScope
+from hicache_fuzz.harness.findings.trigger import (
     derive_trigger,
     describe,
     in_trigger,
@@ -166,15 +166,15 @@ def write_trigger(path: Path, trigger: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hicache_fuzz.harness.campaign.known FILE...``: record the trigger of each expected-failure
+    """``python -m hicache_fuzz.harness.findings.known FILE...``: record the trigger of each expected-failure
     reproducer from its case (recorded_trigger; the platform its failure was seen on: CUDA sm90 unless
     ``--platform rocm``)."""
     import argparse
 
-    from hicache_fuzz.harness.campaign.corpus import load_entry
+    from hicache_fuzz.harness.findings.corpus import load_entry
     from hicache_fuzz.kernels.registry import load_registry
 
-    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.campaign.known")
+    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.findings.known")
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--platform", choices=["cuda", "rocm"], default="cuda")
     args = parser.parse_args(argv)
