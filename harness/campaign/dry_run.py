@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform, Verdict, predict
 
@@ -51,7 +52,7 @@ def predicted_result(case: Case, backend: Backend, platform: Platform) -> Result
     return result
 
 
-class PredictingExecutor:
+class PredictingExecutor(Executor):
     """An executor that predicts instead of running (see the module docstring); its clock is modelled time."""
 
     # The loop hands scale-tier cases over as the batch's first cases (lone_first): they take their modelled
