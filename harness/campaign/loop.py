@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hicache_fuzz.harness.engine.campaign_case import backend_space
 from hicache_fuzz.harness.engine.engine_stats import EngineStats
 from hicache_fuzz.harness.engine.feed import (
     CaseFeed,
@@ -30,7 +31,6 @@ from hicache_fuzz.harness.findings.corpus import reproducer_dict, write_json_ato
 from hicache_fuzz.harness.findings.identity import identify
 from hicache_fuzz.harness.findings.known import KnownMap, known_files, match_known
 from hicache_fuzz.harness.findings.reproducer import save_reproducer
-from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
 from hicache_fuzz.harness.model.outcome import Outcome, Result
@@ -181,25 +181,6 @@ class Timeline:
             self.samples = self.samples[1::2]
             self.every *= 2
         self.next_at = now + self.every
-
-
-def backend_space(backend: Backend, base_space: CaseSpace, platform: Platform, seed: int | None = None) -> CaseSpace:
-    """The space a campaign with `seed` draws `backend`'s cases from (before menu growth is applied by index):
-    the seed picks the backend's sample of its compiled menus (CaseSpace.menu_seed); None keeps the base
-    space's (the whole menu unless the base names a seed)."""
-    base = base_space.narrowed(backend=backend.name)
-    if seed is not None:
-        base = base.narrowed(menu_seed=seed)
-    return backend.case_space(base, platform)
-
-
-def campaign_case(seed: int, index: int, backend: Backend, base_space: CaseSpace, platform: Platform,
-                  grow: bool = True) -> Case:
-    """Case `index` of `backend`'s campaign; `grow=False` keeps the row menu at its start (benchmarks)."""
-    space = backend_space(backend, base_space, platform, seed)
-    if not grow:
-        space = space.narrowed(row_bytes_growth=(), grow_every=0)
-    return case_for_index(seed, index, space)
 
 
 class MenuGrowth:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# The scale tier's share of a GPU campaign's time: scale.DEFAULT_SCALE_SHARE, repeated here (importing it would
-# import torch at --help time); tests/test_engine.py checks that the two agree.
-DEFAULT_SCALE_SHARE = 0.15
+from hicache_fuzz.harness.engine.defaults import DEFAULT_MIX_TEXT, DEFAULT_SCALE_SHARE
 
 
 def add_engine_arguments(parser: Any) -> None:
@@ -16,8 +14,8 @@ def add_engine_arguments(parser: Any) -> None:
                         help="cases per worker round trip (default: 64 with a worker, 1 in process)")
     parser.add_argument("--mix", default="auto", metavar="CLASS=W,...",
                         help="case mix, e.g. transfer=0.6,reject=0.4 (classes: transfer, reject, empty, undefined, "
-                             "unsupported); 'none' for none; default auto: transfer=0.7,reject=0.28,empty=0.02 "
-                             "on a GPU, none on the CPU")
+                             f"unsupported); 'none' for none; default auto: {DEFAULT_MIX_TEXT} on a GPU, none on "
+                             "the CPU")
     parser.add_argument("--scale", default="auto", choices=["auto", "off", "production", "simulated"],
                         help="scale tier (auto: production sizes on a GPU, off on the CPU)")
     parser.add_argument("--variants", type=int, metavar="N",

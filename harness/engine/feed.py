@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.engine.mix import DEFAULT_MIX, Mix, TransferProfile, mixed_case
+from hicache_fuzz.harness.engine.campaign_case import campaign_case
+from hicache_fuzz.harness.engine.defaults import DEFAULT_SCALE_SHARE
+from hicache_fuzz.harness.engine.mix import DEFAULT_MIX, Mix, TransferProfile
 from hicache_fuzz.harness.engine.scale import (
-    DEFAULT_SCALE_SHARE,
     PRODUCTION,
     SHAPES,
     SIMULATED,
@@ -51,7 +52,6 @@ from hicache_fuzz.harness.engine.scale import (
     scale_case,
 )
 from hicache_fuzz.harness.engine.variants import index_variants
-from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend
@@ -240,11 +240,8 @@ class CaseFeed:
             if self.before_index is not None:
                 self.before_index(backend, index)
             space = self.spaces[backend.name]
-            if self.mix is None:
-                case = case_for_index(self.seed, index, space)
-            else:
-                case = mixed_case(self.seed, index, space, backend, self.platform, self.mix,
-                                  self.profiles[backend.name])
+            case = campaign_case(self.seed, index, backend, space, self.platform, self.mix,
+                                 self.profiles[backend.name])
             last = backend is runs_here[-1]  # the index's last slot comes from its last backend that runs it
             has_indices = bool(case.host_indices and case.device_indices)
             variants = self.variants_by_backend.get(backend.name, 0) if has_indices else 0

@@ -38,7 +38,6 @@ from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.contract import Platform
 
 SHAPES = ("device_pool", "host_offset", "deep")
-DEFAULT_SCALE_SHARE = 0.15
 
 
 @dataclass(frozen=True)

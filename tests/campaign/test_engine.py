@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from hicache_fuzz.harness.campaign.loop import CampaignConfig, backend_space, run_campaign
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.engine.campaign_case import backend_space
 from hicache_fuzz.harness.engine.engine_stats import summary_lines
 from hicache_fuzz.harness.engine.feed import (
     CaseFeed,
@@ -257,9 +258,6 @@ def test_engine_arguments_parse_and_reject_bad_values() -> None:
     options = engine_options(parser.parse_args(["--mix", "transfer=0.6,reject=0.4", "--batch", "8",
                                                 "--scale", "simulated"]))
     assert options.batch == 8 and options.resolved_scale(CPU) == SIMULATED
-    from hicache_fuzz.harness.engine import engine_cli, scale
-
-    assert engine_cli.DEFAULT_SCALE_SHARE == scale.DEFAULT_SCALE_SHARE
     assert options.resolved_mix(CPU) == Mix.parse("transfer=0.6,reject=0.4")
     assert EngineOptions().resolved_mix(CPU) is None and EngineOptions().resolved_scale(CPU) is None
     assert EngineOptions().resolved_mix(Platform("cuda", (9, 0))) == DEFAULT_MIX
