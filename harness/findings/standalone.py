@@ -188,6 +188,24 @@ def _docstring_safe(text: str) -> str:
     return text.replace('"""', "'''").replace("\\", "/")
 
 
+def _pool_tables(case: Case) -> tuple[list[str], list[str], list[str]]:
+    """The script's POOLS (dtype and shapes), SALTS (the fill's per-storage salts) and AXES rows, per pool."""
+    src_side = "device" if case.direction is Direction.WRITE_BACK else "host"
+    pools, salts, axes = [], [], []
+    for number, pool in enumerate(case.pools):
+        dtype = _TYPE_NAMES[str(TORCH_DTYPES[pool.dtype]).removeprefix("torch.")]
+        device_shape = (len(pool.components), case.layers, case.device_rows, pool.heads, pool.head_dim)
+        host_shape = layouts.host_shape(case, pool)
+        pools.append(f'    "{pool.name}": ({dtype}, {device_shape}, {tuple(host_shape)}),')
+        for side in ("device", "host"):
+            role = "source" if side == src_side else "destination"
+            salts.append(f'    "{pool.name}/{side}": {_salt(case.seed, number, pool.name, side, role)},')
+        kv = "kv" if pool.attention is Attention.MLA else "k/v"
+        axes.append(f'    "{pool.name}/device": {(kv, "layer", "row", "head", "byte")},')
+        axes.append(f'    "{pool.name}/host": {_host_axes(case, pool)},')
+    return pools, salts, axes
+
+
 def standalone_script(reproducer: dict[str, Any], platform: Platform = DEFAULT_PLATFORM,
                       broken_call: bool = False) -> str:
     """The text of the standalone script for a reproducer (or bare case) dict. `broken_call` drops the last
@@ -211,21 +229,7 @@ def standalone_script(reproducer: dict[str, Any], platform: Platform = DEFAULT_P
     observed = reproducer.get("observed", {})
     summary = str(observed.get("summary") or observed.get("error") or "").splitlines()
     signature = str(reproducer.get("signature", ""))
-    write = case.direction is Direction.WRITE_BACK
-    src_side = "device" if write else "host"
-
-    pools, salts, axes = [], [], []
-    for number, pool in enumerate(case.pools):
-        dtype = _TYPE_NAMES[str(TORCH_DTYPES[pool.dtype]).removeprefix("torch.")]
-        device_shape = (len(pool.components), case.layers, case.device_rows, pool.heads, pool.head_dim)
-        host_shape = layouts.host_shape(case, pool)
-        pools.append(f'    "{pool.name}": ({dtype}, {device_shape}, {tuple(host_shape)}),')
-        for side in ("device", "host"):
-            role = "source" if side == src_side else "destination"
-            salts.append(f'    "{pool.name}/{side}": {_salt(case.seed, number, pool.name, side, role)},')
-        kv = "kv" if pool.attention is Attention.MLA else "k/v"
-        axes.append(f'    "{pool.name}/device": {(kv, "layer", "row", "head", "byte")},')
-        axes.append(f'    "{pool.name}/host": {_host_axes(case, pool)},')
+    pools, salts, axes = _pool_tables(case)
 
     if prediction.verdict is Verdict.REJECT:
         verdict = "reject the call: " + "; ".join(prediction.reasons)
