@@ -69,21 +69,6 @@ class ParallelUsageError(ValueError):
     """Bad --workers value or impossible worker layout; exit code 2."""
 
 
-# ---- arguments ---------------------------------------------------------------------------------------------
-
-def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
-    """The fuzz subcommand's options for spreading a campaign (added by the fuzz command's add_arguments)."""
-    parser.add_argument("--workers", default="1", metavar="N|auto",
-                        help="worker processes, spread round-robin over the GPUs (CUDA_VISIBLE_DEVICES / "
-                             "HIP_VISIBLE_DEVICES per worker); auto: GPUs x "
-                             f"${WORKERS_PER_GPU_ENV} (default {AUTO_WORKERS_PER_GPU}), or the CPU count "
-                             "on the CPU (default: 1, in this process)")
-    parser.add_argument("--no-warm-up", action="store_true",
-                        help="with --workers: skip compiling the JIT modules before the workers start")
-    parser.add_argument("--record-case-ids", action="store_true",
-                        help="list every case id in the report (to compare case sets)")
-
-
 # ---- devices, without initializing CUDA --------------------------------------------------------------------
 
 def accelerator_kind() -> str:

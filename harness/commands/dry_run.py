@@ -24,7 +24,7 @@ def dry_run_campaign(args: argparse.Namespace, seed: int) -> CampaignReport:
     )
     from hicache_fuzz.harness.campaign.loop import run_campaign
     from hicache_fuzz.harness.campaign.options import CampaignOptions, parse_shard
-    from hicache_fuzz.harness.engine.engine_cli import engine_options
+    from hicache_fuzz.harness.commands.fuzz_options import engine_options
     from hicache_fuzz.harness.generation.space_file import space_from_args
     from hicache_fuzz.harness.model.platform import detect
     from hicache_fuzz.harness.pipeline.setup import real_kernel_backends, registry_for

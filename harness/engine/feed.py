@@ -18,7 +18,7 @@ Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
   ``--variants N`` gives every backend N). A variant is a case like any other, run on the storages its case
   left behind; the slots of one index are its case and then its variants, for every backend in turn.
 
-The command-line form of these options is harness/engine/engine_cli.py (no torch import: fast --help).
+The command-line form of these options is harness/commands/fuzz_options.py (no torch import: fast --help).
 
 Known crash classes. A corpus entry marked ``"expect": "fail"`` whose observed outcome is a crash gives a
 predicate: same backend, same emptiness of each index list (every crash class known today is a zero-length

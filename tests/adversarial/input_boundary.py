@@ -62,8 +62,8 @@ def check_file(data: bytes, folder: Path) -> None:
 def check_command_line(words: list[str]) -> None:
     """Parse `words` as a hicache-fuzz command line and run the checks that come before any work."""
     from hicache_fuzz.harness.commands.cli import build_parser
+    from hicache_fuzz.harness.commands.fuzz_options import engine_options
     from hicache_fuzz.harness.commands.output import check_declared_outputs
-    from hicache_fuzz.harness.engine.engine_cli import engine_options
     from hicache_fuzz.harness.generation.space_file import space_from_args
     from hicache_fuzz.harness.model.json_input import InputError
 

@@ -251,10 +251,10 @@ def test_worker_journal_dir_layout(tmp_path: Path) -> None:
 def test_engine_arguments_parse_and_reject_bad_values() -> None:
     import argparse
 
-    from hicache_fuzz.harness.engine.engine_cli import add_engine_arguments, engine_options
+    from hicache_fuzz.harness.commands.fuzz_options import add_arguments, engine_options
 
     parser = argparse.ArgumentParser()
-    add_engine_arguments(parser)
+    add_arguments(parser)
     options = engine_options(parser.parse_args(["--mix", "transfer=0.6,reject=0.4", "--batch", "8",
                                                 "--scale", "simulated"]))
     assert options.batch == 8 and options.resolved_scale(CPU) == SIMULATED
