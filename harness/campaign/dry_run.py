@@ -58,7 +58,7 @@ class PredictingExecutor(Executor):
     # The loop hands scale-tier cases over as the batch's first cases (lone_first): they take their modelled
     # seconds, the others a case's share of the modelled rate.
     runs_lone_cases_aside = True
-    size = 1
+    runs_batches = True
 
     def __init__(self, backends: Sequence[Backend], platform: Platform) -> None:
         self.backends = {backend.name: backend for backend in backends}

@@ -21,6 +21,7 @@ from hicache_fuzz.harness.engine.engine_stats import EngineStats
 from hicache_fuzz.harness.engine.feed import (
     CaseFeed,
     EngineOptions,
+    EngineSettings,
     ScaleTier,
     Slot,
     known_crash_features,
@@ -257,16 +258,15 @@ class _CampaignRun:
         # there (a prefetch here would only import sglang into this process).
         self.growth = MenuGrowth(backends, config.space, platform, config.seed,
                                  prefetch=not config.dry_run and executor.prebuild is None)
-        engine = config.engine
-        self.feed, self.feed_kind = _make_feed(config, index, backends, self.growth, platform, executor)
+        settings = config.engine.resolve(platform, backends, executor)  # the options, resolved once
+        self.feed, self.feed_kind = _make_feed(config, settings, index, backends, self.growth, platform)
         if self.feed_kind == "process":
             executor.start()  # wait for the first worker while the feed process starts, not after it
         if self.feed.variants:  # variants run on the storages of the case before them
             executor.enable_storage_reuse()
-        targets = engine.resolved_scale(platform)
-        self.scale = None if targets is None else ScaleTier(config.seed, backends, self.growth.spaces, platform,
-                                                            targets, engine.scale_share, self.feed.profiles,
-                                                            shard=config.shard)
+        self.scale = None if settings.scale is None else ScaleTier(
+            config.seed, backends, self.growth.spaces, platform, settings.scale, settings.scale_share,
+            self.feed.profiles, shard=config.shard)
         self.stats = EngineStats(self.feed.mix)
         self.known_crashes = known_crash_features(known_files(config.known_signatures))
         self.resume = (index, 0)  # (index, backend position) of the first slot not processed
@@ -275,7 +275,7 @@ class _CampaignRun:
         # A pool takes batch i + 1 while batch i is recorded here (submit_batch): one batch in flight ahead. Not
         # with a minimizer, which runs cases on the same executor while it records; not for an executor that
         # runs a batch as it is submitted (it would only run the next batch before recording this one).
-        self.ahead = engine.batches_ahead if config.minimizer is None and executor.queues_batches else 0
+        self.ahead = settings.batches_ahead if config.minimizer is None and executor.queues_batches else 0
         self.submitted = 0  # cases submitted so far (recorded or in flight)
         self.done = False  # nothing more is submitted
         self.halt = False  # nothing more is recorded either (a stop at a failure, a corpus that cannot be written)
@@ -446,14 +446,12 @@ class _CampaignRun:
         return report
 
 
-def _make_feed(config: CampaignConfig, index: int, backends: list[Backend], growth: MenuGrowth, platform: Platform,
-               executor: Executor) -> tuple[CaseFeed | ProcessFeed, str]:
+def _make_feed(config: CampaignConfig, settings: EngineSettings, index: int, backends: list[Backend],
+               growth: MenuGrowth, platform: Platform) -> tuple[CaseFeed | ProcessFeed, str]:
     """The campaign's feed and what it is ("thread", "process", or why the process feed could not start)."""
-    engine = config.engine
-    args = (config.seed, index, config.shard, backends, growth.spaces, platform, engine.resolved_mix(platform),
-            engine.resolved_batch(executor), growth.before, engine.resolved_variants_by_backend(platform, backends),
-            engine.resolved_backend_every(platform, backends))
-    if engine.resolved_feed(platform, executor) == "process":
+    args = (config.seed, index, config.shard, backends, growth.spaces, platform, settings.mix, settings.batch,
+            growth.before, settings.variants, settings.every)
+    if settings.feed == "process":
         try:
             return ProcessFeed(*args), "process"
         except Exception as exc:  # e.g. a plugin backend that cannot be sent to another process: same slots here

@@ -54,6 +54,7 @@ from hicache_fuzz.harness.engine.scale import (
 from hicache_fuzz.harness.engine.variants import index_variants
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
 
@@ -109,12 +110,12 @@ class EngineOptions:
             every.update(parse_backend_every(self.backend_every))
         return every
 
-    def resolved_feed(self, platform: Platform, executor: object) -> str:
+    def resolved_feed(self, platform: Platform, executor: Executor) -> str:
         if self.feed not in ("auto", "process", "thread"):
             raise ValueError(f"feed {self.feed!r}: expected auto, process or thread")
         if self.feed != "auto":
             return self.feed
-        return "process" if platform.kind != "cpu" and hasattr(executor, "submit_batch") else "thread"
+        return "process" if platform.kind != "cpu" and executor.queues_batches else "thread"
 
     def resolved_mix(self, platform: Platform) -> Mix | None:
         if self.mix == "none" or (self.mix == "auto" and platform.kind == "cpu"):
@@ -130,11 +131,33 @@ class EngineOptions:
             return PRODUCTION
         raise ValueError(f"scale {self.scale!r}: expected auto, off, production or simulated")
 
-    def resolved_batch(self, executor: object) -> int:
+    def resolved_batch(self, executor: Executor) -> int:
         if self.batch is not None:
             return max(1, self.batch)
         # A worker pool shares a batch among its workers: a batch per worker per round trip.
-        return DEFAULT_BATCH * int(getattr(executor, "size", 1)) if hasattr(executor, "run_batch") else 1
+        return DEFAULT_BATCH * executor.size if executor.runs_batches else 1
+
+    def resolve(self, platform: Platform, backends: Sequence[Backend], executor: Executor) -> EngineSettings:
+        """The options for one campaign on `platform` with `backends` and `executor`, resolved once."""
+        return EngineSettings(mix=self.resolved_mix(platform), batch=self.resolved_batch(executor),
+                              variants=self.resolved_variants_by_backend(platform, backends),
+                              every=self.resolved_backend_every(platform, backends),
+                              feed=self.resolved_feed(platform, executor), scale=self.resolved_scale(platform),
+                              scale_share=self.scale_share, batches_ahead=self.batches_ahead)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """EngineOptions resolved for one campaign (EngineOptions.resolve): what the loop and its feed read."""
+
+    mix: Mix | None
+    batch: int  # slots per batch
+    variants: Mapping[str, int]  # index variants per generated case, by backend
+    every: Mapping[str, int]  # K by backend: it runs every K-th campaign index
+    feed: str  # "process" or "thread"
+    scale: ScaleTargets | None  # None: no scale tier
+    scale_share: float
+    batches_ahead: int
 
 
 def parse_backend_every(text: str) -> dict[str, int]:

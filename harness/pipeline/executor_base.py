@@ -20,6 +20,8 @@ class Executor:
     an executor that runs one case at a time in this process, which an executor that has more overrides. The
     campaign loop asks only for what is declared here."""
 
+    # `run_batch(cases)` runs a batch in one round trip: campaigns hand it batches of DEFAULT_BATCH x size cases.
+    runs_batches: bool = False
     # `submit_batch` returns before the batch has run (a queue of workers): the loop submits batches ahead.
     queues_batches: bool = False
     # `run_batch(cases, lone_first=k)` runs the first k cases (the scale tier's) aside on the first worker while
@@ -27,6 +29,11 @@ class Executor:
     runs_lone_cases_aside: bool = False
     # The JIT builder process this executor owns, if any: it builds every menu growth stage itself.
     prebuild: Prebuild | None = None
+
+    @property
+    def size(self) -> int:
+        """The worker processes that share a batch."""
+        return 1
 
     def run(self, case: Case) -> Result:
         raise NotImplementedError

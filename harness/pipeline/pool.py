@@ -160,6 +160,7 @@ class WorkerPool(Executor):
 
     runs_lone_cases_aside = True  # run_batch(..., lone_first=k): see the module docstring
     queues_batches = True  # submit_batch queues the batch for the members and returns at once
+    runs_batches = True
 
     def run_batch(self, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
         return self.submit_batch(cases, lone_first).result()

@@ -74,6 +74,8 @@ class WorkerError(RuntimeError):
 class WorkerExecutor(Executor):
     """Runs cases in a persistent subprocess; crashes and hangs become CRASH / HANG results."""
 
+    runs_batches = True
+
     def __init__(
         self,
         backend_names: Sequence[str],

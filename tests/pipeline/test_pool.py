@@ -289,6 +289,7 @@ class _QueueingExecutor(Executor):
 
     runs_lone_cases_aside = True
     queues_batches = True
+    runs_batches = True
     size = 2
 
     def __init__(self) -> None:
