@@ -58,7 +58,7 @@ class CampaignConfig:
     # Stop at the first failure that no known entry accounts for (mutation runs: the first new bug decides a
     # mutant's verdict; known sglang bugs met on the way do not end the campaign).
     stop_on_new_failure: bool = False
-    # the known, unfixed failures that apply here (campaign/known.py KnownMap): a failure with one of their
+    # the known, unfixed failures that apply here (findings/known.py KnownMap): a failure with one of their
     # identities, on a case within that entry's trigger, is counted and marked known, and not saved again.
     known_signatures: KnownMap = field(default_factory=dict)
     # Polled before every case; True ends the campaign as if its budget ran out (fuzz: SIGTERM/SIGINT).

@@ -42,7 +42,7 @@ class CampaignOptions:
     start_index: int = 0
     byte_budget: int | None = None  # largest case in bytes; None = the generator's default
     stop_on_first_failure: bool = False
-    known_signatures: KnownMap = field(default_factory=dict)  # identity -> known entries (campaign/known.py)
+    known_signatures: KnownMap = field(default_factory=dict)  # identity -> known entries (findings/known.py)
     minimize: bool = False  # minimize the first case of each new signature before saving it
     record_case_ids: bool = False
     engine: EngineOptions = field(default_factory=EngineOptions)  # batches, case mix, scale tier ("auto")
@@ -91,7 +91,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def load_known_failures(paths: Iterable[Path], environment: Environment) -> KnownMap:
     """The expected-failure entries under `paths` that apply on `environment`, by identity (fuzz --known;
-    campaign/known.py)."""
+    findings/known.py)."""
     paths = list(paths)
     for path in paths:
         if not os.path.lexists(path):  # anything else there (a FIFO, a symlink loop) is named by the loader

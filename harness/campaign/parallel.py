@@ -225,7 +225,7 @@ class ShardJob:
     record_case_ids: bool = False
     minimize: bool = False
     warm_up: bool = True
-    known_signatures: dict[str, Any] = field(default_factory=dict)  # fuzz --known (campaign/known.py KnownMap)
+    known_signatures: dict[str, Any] = field(default_factory=dict)  # fuzz --known (findings/known.py KnownMap)
     device: str | None = None  # the device token the worker was pinned to, for its report
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
   clock (``worker_*``: predict, materialize, backend, oracle, compare, classify);
 * ``backend_ms_per_case``: the worker's run_case time per ordinary case, per backend (where time goes);
 * ``engine.variants_per_case`` and ``engine.storages_reused``: index variants after each generated case, and
-  the cases that ran on storages kept from the case before them (campaign/variants.py, pipeline/reuse.py);
+  the cases that ran on storages kept from the case before them (engine/variants.py, pipeline/reuse.py);
 * ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`);
 * ``distinct_cases`` and ``distinct_cases_per_second``: generated cases that ran, each counted once however many
   backends ran it (:func:`variety_key`), index variants not counted: the campaign's variety, beside its volume

@@ -51,7 +51,7 @@ class CorpusEntry:
     # (see docs/reproducers.md, "Expected failures").
     expect: str = "pass"
     scope: KnownScope = field(default_factory=KnownScope)  # where an expected failure applies
-    # the case conditions the recorded failure needs (campaign/trigger.py); empty: recorded without one
+    # the case conditions the recorded failure needs (findings/trigger.py); empty: recorded without one
     trigger: dict[str, str] = field(default_factory=dict)
 
     @property

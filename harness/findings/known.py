@@ -1,7 +1,7 @@
 """Known failures: the corpus entries marked ``"expect": "fail"``, each standing for one bug (the identity
-recomputed from its case and observed result, campaign/identity.py) within its scope: where it applies
-(machine, sglang version, backends: campaign/scope.py) and what triggers it (the case conditions its
-reproducer needs: campaign/trigger.py).
+recomputed from its case and observed result, findings/identity.py) within its scope: where it applies
+(machine, sglang version, backends: findings/scope.py) and what triggers it (the case conditions its
+reproducer needs: findings/trigger.py).
 
 A campaign failure is known when an entry in scope here has its identity AND its case meets that entry's
 trigger; it is then counted and listed apart, never saved again and never failing a run. The same identity
@@ -147,7 +147,7 @@ def match_known(known: KnownMap, bug: str, backend: str, case: Case) -> str:
 
 
 def recorded_trigger(entry: CorpusEntry, backend: Backend, platform: Platform) -> dict[str, str]:
-    """The trigger of an expected failure whose case cannot be run here (campaign/trigger.py): its non-plain
+    """The trigger of an expected failure whose case cannot be run here (findings/trigger.py): its non-plain
     features, less those the contract shows the failure does not need (for an identity the contract
     decides). What a minimizer run on the failing machine records instead is verified by running."""
     if entry.observed is None or not entry.observed.outcome.is_failure:

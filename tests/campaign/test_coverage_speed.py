@@ -1,4 +1,4 @@
-"""Coverage.add defers the expansion of a case into counts (campaign/coverage.py): every read must see exactly
+"""Coverage.add defers the expansion of a case into counts (reporting/coverage.py): every read must see exactly
 what the eager, one-case-at-a-time expansion gives, in the same key order, whenever it happens."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The feed process (campaign/feed_process.py): the same slots as the in-process feed, a campaign through it
+"""The feed process (engine/feed_process.py): the same slots as the in-process feed, a campaign through it
 visits the same cases, a feed that cannot start falls back to the thread feed and says so, and a feed process
 that dies is a harness error naming it."""
 

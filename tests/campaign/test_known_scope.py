@@ -1,5 +1,5 @@
 """A known failure must never hide a new one: a known entry accounts only for failures of its identity whose
-case meets its trigger (campaign/trigger.py, campaign/known.py). The plugin backend refuses valid inputs in
+case meets its trigger (findings/trigger.py, findings/known.py). The plugin backend refuses valid inputs in
 two ways under one identity: pageable host memory (the known bug), and int32 device indices where a planted
 sglang is imported (the regression)."""
 

@@ -1,4 +1,4 @@
-"""Index variants (campaign/variants.py) and storage reuse (pipeline/reuse.py): a variant keeps what the
+"""Index variants (engine/variants.py) and storage reuse (pipeline/reuse.py): a variant keeps what the
 contract looks at, runs on the storages of the case before it, and is still checked byte for byte; a failure
 on reused storages is reported as the case fails alone."""
 
