@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hicache_fuzz.harness.campaign.standalone import standalone_script
+from hicache_fuzz.harness.findings.standalone import standalone_script
 
 
 def write_scripts(out: Path) -> list[Path]:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.engine_stats import summary_lines
+from hicache_fuzz.harness.engine.engine_stats import summary_lines
 
 BULKY_KEYS = ("case_ids", "coverage")
 

@@ -54,15 +54,15 @@ class Backend(ABC):
     models_bug: ClassVar[str] = ""
     #: true if crashes in this backend can take the process down (run it in a worker process)
     needs_isolation: ClassVar[bool] = False
-    #: required coverage buckets ("dimension=bucket", see harness/campaign/coverage.py) this backend cannot reach by
+    #: required coverage buckets ("dimension=bucket", see harness/reporting/coverage.py) this backend cannot reach by
     #: design, with the reason; campaign reports list them instead of a coverage gap
     coverage_exemptions: ClassVar[Mapping[str, str]] = MappingProxyType({})
     #: index variants per generated case this backend needs at least where a campaign runs variants
-    #: (harness/campaign/feed.py): a backend that pays a set-up per geometry (pool objects, pinned buffers)
+    #: (harness/engine/feed.py): a backend that pays a set-up per geometry (pool objects, pinned buffers)
     #: amortizes it over the variants, which keep the geometry. 0: the campaign's default is enough
     geometry_setup_variants: ClassVar[int] = 0
     #: worker time of one case of this backend, relative to a JIT kernel case (measured, rounded). A GPU campaign
-    #: gives such a backend every k-th campaign index instead of every index (harness/campaign/feed.py,
+    #: gives such a backend every k-th campaign index instead of every index (harness/engine/feed.py,
     #: ``EngineOptions.backend_every``), so each backend gets a similar share of the workers' time
     relative_case_cost: ClassVar[int] = 1
 

@@ -11,7 +11,7 @@ process, so the runner does not execute them.
 
 Bounds checks (:data:`BOUNDS_CHECKS`): the one table of which entry points check which index list against its
 pool before touching memory. An out-of-range index on a checked side must be rejected (so the generator's
-indices exactly at the bound, harness/campaign/generate.py, test the check's off-by-ones); on an unchecked side
+indices exactly at the bound, harness/generation/generate.py, test the check's off-by-ones); on an unchecked side
 it stays undefined.
 
 Rules and their sources: docs/semantics.md section 3 (table 3.6 is the summary).
@@ -371,7 +371,7 @@ _ENTRY_RULES = {
 
 # Every reason above, named by the rule it states, in priority order: when an implementation accepts an input
 # that breaks several rules, the first broken rule in this order is the bug's primary rule (its identity,
-# harness/campaign/identity.py). Structural rules come first (they decide what the transfer even is), then
+# harness/findings/identity.py). Structural rules come first (they decide what the transfer even is), then
 # index placement and dtype, then row geometry, layout and platform: the most specific check an
 # implementation can forget ranks first.
 RULE_PRIORITY: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(pattern)) for name, pattern in (

@@ -1,7 +1,8 @@
 """The import layering of hicache_fuzz (ARCHITECTURE.md): imports only point down, no circles, only the
 console entry imports the CLI wiring.
 
-Layers, lowest first: model (vocabulary) <- oracles <- kernels <- pipeline <- campaign <- commands; the plugin
+Layers, lowest first: model (vocabulary) <- oracles <- kernels <- pipeline <- generation <- findings <- engine
+<- reporting <- campaign <- commands; the plugin
 API (hicache_fuzz.api) sits on the kernels layer and nothing in the package imports it. The ISA
 check and the mutation tester stand apart: they import nothing of the layers but the exit codes and copy rules, and only
 commands import them.
@@ -26,9 +27,13 @@ LAYERS = {
     "hicache_fuzz.oracles": 1,
     "hicache_fuzz.kernels": 2,
     "hicache_fuzz.harness.pipeline": 3,
-    "hicache_fuzz.harness.campaign": 4,
-    "hicache_fuzz.harness.commands": 5,
-    "hicache_fuzz": 5,  # the package root (__main__) sits with the commands
+    "hicache_fuzz.harness.generation": 4,
+    "hicache_fuzz.harness.findings": 5,
+    "hicache_fuzz.harness.engine": 6,
+    "hicache_fuzz.harness.reporting": 7,
+    "hicache_fuzz.harness.campaign": 8,
+    "hicache_fuzz.harness.commands": 9,
+    "hicache_fuzz": 9,  # the package root (__main__) sits with the commands
     "hicache_fuzz.api": 2,  # the plugin surface: re-exports of the model, oracles and kernels, nothing above
 }
 API = "hicache_fuzz.api"
@@ -185,6 +190,8 @@ def test_every_module_has_a_layer() -> None:
     ({"hicache_fuzz.oracles.contract": {"hicache_fuzz.harness.pipeline.runner"}}, "(layer 3)"),
     ({"hicache_fuzz.harness.campaign.minimize": {CLI}}, "imports the CLI wiring"),
     ({API: {"hicache_fuzz.harness.pipeline.runner"}}, "(layer 3)"),
+    ({"hicache_fuzz.harness.engine.feed": {"hicache_fuzz.harness.campaign.loop"}}, "(layer 8)"),
+    ({"hicache_fuzz.harness.findings.corpus": {"hicache_fuzz.harness.reporting.merge"}}, "(layer 7)"),
     ({"hicache_fuzz.harness.isa.check": {"hicache_fuzz.harness.model.case"}}, "do not mix"),
     ({"hicache_fuzz.harness.pipeline.runner": {"hicache_fuzz.harness.isa.check"}}, "do not mix"),
     ({"hicache_fuzz.harness.isa.check": {"hicache_fuzz.harness.model.exit_codes",

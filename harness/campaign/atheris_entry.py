@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing with atheris (libFuzzer): bytes -> case -> backend -> raise on failure.
 
 The bytes libFuzzer mutates drive the same decision procedure as every other generator
-(:func:`hicache_fuzz.harness.campaign.generate.draw_case`) through a :class:`FuzzedDataChooser`; when the data runs
+(:func:`hicache_fuzz.harness.generation.generate.draw_case`) through a :class:`FuzzedDataChooser`; when the data runs
 out, every choice falls to its lowest value, i.e. the first (simplest) menu entry. A failing case is written
 as a JSON reproducer *before* the exception is raised: ``<artifact_prefix>case-<case_id>.json`` (next to
 libFuzzer's own ``crash-<sha1>``), and with ``--corpus`` also ``<corpus>/<signature>/<case_id>.json`` plus
@@ -86,10 +86,10 @@ def make_target(ours: argparse.Namespace, libfuzzer_args: Sequence[str]) -> Any:
     import atheris
     import torch
 
-    from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
-    from hicache_fuzz.harness.campaign.generate import draw_case
-    from hicache_fuzz.harness.campaign.identity import signature, signature_key
-    from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+    from hicache_fuzz.harness.findings.corpus import reproducer_dict, write_json_atomic
+    from hicache_fuzz.harness.findings.identity import signature, signature_key
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
+    from hicache_fuzz.harness.generation.generate import draw_case
     from hicache_fuzz.harness.model.platform import detect, require
     from hicache_fuzz.harness.model.space import CaseSpace
     from hicache_fuzz.harness.pipeline.runner import run_case

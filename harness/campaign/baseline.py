@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import load_entry
-from hicache_fuzz.harness.campaign.known import KnownMap, match_known
 from hicache_fuzz.harness.campaign.loop import CampaignReport
+from hicache_fuzz.harness.findings.corpus import load_entry
+from hicache_fuzz.harness.findings.known import KnownMap, match_known
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 
 PRE_EXISTING, NEW, NOT_REPLAYED = "pre-existing", "new", "not replayed"

@@ -20,12 +20,13 @@ from collections.abc import Sequence
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform, Verdict, predict
 
 # A GPU campaign's rate: the H200's default 60-s campaign runs 1,000-1,335 cases/s (docs/engine.md).
 MODELLED_CASES_PER_SECOND = 1000.0
-# A scale-tier case (production sizes, harness/campaign/scale.py) runs about a second on the H200.
+# A scale-tier case (production sizes, harness/engine/scale.py) runs about a second on the H200.
 MODELLED_SCALE_CASE_SECONDS = 1.0
 # The accelerator a dry run models per platform: an H200 (sm90: the TMA backend's cases count) and an MI300.
 MODELLED_PLATFORMS = {"cpu": Platform("cpu"), "cuda": Platform("cuda", (9, 0)), "rocm": Platform("rocm", (9, 4))}
@@ -51,13 +52,13 @@ def predicted_result(case: Case, backend: Backend, platform: Platform) -> Result
     return result
 
 
-class PredictingExecutor:
+class PredictingExecutor(Executor):
     """An executor that predicts instead of running (see the module docstring); its clock is modelled time."""
 
     # The loop hands scale-tier cases over as the batch's first cases (lone_first): they take their modelled
     # seconds, the others a case's share of the modelled rate.
     runs_lone_cases_aside = True
-    size = 1
+    runs_batches = True
 
     def __init__(self, backends: Sequence[Backend], platform: Platform) -> None:
         self.backends = {backend.name: backend for backend in backends}

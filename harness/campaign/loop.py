@@ -16,22 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
-from hicache_fuzz.harness.campaign.coverage import Coverage
-from hicache_fuzz.harness.campaign.engine_stats import EngineStats
-from hicache_fuzz.harness.campaign.feed import (
+from hicache_fuzz.harness.engine.campaign_case import backend_space
+from hicache_fuzz.harness.engine.engine_stats import EngineStats
+from hicache_fuzz.harness.engine.feed import (
     CaseFeed,
     EngineOptions,
+    EngineSettings,
     ScaleTier,
     Slot,
     known_crash_features,
     suspects_last,
 )
-from hicache_fuzz.harness.campaign.feed_process import ProcessFeed
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.identity import identify
-from hicache_fuzz.harness.campaign.known import KnownMap, known_files, match_known
-from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+from hicache_fuzz.harness.engine.feed_process import ProcessFeed
+from hicache_fuzz.harness.findings.corpus import reproducer_dict, write_json_atomic
+from hicache_fuzz.harness.findings.identity import identify
+from hicache_fuzz.harness.findings.known import KnownMap, known_files, match_known
+from hicache_fuzz.harness.findings.reproducer import save_reproducer
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
 from hicache_fuzz.harness.model.outcome import Outcome, Result
@@ -39,6 +39,7 @@ from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor, SubmittedBatch, submit_batch
 from hicache_fuzz.harness.pipeline.runner import explain_crash
 from hicache_fuzz.harness.pipeline.worker import WorkerError
+from hicache_fuzz.harness.reporting.coverage import Coverage
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
 
@@ -57,7 +58,7 @@ class CampaignConfig:
     # Stop at the first failure that no known entry accounts for (mutation runs: the first new bug decides a
     # mutant's verdict; known sglang bugs met on the way do not end the campaign).
     stop_on_new_failure: bool = False
-    # the known, unfixed failures that apply here (campaign/known.py KnownMap): a failure with one of their
+    # the known, unfixed failures that apply here (findings/known.py KnownMap): a failure with one of their
     # identities, on a case within that entry's trigger, is counted and marked known, and not saved again.
     known_signatures: KnownMap = field(default_factory=dict)
     # Polled before every case; True ends the campaign as if its budget ran out (fuzz: SIGTERM/SIGINT).
@@ -65,7 +66,7 @@ class CampaignConfig:
     # Called on the first case of each new signature before it is saved (fuzz --minimize): returns the
     # smaller case, its result (same signature) and extra JSON fields for the reproducer file.
     minimizer: Callable[[Case, Result], tuple[Case, Result, dict[str, Any]]] | None = None
-    # Batching, case mix and scale tier (harness/campaign/feed.py); "auto" picks per platform.
+    # Batching, case mix and scale tier (harness/engine/feed.py); "auto" picks per platform.
     engine: EngineOptions = field(default_factory=EngineOptions)
     # A dry run (harness/campaign/dry_run.py): the executor predicts instead of running, nothing is compiled,
     # and the campaign's clock is the executor's modelled one.
@@ -183,25 +184,6 @@ class Timeline:
         self.next_at = now + self.every
 
 
-def backend_space(backend: Backend, base_space: CaseSpace, platform: Platform, seed: int | None = None) -> CaseSpace:
-    """The space a campaign with `seed` draws `backend`'s cases from (before menu growth is applied by index):
-    the seed picks the backend's sample of its compiled menus (CaseSpace.menu_seed); None keeps the base
-    space's (the whole menu unless the base names a seed)."""
-    base = base_space.narrowed(backend=backend.name)
-    if seed is not None:
-        base = base.narrowed(menu_seed=seed)
-    return backend.case_space(base, platform)
-
-
-def campaign_case(seed: int, index: int, backend: Backend, base_space: CaseSpace, platform: Platform,
-                  grow: bool = True) -> Case:
-    """Case `index` of `backend`'s campaign; `grow=False` keeps the row menu at its start (benchmarks)."""
-    space = backend_space(backend, base_space, platform, seed)
-    if not grow:
-        space = space.narrowed(row_bytes_growth=(), grow_every=0)
-    return case_for_index(seed, index, space)
-
-
 class MenuGrowth:
     """Starts each backend's next growth stage compiling (Backend.prefetch) one stage before cases can draw
     it, and records the rows each backend's menu has grown by."""
@@ -235,204 +217,241 @@ class MenuGrowth:
 def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Platform, executor: Executor,
                  on_result: Callable[[Case, Result, CampaignReport], None] | None = None,
                  record_case_ids: bool = False) -> CampaignReport:
-    """Run the campaign in batches from a CaseFeed (harness/campaign/feed.py), the scale tier interleaved."""
-    k, n = config.shard
-    report = CampaignReport(config.seed, config.shard, [b.name for b in backends], platform.kind)
-    for backend in backends:
-        report.coverage.exempt(backend.name, dict(backend.coverage_exemptions))
-    outcome_counts: dict[str, Counter[str]] = defaultdict(Counter)
-    path_counts: dict[str, Counter[str]] = defaultdict(Counter)
-    # Live views for on_result hooks (Counters are dicts); replaced by plain dicts at the end.
-    report.outcomes, report.paths = outcome_counts, path_counts  # type: ignore[assignment]
-    classes: dict[str, FailureClass] = {}
-    clock = config.clock  # the campaign's time: the wall, or a dry run's modelled seconds
-    started = clock()
-    index = config.start_index
-    while index % n != k:
-        index += 1
-    report.first_index = index
-    # A dry run compiles nothing; a campaign whose executor runs a JIT builder has every growth stage built there
-    # (a prefetch here would only import sglang into this process).
-    growth = MenuGrowth(backends, config.space, platform, config.seed,
-                        prefetch=not config.dry_run and getattr(executor, "prebuild", None) is None)
-    engine = config.engine
-    feed, feed_kind = _make_feed(config, index, backends, growth, platform, executor)
-    if feed_kind == "process" and hasattr(executor, "start"):
-        executor.start()  # wait for the first worker while the feed process starts, not after it
-    enable_reuse = getattr(executor, "enable_storage_reuse", None)
-    if feed.variants and enable_reuse is not None:  # variants run on the storages of the case before them
-        enable_reuse()
-    targets = engine.resolved_scale(platform)
-    scale = None if targets is None else ScaleTier(config.seed, backends, growth.spaces, platform, targets,
-                                                  engine.scale_share, feed.profiles, shard=config.shard)
-    stats = EngineStats(feed.mix)
-    known_crashes = known_crash_features(known_files(config.known_signatures))
-    resume = (index, 0)  # (index, backend position) of the first slot not processed
-    timeline = Timeline(started, clock=clock)
-    failures_seen = 0
-    # A pool takes batch i + 1 while batch i is recorded here (submit_batch): one batch in flight ahead. Not with
-    # a minimizer, which runs cases on the same executor while it records; not for an executor that runs a
-    # batch as it is submitted (it would only run the next batch before recording this one).
-    ahead = engine.batches_ahead if config.minimizer is None and hasattr(executor, "submit_batch") else 0
-    submitted = 0  # cases submitted so far (recorded or in flight)
-    done = False  # nothing more is submitted
-    halt = False  # nothing more is recorded either (a stop at a failure, a corpus that cannot be written)
-    in_flight: list[_Submitted] = []
-    # A pool runs a scale case on its first member beside the queue: submitted on its own and recorded when it is
-    # done, so the batches behind it are recorded (and new ones submitted) meanwhile. Queued in a batch, one
-    # case of seconds would hold back every batch behind it while the other members ran dry. One at a time.
-    scale_aside = ahead > 0 and bool(getattr(executor, "runs_lone_cases_aside", False))
-    aside: list[_Submitted] = []
+    """Run the campaign in batches from a CaseFeed (harness/engine/feed.py), the scale tier interleaved: submit
+    batches (up to the executor's queue ahead), record each as it finishes, until the budget is spent."""
+    run = _CampaignRun(config, backends, platform, executor, on_result, record_case_ids)
     try:
         while True:
-            if not done and len(in_flight) <= ahead:
-                stop = _budget_spent(config, report, submitted, started)
-                if stop == "signal":
-                    report.stopped_early = True
-                if stop:
-                    done = True
-            if not done and len(in_flight) <= ahead:
-                limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - submitted)
-                if submitted == 0 and ahead > 0:
-                    # With batches queued ahead, the first batch decides only when the first result is recorded:
-                    # a short one lets the campaign report (and checkpoint) while the pool's other members are
-                    # still starting and only the first runs cases (a full batch on one member takes seconds).
-                    limit = min(limit, FIRST_BATCH_CASES)
-                scale_slot: Slot | None = None
-                if (scale is not None and report.cases and not aside
-                        and scale.due(clock() - started)):
-                    picked = scale.next_case(feed.clock)
-                    if picked is None:
-                        scale = None  # no backend has an accepted case of any shape: the tier ends
-                        continue
-                    scale_slot = Slot(picked[0], resume[0], picked[1], False, picked[2])
-                    limit -= 1
-                    if scale_aside:
-                        submitted += 1
-                        aside.append(_Submitted([scale_slot], [0], scale_slot,
-                                                submit_batch(executor, [scale_slot.case], lone_first=1)))
-                        scale_slot = None
-                # A scale case leads its batch and runs alone on the first worker; a pool's other workers take
-                # the rest of the batch meanwhile (executor.run_batch, lone_first).
-                slots = _take_full(feed, limit)
-                order = suspects_last(slots, known_crashes)
-                if scale_slot is not None:
-                    slots = [scale_slot, *slots]
-                    order = [0, *(position + 1 for position in order)]
-                if not slots:
-                    done = True
-                else:
-                    submitted += len(slots)
-                    ran = time.perf_counter()  # an executor without a queue runs the batch here
-                    handle = submit_batch(executor, [slots[i].case for i in order],
-                                          lone_first=int(scale_slot is not None))
-                    stats.execute_seconds += time.perf_counter() - ran
-                    in_flight.append(_Submitted(slots, order, scale_slot, handle))
-                    if len(in_flight) <= ahead:
-                        continue  # submit the next batch before recording this one
-            if not in_flight and not aside:
+            if run.submit_next():
+                continue  # submit the next batch before recording this one
+            if not run.in_flight and not run.aside:
                 break
-            finished = [i for i, pending in enumerate(aside) if pending.handle.done()]
-            batch = aside.pop(finished[0] if finished else 0) if finished or not in_flight else in_flight.pop(0)
-            slots, order, scale_slot = batch.slots, batch.order, batch.scale_slot
-            stop_after_batch = False
-            waited = time.perf_counter()
-            try:
-                results_in_order = batch.handle.result()
-            except WorkerError as exc:  # the machine failed us (no worker can start): stop, keep the report
-                first = slots[order[len(exc.partial_results)]] if len(exc.partial_results) < len(slots) else None
-                report.environment_error = (f"case {first.case.case_id} at index {first.index}: {exc}" if first
-                                            else str(exc))
-                # Results the batch produced before the failed start (a crash among them) are still recorded.
-                order = order[: len(exc.partial_results)]
-                results_in_order = exc.partial_results
-                stop_after_batch = True
-            except OSError as exc:  # the executor's own files (the worker journal) could not be written
-                first = slots[0] if slots else None
-                report.storage_error = (f"case {first.case.case_id} at index {first.index} not run: "
-                                        f"{_os_reason(exc)}" if first else _os_reason(exc))
-                halt = True
-                results_in_order, order = [], []
-            except Exception:
-                # A harness bug: keep the cases that exposed it before the exception ends the campaign.
-                for slot in slots:
-                    _keep_harness_error_case(config, slot.case)
-                raise
-            stats.execute_seconds += time.perf_counter() - waited
-            results: list[Result] = [Result("", "", Outcome.PASS)] * len(slots)
-            for position, result in zip(order, results_in_order, strict=True):
-                results[position] = result
-            if scale_slot is not None and scale is not None and 0 in order:
-                scale.seconds += results[0].seconds  # the scale case's own time (the batch's ran beside it)
-                stats.scale_cases += 1
-                stats.scale_shapes[scale_slot.case.note] = stats.scale_shapes.get(scale_slot.case.note, 0) + 1
-            recorded = time.perf_counter()
-            executed = set(order)
-            for position, (slot, result) in enumerate(zip(slots, results, strict=True)):
-                if position not in executed:  # never ran (no worker could start): not counted, resumed later
-                    continue
-                backend, case = slot.backend, slot.case
-                explain_crash(result, backend, case, platform)
-                report.cases += 1
-                if record_case_ids:
-                    report.case_ids.append(case.case_id)
-                outcome_counts[backend.name][result.outcome.value] += 1
-                report.coverage.add(case, result, backend.coverage_labels(case))
-                stats.add(case, result, slot.scale_number is not None, generated=slot.variant == 0)
-                if result.path:
-                    path_counts[backend.name][result.path] += 1
-                if slot.scale_number is None:
-                    resume = (slot.index + n, 0) if slot.last_of_index else (slot.index, 0)
-                if result.outcome.is_failure:
-                    failures_seen += 1
-                    new = _record_failure(config, classes, case, result, slot.index, report)
-                    if config.stop_on_first_failure or (new and config.stop_on_new_failure) or report.storage_error:
-                        halt = True  # a corpus that cannot take failures ends the campaign; what was found is kept
-                timeline(report.cases, failures_seen)
-                if on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
-                    report.seconds = clock() - started
-                    report.failures = list(classes.values())
-                    report.timeline = timeline.samples
-                    report.next_index = resume[0]
-                    on_result(case, result, report)
-                if halt:
-                    break
-            stats.record_seconds += time.perf_counter() - recorded
-            # The budget running out still records the batch in flight (it ran within the campaign); a stop at a
-            # failure, a corpus that cannot be written or a pool that cannot start a worker ends at this batch, as
-            # without a batch ahead: the one behind it is waited for (the workers finish it) and not counted.
-            if halt or stop_after_batch:
-                done = True
-                for pending in (*in_flight, *aside):
-                    with contextlib.suppress(Exception):
-                        pending.handle.result()
-                in_flight.clear()
-                aside.clear()
+            run.record(run.take_finished())
     finally:
-        feed.close()
-    report.next_index = resume[0]
-    timeline(report.cases, failures_seen, force=True)
-    report.timeline = timeline.samples
-    report.menu_growth = {name: rows for name, rows in growth.grown.items() if rows}
-    report.seconds = clock() - started
-    report.outcomes = {b: dict(c) for b, c in outcome_counts.items()}
-    report.paths = {b: dict(c) for b, c in path_counts.items()}
-    report.failures = list(classes.values())
-    report.extra.update(stats.to_dict(report.seconds, feed, scale, executor, ahead))
-    if isinstance(feed, ProcessFeed):  # how much the campaign generated itself while the feed process started
-        feed_kind = f"process (the first {feed.local_slots} cases generated in the campaign process)"
-    report.extra["engine"]["feed"] = feed_kind
-    return report
+        run.feed.close()
+    return run.finish()
 
 
-def _make_feed(config: CampaignConfig, index: int, backends: list[Backend], growth: MenuGrowth, platform: Platform,
-               executor: Executor) -> tuple[CaseFeed | ProcessFeed, str]:
+class _CampaignRun:
+    """The state of one campaign between its batches: what was submitted, what is in flight, what was recorded."""
+
+    def __init__(self, config: CampaignConfig, backends: list[Backend], platform: Platform, executor: Executor,
+                 on_result: Callable[[Case, Result, CampaignReport], None] | None, record_case_ids: bool) -> None:
+        self.config, self.platform, self.executor = config, platform, executor
+        self.on_result, self.record_case_ids = on_result, record_case_ids
+        k, self.shards = config.shard
+        self.report = report = CampaignReport(config.seed, config.shard, [b.name for b in backends], platform.kind)
+        for backend in backends:
+            report.coverage.exempt(backend.name, dict(backend.coverage_exemptions))
+        self.outcome_counts: dict[str, Counter[str]] = defaultdict(Counter)
+        self.path_counts: dict[str, Counter[str]] = defaultdict(Counter)
+        # Live views for on_result hooks (Counters are dicts); replaced by plain dicts at the end.
+        report.outcomes, report.paths = self.outcome_counts, self.path_counts  # type: ignore[assignment]
+        self.classes: dict[str, FailureClass] = {}
+        self.clock = config.clock  # the campaign's time: the wall, or a dry run's modelled seconds
+        self.started = self.clock()
+        index = config.start_index
+        while index % self.shards != k:
+            index += 1
+        report.first_index = index
+        # A dry run compiles nothing; a campaign whose executor runs a JIT builder has every growth stage built
+        # there (a prefetch here would only import sglang into this process).
+        self.growth = MenuGrowth(backends, config.space, platform, config.seed,
+                                 prefetch=not config.dry_run and executor.prebuild is None)
+        settings = config.engine.resolve(platform, backends, executor)  # the options, resolved once
+        self.feed, self.feed_kind = _make_feed(config, settings, index, backends, self.growth, platform)
+        if self.feed_kind == "process":
+            executor.start()  # wait for the first worker while the feed process starts, not after it
+        if self.feed.variants:  # variants run on the storages of the case before them
+            executor.enable_storage_reuse()
+        self.scale = None if settings.scale is None else ScaleTier(
+            config.seed, backends, self.growth.spaces, platform, settings.scale, settings.scale_share,
+            self.feed.profiles, shard=config.shard)
+        self.stats = EngineStats(self.feed.mix)
+        self.known_crashes = known_crash_features(known_files(config.known_signatures))
+        self.resume = (index, 0)  # (index, backend position) of the first slot not processed
+        self.timeline = Timeline(self.started, clock=self.clock)
+        self.failures_seen = 0
+        # A pool takes batch i + 1 while batch i is recorded here (submit_batch): one batch in flight ahead. Not
+        # with a minimizer, which runs cases on the same executor while it records; not for an executor that
+        # runs a batch as it is submitted (it would only run the next batch before recording this one).
+        self.ahead = settings.batches_ahead if config.minimizer is None and executor.queues_batches else 0
+        self.submitted = 0  # cases submitted so far (recorded or in flight)
+        self.done = False  # nothing more is submitted
+        self.halt = False  # nothing more is recorded either (a stop at a failure, a corpus that cannot be written)
+        self.in_flight: list[_Submitted] = []
+        # A pool runs a scale case on its first member beside the queue: submitted on its own and recorded when
+        # it is done, so the batches behind it are recorded (and new ones submitted) meanwhile. Queued in a
+        # batch, one case of seconds would hold back every batch behind it while the other members ran dry. One
+        # at a time.
+        self.scale_aside = self.ahead > 0 and executor.runs_lone_cases_aside
+        self.aside: list[_Submitted] = []
+
+    def submit_next(self) -> bool:
+        """Submit the next batch if the budget and the queue allow; True when another may be submitted before
+        anything is recorded."""
+        if self.done or len(self.in_flight) > self.ahead:
+            return False
+        stop = _budget_spent(self.config, self.report, self.submitted, self.started)
+        if stop == "signal":
+            self.report.stopped_early = True
+        if stop:
+            self.done = True
+            return False
+        config, feed = self.config, self.feed
+        limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - self.submitted)
+        if self.submitted == 0 and self.ahead > 0:
+            # With batches queued ahead, the first batch decides only when the first result is recorded: a short
+            # one lets the campaign report (and checkpoint) while the pool's other members are still starting and
+            # only the first runs cases (a full batch on one member takes seconds).
+            limit = min(limit, FIRST_BATCH_CASES)
+        scale_slot: Slot | None = None
+        if self.scale is not None and self.report.cases and not self.aside and self.scale.due(
+                self.clock() - self.started):
+            picked = self.scale.next_case(feed.clock)
+            if picked is None:
+                self.scale = None  # no backend has an accepted case of any shape: the tier ends
+                return True
+            scale_slot = Slot(picked[0], self.resume[0], picked[1], False, picked[2])
+            limit -= 1
+            if self.scale_aside:
+                self.submitted += 1
+                self.aside.append(_Submitted([scale_slot], [0], scale_slot,
+                                             submit_batch(self.executor, [scale_slot.case], lone_first=1)))
+                scale_slot = None
+        return self._submit_batch(_take_full(feed, limit), scale_slot)
+
+    def _submit_batch(self, slots: list[Slot], scale_slot: Slot | None) -> bool:
+        """A scale case leads its batch and runs alone on the first worker; a pool's other workers take the rest
+        of the batch meanwhile (executor.run_batch, lone_first)."""
+        order = suspects_last(slots, self.known_crashes)
+        if scale_slot is not None:
+            slots = [scale_slot, *slots]
+            order = [0, *(position + 1 for position in order)]
+        if not slots:
+            self.done = True
+            return False
+        self.submitted += len(slots)
+        ran = time.perf_counter()  # an executor without a queue runs the batch here
+        handle = submit_batch(self.executor, [slots[i].case for i in order], lone_first=int(scale_slot is not None))
+        self.stats.execute_seconds += time.perf_counter() - ran
+        self.in_flight.append(_Submitted(slots, order, scale_slot, handle))
+        return len(self.in_flight) <= self.ahead
+
+    def take_finished(self) -> _Submitted:
+        """A scale case run aside once it is done, else the oldest batch in flight (waited for when recorded)."""
+        finished = [i for i, pending in enumerate(self.aside) if pending.handle.done()]
+        if finished or not self.in_flight:
+            return self.aside.pop(finished[0] if finished else 0)
+        return self.in_flight.pop(0)
+
+    def record(self, batch: _Submitted) -> None:
+        """Record a batch's results in slot order; a stop ends the campaign at this batch."""
+        waited = time.perf_counter()
+        results_in_order, order, stop_after_batch = self._results_of(batch)
+        self.stats.execute_seconds += time.perf_counter() - waited
+        slots, scale_slot = batch.slots, batch.scale_slot
+        results: list[Result] = [Result("", "", Outcome.PASS)] * len(slots)
+        for position, result in zip(order, results_in_order, strict=True):
+            results[position] = result
+        if scale_slot is not None and self.scale is not None and 0 in order:
+            self.scale.seconds += results[0].seconds  # the scale case's own time (the batch's ran beside it)
+            self.stats.scale_cases += 1
+            self.stats.scale_shapes[scale_slot.case.note] = self.stats.scale_shapes.get(scale_slot.case.note, 0) + 1
+        recorded = time.perf_counter()
+        executed = set(order)
+        for position, (slot, result) in enumerate(zip(slots, results, strict=True)):
+            if position not in executed:  # never ran (no worker could start): not counted, resumed later
+                continue
+            self._record_result(slot, result)
+            if self.halt:
+                break
+        self.stats.record_seconds += time.perf_counter() - recorded
+        # The budget running out still records the batch in flight (it ran within the campaign); a stop at a
+        # failure, a corpus that cannot be written or a pool that cannot start a worker ends at this batch, as
+        # without a batch ahead: the one behind it is waited for (the workers finish it) and not counted.
+        if self.halt or stop_after_batch:
+            self.done = True
+            for pending in (*self.in_flight, *self.aside):
+                with contextlib.suppress(Exception):
+                    pending.handle.result()
+            self.in_flight.clear()
+            self.aside.clear()
+
+    def _results_of(self, batch: _Submitted) -> tuple[list[Result], list[int], bool]:
+        """The batch's results in execution order, that order, and whether the campaign stops after it."""
+        slots, order = batch.slots, batch.order
+        try:
+            return batch.handle.result(), order, False
+        except WorkerError as exc:  # the machine failed us (no worker can start): stop, keep the report
+            first = slots[order[len(exc.partial_results)]] if len(exc.partial_results) < len(slots) else None
+            self.report.environment_error = (f"case {first.case.case_id} at index {first.index}: {exc}" if first
+                                             else str(exc))
+            # Results the batch produced before the failed start (a crash among them) are still recorded.
+            return exc.partial_results, order[: len(exc.partial_results)], True
+        except OSError as exc:  # the executor's own files (the worker journal) could not be written
+            first = slots[0] if slots else None
+            self.report.storage_error = (f"case {first.case.case_id} at index {first.index} not run: "
+                                         f"{_os_reason(exc)}" if first else _os_reason(exc))
+            self.halt = True
+            return [], [], False
+        except Exception:
+            # A harness bug: keep the cases that exposed it before the exception ends the campaign.
+            for slot in slots:
+                _keep_harness_error_case(self.config, slot.case)
+            raise
+
+    def _record_result(self, slot: Slot, result: Result) -> None:
+        config, report = self.config, self.report
+        backend, case = slot.backend, slot.case
+        explain_crash(result, backend, case, self.platform)
+        report.cases += 1
+        if self.record_case_ids:
+            report.case_ids.append(case.case_id)
+        self.outcome_counts[backend.name][result.outcome.value] += 1
+        report.coverage.add(case, result, backend.coverage_labels(case))
+        self.stats.add(case, result, slot.scale_number is not None, generated=slot.variant == 0)
+        if result.path:
+            self.path_counts[backend.name][result.path] += 1
+        if slot.scale_number is None:
+            self.resume = (slot.index + self.shards, 0) if slot.last_of_index else (slot.index, 0)
+        if result.outcome.is_failure:
+            self.failures_seen += 1
+            new = _record_failure(config, self.classes, case, result, slot.index, report)
+            if config.stop_on_first_failure or (new and config.stop_on_new_failure) or report.storage_error:
+                self.halt = True  # a corpus that cannot take failures ends the campaign; what was found is kept
+        self.timeline(report.cases, self.failures_seen)
+        if self.on_result is not None:  # the hook sees an up-to-date report (progress line, checkpoints)
+            report.seconds = self.clock() - self.started
+            report.failures = list(self.classes.values())
+            report.timeline = self.timeline.samples
+            report.next_index = self.resume[0]
+            self.on_result(case, result, report)
+
+    def finish(self) -> CampaignReport:
+        report, feed = self.report, self.feed
+        report.next_index = self.resume[0]
+        self.timeline(report.cases, self.failures_seen, force=True)
+        report.timeline = self.timeline.samples
+        report.menu_growth = {name: rows for name, rows in self.growth.grown.items() if rows}
+        report.seconds = self.clock() - self.started
+        report.outcomes = {b: dict(c) for b, c in self.outcome_counts.items()}
+        report.paths = {b: dict(c) for b, c in self.path_counts.items()}
+        report.failures = list(self.classes.values())
+        report.extra.update(self.stats.to_dict(report.seconds, feed, self.scale, self.executor, self.ahead))
+        feed_kind = self.feed_kind
+        if isinstance(feed, ProcessFeed):  # how much the campaign generated itself while the feed process started
+            feed_kind = f"process (the first {feed.local_slots} cases generated in the campaign process)"
+        report.extra["engine"]["feed"] = feed_kind
+        return report
+
+
+def _make_feed(config: CampaignConfig, settings: EngineSettings, index: int, backends: list[Backend],
+               growth: MenuGrowth, platform: Platform) -> tuple[CaseFeed | ProcessFeed, str]:
     """The campaign's feed and what it is ("thread", "process", or why the process feed could not start)."""
-    engine = config.engine
-    args = (config.seed, index, config.shard, backends, growth.spaces, platform, engine.resolved_mix(platform),
-            engine.resolved_batch(executor), growth.before, engine.resolved_variants_by_backend(platform, backends),
-            engine.resolved_backend_every(platform, backends))
-    if engine.resolved_feed(platform, executor) == "process":
+    args = (config.seed, index, config.shard, backends, growth.spaces, platform, settings.mix, settings.batch,
+            growth.before, settings.variants, settings.every)
+    if settings.feed == "process":
         try:
             return ProcessFeed(*args), "process"
         except Exception as exc:  # e.g. a plugin backend that cannot be sent to another process: same slots here

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache_fuzz.harness.campaign.identity import error_cause, signature
-from hicache_fuzz.harness.campaign.trigger import derive_trigger
+from hicache_fuzz.harness.findings.identity import error_cause, signature
+from hicache_fuzz.harness.findings.trigger import derive_trigger
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
@@ -381,7 +381,7 @@ class Minimized:
     seconds: float = 0.0
     fixpoint: bool = False  # True: no pass could shrink further; False: the budget ran out first
     accepted_by_pass: dict[str, int] = field(default_factory=dict)
-    # the conditions the minimized case needs to keep its signature (campaign/trigger.py): what a known entry
+    # the conditions the minimized case needs to keep its signature (findings/trigger.py): what a known entry
     # recorded from it is scoped to
     trigger: dict[str, str] = field(default_factory=dict)
 

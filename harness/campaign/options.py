@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import load_corpus
-from hicache_fuzz.harness.campaign.feed import EngineOptions
-from hicache_fuzz.harness.campaign.known import KnownMap, known_bugs
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
-from hicache_fuzz.harness.campaign.scope import Environment
-from hicache_fuzz.harness.campaign.space_file import apply_space
+from hicache_fuzz.harness.engine.feed import EngineOptions
+from hicache_fuzz.harness.findings.corpus import load_corpus
+from hicache_fuzz.harness.findings.known import KnownMap, known_bugs
+from hicache_fuzz.harness.findings.scope import Environment
+from hicache_fuzz.harness.generation.space_file import apply_space
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.exit_codes import UsageError
 from hicache_fuzz.harness.model.outcome import Result
@@ -42,12 +42,12 @@ class CampaignOptions:
     start_index: int = 0
     byte_budget: int | None = None  # largest case in bytes; None = the generator's default
     stop_on_first_failure: bool = False
-    known_signatures: KnownMap = field(default_factory=dict)  # identity -> known entries (campaign/known.py)
+    known_signatures: KnownMap = field(default_factory=dict)  # identity -> known entries (findings/known.py)
     minimize: bool = False  # minimize the first case of each new signature before saving it
     record_case_ids: bool = False
     engine: EngineOptions = field(default_factory=EngineOptions)  # batches, case mix, scale tier ("auto")
     stop_on_new_failure: bool = False  # stop at the first failure no known entry accounts for
-    # CaseSpace fields changed by --space / --set, in plain JSON form (see harness/campaign/space_file.py)
+    # CaseSpace fields changed by --space / --set, in plain JSON form (see harness/generation/space_file.py)
     space_overrides: dict[str, Any] = field(default_factory=dict)
 
     def space(self) -> CaseSpace:
@@ -91,7 +91,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def load_known_failures(paths: Iterable[Path], environment: Environment) -> KnownMap:
     """The expected-failure entries under `paths` that apply on `environment`, by identity (fuzz --known;
-    campaign/known.py)."""
+    findings/known.py)."""
     paths = list(paths)
     for path in paths:
         if not os.path.lexists(path):  # anything else there (a FIFO, a symlink loop) is named by the loader

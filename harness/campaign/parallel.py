@@ -21,7 +21,7 @@ Flow of the parent (it never initializes CUDA itself: it only counts devices, th
    Each runs its shard through the usual executor (crash-isolating worker process for GPU backends), writes
    failures straight into the shared corpus (one file per case id, written atomically, so workers do not
    collide) and its report to ``<corpus>/.parallel/``.
-3. The reports are merged (:mod:`hicache_fuzz.harness.campaign.merge`) into the one written by ``--json``.
+3. The reports are merged (:mod:`hicache_fuzz.harness.reporting.merge`) into the one written by ``--json``.
 """
 
 from __future__ import annotations
@@ -67,21 +67,6 @@ WORKERS_PER_CORE = 4  # the --workers cap (max_workers): a typo like 100000 must
 
 class ParallelUsageError(ValueError):
     """Bad --workers value or impossible worker layout; exit code 2."""
-
-
-# ---- arguments ---------------------------------------------------------------------------------------------
-
-def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
-    """The fuzz subcommand's options for spreading a campaign (added by the fuzz command's add_arguments)."""
-    parser.add_argument("--workers", default="1", metavar="N|auto",
-                        help="worker processes, spread round-robin over the GPUs (CUDA_VISIBLE_DEVICES / "
-                             "HIP_VISIBLE_DEVICES per worker); auto: GPUs x "
-                             f"${WORKERS_PER_GPU_ENV} (default {AUTO_WORKERS_PER_GPU}), or the CPU count "
-                             "on the CPU (default: 1, in this process)")
-    parser.add_argument("--no-warm-up", action="store_true",
-                        help="with --workers: skip compiling the JIT modules before the workers start")
-    parser.add_argument("--record-case-ids", action="store_true",
-                        help="list every case id in the report (to compare case sets)")
 
 
 # ---- devices, without initializing CUDA --------------------------------------------------------------------
@@ -240,7 +225,7 @@ class ShardJob:
     record_case_ids: bool = False
     minimize: bool = False
     warm_up: bool = True
-    known_signatures: dict[str, Any] = field(default_factory=dict)  # fuzz --known (campaign/known.py KnownMap)
+    known_signatures: dict[str, Any] = field(default_factory=dict)  # fuzz --known (findings/known.py KnownMap)
     device: str | None = None  # the device token the worker was pinned to, for its report
 
     def to_dict(self) -> dict[str, Any]:
@@ -377,7 +362,7 @@ def _worker_main(argv: list[str] | None = None) -> int:
     except (Unavailable, WorkerError) as exc:
         print(f"hicache-fuzz worker: unavailable: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+    from hicache_fuzz.harness.findings.corpus import write_json_atomic
 
     write_json_atomic(Path(job.report), data)
     return EXIT_FAILURES if data.get("new_failure_signatures") else EXIT_CLEAN
@@ -395,7 +380,7 @@ class _Child:
 
 def _spawn(step: str, job: ShardJob, job_file: Path, log: Path, kind: str,
            thread_count: int) -> subprocess.Popen[bytes]:
-    from hicache_fuzz.harness.campaign.corpus import write_json_atomic
+    from hicache_fuzz.harness.findings.corpus import write_json_atomic
 
     write_json_atomic(job_file, job.to_dict())
     env = dict(os.environ)
@@ -477,7 +462,7 @@ def run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], ru
 def _run_parallel(base: ShardJob, workers: int, kind: str, devices: list[str], run_dir: Path, say: Any,
                   prepared: dict[str, Any] | None, forward: ForwardSignals, started: float,
                   threads: int) -> ParallelRun:
-    from hicache_fuzz.harness.campaign.merge import merge_reports
+    from hicache_fuzz.harness.reporting.merge import merge_reports
 
     if prepared is None:
         prepared, code, problem = run_prepare_step(base, kind, devices, run_dir, forward)
@@ -548,9 +533,9 @@ def keep_partial_report(children: list[_Child], run_dir: Path, workers: int) -> 
     every few seconds, or their final ones) into ``run_dir/report-interrupted.json`` and say on stderr where it
     and the shards' own reports are. The failures are in the corpus already (saved as found). Returns the path
     of the merged report, None when no shard had written one (the message then names their logs)."""
-    from hicache_fuzz.harness.campaign.corpus import write_json_atomic
-    from hicache_fuzz.harness.campaign.merge import merge_reports
+    from hicache_fuzz.harness.findings.corpus import write_json_atomic
     from hicache_fuzz.harness.model.json_input import MAX_REPORT_FILE_BYTES, InputError, read_json_file
+    from hicache_fuzz.harness.reporting.merge import merge_reports
 
     paths = [Path(child.job.report) for child in children if Path(child.job.report).is_file()]
     if not paths:

@@ -6,7 +6,7 @@ GPU), so sglang is imported once rather than once per backend. Only the entries'
 answers read from the probe cache where this machine state gave them before) and only they are loaded in the
 worker, which is launched before the probes so that its start-up overlaps them. An entry marked
 ``"expect": "fail"`` passes by failing with its recorded signature
-(:func:`hicache_fuzz.harness.campaign.reproducer.judge_replay`).
+(:func:`hicache_fuzz.harness.findings.reproducer.judge_replay`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry
-from hicache_fuzz.harness.campaign.identity import signature
-from hicache_fuzz.harness.campaign.known import detect_environment, entry_applies
-from hicache_fuzz.harness.campaign.reproducer import ReplayVerdict, judge_replay
+from hicache_fuzz.harness.findings.corpus import CorpusEntry
+from hicache_fuzz.harness.findings.identity import signature
+from hicache_fuzz.harness.findings.known import detect_environment, entry_applies
+from hicache_fuzz.harness.findings.reproducer import ReplayVerdict, judge_replay
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine

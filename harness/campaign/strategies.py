@@ -1,6 +1,6 @@
 """Hypothesis strategies over the one case generator, and Hypothesis-first failure search.
 
-``cases(space)`` runs :func:`hicache_fuzz.harness.campaign.generate.draw_case` with a :class:`HypothesisChooser`, so
+``cases(space)`` runs :func:`hicache_fuzz.harness.generation.generate.draw_case` with a :class:`HypothesisChooser`, so
 property tests draw exactly what campaigns draw, and Hypothesis' shrinker works on the decisions: menus
 shrink to their first (simplest) entry, integers to their lower bound, chances to "no" (the plain case).
 draw_case decides sizes (geometry, page count) before contents (index patterns), so shrinking moves toward
@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from hicache_fuzz.harness.campaign.generate import draw_case
-from hicache_fuzz.harness.campaign.identity import signature
 from hicache_fuzz.harness.campaign.minimize import Minimized, RunCase, minimize
+from hicache_fuzz.harness.findings.identity import signature
+from hicache_fuzz.harness.generation.generate import draw_case
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.harness.model.space import CaseSpace
 

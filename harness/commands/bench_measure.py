@@ -35,10 +35,9 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.campaign.engine_stats import NOT_RUN, variety_key
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.loop import backend_space
 from hicache_fuzz.harness.commands import selftest
+from hicache_fuzz.harness.engine.campaign_case import backend_space, campaign_case
+from hicache_fuzz.harness.engine.engine_stats import NOT_RUN, variety_key
 from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
@@ -158,7 +157,7 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
     index = 0
     warmed = 0
     while warmed < warm_up_cases:  # first-call costs (imports, allocator growth) are not throughput
-        case = case_for_index(seed, index, drawn_from)
+        case = campaign_case(seed, index, backend, drawn_from, machine.platform)
         index += 1
         if wanted(case):
             run_case(case, backend, machine.platform, machine.device)
@@ -169,7 +168,7 @@ def measure_pipeline(name: str, backend: Backend, space: CaseSpace, machine: Mac
         if elapsed >= seconds or (max_cases is not None and result.cases >= max_cases):
             break
         generate_started = time.perf_counter()
-        case = case_for_index(seed, index, drawn_from)
+        case = campaign_case(seed, index, backend, drawn_from, machine.platform)
         stages["generate"] = stages.get("generate", 0.0) + time.perf_counter() - generate_started
         if not wanted(case):
             result.skipped += 1

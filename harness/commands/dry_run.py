@@ -22,10 +22,10 @@ def dry_run_campaign(args: argparse.Namespace, seed: int) -> CampaignReport:
         MODELLED_SCALE_CASE_SECONDS,
         PredictingExecutor,
     )
-    from hicache_fuzz.harness.campaign.engine_cli import engine_options
     from hicache_fuzz.harness.campaign.loop import run_campaign
     from hicache_fuzz.harness.campaign.options import CampaignOptions, parse_shard
-    from hicache_fuzz.harness.campaign.space_file import space_from_args
+    from hicache_fuzz.harness.commands.fuzz_options import engine_options
+    from hicache_fuzz.harness.generation.space_file import space_from_args
     from hicache_fuzz.harness.model.platform import detect
     from hicache_fuzz.harness.pipeline.setup import real_kernel_backends, registry_for
     from hicache_fuzz.kernels.registry import UnknownBackend

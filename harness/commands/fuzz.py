@@ -11,93 +11,27 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_fuzz.harness.campaign.engine_cli import add_engine_arguments, engine_options
 from hicache_fuzz.harness.campaign.parallel import (
     ParallelUsageError,
     accelerator_kind,
-    add_worker_arguments,
     resolve_worker_count,
     run_parallel,
     shard_job,
     visible_devices,
 )
-from hicache_fuzz.harness.campaign.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.campaign.stop import Checkpoint, StopOnSignal
-from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, positive_int
-from hicache_fuzz.harness.commands.common import add_common, add_isolation, execution_options, write_json_report
+from hicache_fuzz.harness.commands.common import execution_options, write_json_report
+from hicache_fuzz.harness.commands.fuzz_options import add_arguments as add_arguments  # the options (cli.py)
+from hicache_fuzz.harness.commands.fuzz_options import campaign_options, check_budget
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, Unavailable, UsageError
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.loop import CampaignReport
-    from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.model.case import Case
     from hicache_fuzz.harness.model.outcome import Result
-    from hicache_fuzz.harness.model.platform import Machine
 
 # Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
 OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_common(parser)
-    parser.add_argument("--backend", action="append", default=[], metavar="NAME",
-                        help="backend to fuzz (repeatable); default: the best backends present")
-    parser.add_argument("--seed", type=int, help="campaign seed (default: random; always printed)")
-    parser.add_argument("--runs", type=positive_int, help="stop after this many cases")
-    parser.add_argument("--max-total-time", type=finite_positive_float, help="stop after this many seconds")
-    parser.add_argument("--corpus", default="fuzz-out/corpus", help="failures are written here (default: %(default)s)")
-    parser.add_argument("--json", metavar="PATH", help="write the campaign report as JSON")
-    parser.add_argument("--shard", default="0/1", metavar="K/N", help="run shard K of N of the seed's case space")
-    parser.add_argument("--start-index", type=non_negative_int, default=0,
-                        help="first case index (resume a campaign)")
-    parser.add_argument("--byte-budget", type=positive_int, help="largest case in bytes (all storages)")
-    add_space_arguments(parser)
-    add_isolation(parser)
-    parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first failure")
-    parser.add_argument("--stop-on-new-failure", action="store_true",
-                        help="stop at the first failure that no --known entry accounts for (known failures met "
-                             "on the way are counted and the campaign goes on)")
-    parser.add_argument("--known", action="append", default=[], type=Path, metavar="PATH",
-                        help="corpus files or folders whose expected failures (\"expect\": \"fail\") are known: "
-                             "failures with their signatures are counted and marked known, and only new ones "
-                             "make the exit status 1 (repeatable; e.g. corpus/sglang)")
-    parser.add_argument("--baseline", metavar="PATH",
-                        help="a second sglang (a folder holding the sglang package, or the Python of another "
-                             "environment with sglang installed): every failure is replayed there; one it shares "
-                             "is pre-existing, one it does not is new whatever --known says (docs/gate.md)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
-    add_worker_arguments(parser)  # --workers (one process per GPU or more)
-    parser.add_argument("--minimize", action="store_true",
-                        help="minimize the first case of each new failure signature before saving it")
-    add_engine_arguments(parser)  # --batch, --mix, --scale, --scale-share (docs/engine.md)
-    parser.add_argument("--dry-run", action="store_true",
-                        help="generate and predict the campaign's cases for --platform without running any (any "
-                             "machine, no sglang or GPU needed; time budgets are modelled; docs/generation.md)")
-
-
-def campaign_options(args: argparse.Namespace, seed: int, machine: Machine) -> CampaignOptions:
-    """The campaign the parsed fuzz arguments ask for (budgets checked, shard parsed, known failures that
-    apply on `machine` read)."""
-    from hicache_fuzz.harness.campaign.known import detect_environment
-    from hicache_fuzz.harness.campaign.options import CampaignOptions, load_known_failures, parse_shard
-
-    _check_budget(args)
-    shard = parse_shard(args.shard)
-    try:
-        engine = engine_options(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    return CampaignOptions(seed, args.runs, args.max_total_time, Path(args.corpus), shard, args.start_index,
-                           args.byte_budget, args.stop_on_failure,
-                           load_known_failures(args.known, detect_environment(machine)),
-                           minimize=args.minimize, record_case_ids=args.record_case_ids, engine=engine,
-                           space_overrides=space_from_args(args),
-                           stop_on_new_failure=getattr(args, "stop_on_new_failure", False))
-
-
-def _check_budget(args: argparse.Namespace) -> None:
-    if args.runs is None and args.max_total_time is None:
-        raise UsageError("give a budget: --runs N and/or --max-total-time SECONDS")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     machine = machine_for(execution.platform)
     registry = registry_for(execution.backend_plugins)
     print(f"hicache-fuzz: seed {seed}", flush=True)
-    _check_budget(args)
+    check_budget(args)
     options = campaign_options(args, seed, machine)
     corpus = options.corpus
     assert corpus is not None  # fuzz always has a corpus folder
@@ -223,8 +157,8 @@ def _name_failure_statuses(report: CampaignReport, known: dict[str, Any]) -> Non
     the report (JSON ``failure_status``, in the order of ``unique_failures``); a new failure with a known
     identity names the trigger conditions its case does not meet."""
     from hicache_fuzz.harness.campaign.baseline import PRE_EXISTING, PRE_EXISTING_NOTE
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_entry
-    from hicache_fuzz.harness.campaign.known import known_trigger, outside_triggers
+    from hicache_fuzz.harness.findings.corpus import CorpusError, load_entry
+    from hicache_fuzz.harness.findings.known import known_trigger, outside_triggers
 
     statuses: list[dict[str, Any]] = []
     for failure in report.failures:
@@ -298,10 +232,10 @@ def finish_campaign(report: CampaignReport, json_path: str | None) -> int:
 
 def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
     """The fuzz subcommand with --workers other than 1 (the seed is printed already)."""
-    from hicache_fuzz.harness.campaign.merge import describe
     from hicache_fuzz.harness.campaign.options import parse_shard
+    from hicache_fuzz.harness.reporting.merge import describe
 
-    _check_budget(args)
+    check_budget(args)
     parse_shard(args.shard)
     kind = accelerator_kind() if args.platform == "auto" else args.platform
     devices = visible_devices(kind)
@@ -385,7 +319,7 @@ def prebuild_text(startup: dict[str, Any]) -> str:
 def print_campaign(report: CampaignReport) -> None:
     print(f"seed {report.seed}: {report.cases} cases in {report.seconds:.1f} s "
           f"({report.cases_per_second:,.1f} cases/s), next index {report.next_index}")
-    from hicache_fuzz.harness.campaign.engine_stats import summary_lines
+    from hicache_fuzz.harness.engine.engine_stats import summary_lines
 
     for line in summary_lines(report.extra):  # engine: byte-compared share, verified GB/s, stages, scale reached
         print(line)
@@ -418,7 +352,7 @@ def print_campaign(report: CampaignReport) -> None:
         print(f"  baseline {done['baseline']}: {done['cases']} failures replayed in {done['seconds']:.1f} s"
               + (f"; {done['error']}" if done.get("error") else ""))
     if report.failures:
-        from hicache_fuzz.harness.campaign.trigger import describe
+        from hicache_fuzz.harness.findings.trigger import describe
 
         new = report.new_failures
         statuses = report.extra.get("failure_status") or [{} for _ in report.failures]

@@ -6,7 +6,7 @@ One command a CI job runs and trusts. It does, in order:
    replayed on the backend it names. An entry whose backend cannot run here is *skipped* with the reason;
    an entry marked as an expected-failing regression (``"expect": "fail"``, docs/reproducers.md) counts as
    *expected* when it still fails with its recorded signature, and as a finding when it passes or fails
-   differently (judged by :func:`hicache_fuzz.harness.campaign.reproducer.judge_replay`).
+   differently (judged by :func:`hicache_fuzz.harness.findings.reproducer.judge_replay`).
 2. **Fixed-seed campaign.** ``--seed`` (default :data:`DEFAULT_SEED`) over every backend reachable on the
    platform: the CPU reference on ``cpu``; every available real-kernel backend on ``cuda``/``rocm``, in a
    worker process so a GPU fault becomes a CRASH result instead of killing the gate.
@@ -42,12 +42,12 @@ import sys
 import time
 from pathlib import Path
 
-from hicache_fuzz.harness.campaign.junit import write_junit
-from hicache_fuzz.harness.campaign.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, output_path, positive_int
 from hicache_fuzz.harness.commands.common import write_json_report
 from hicache_fuzz.harness.commands.gate_report import GateReport, junit_cases, one_line, render_markdown
+from hicache_fuzz.harness.generation.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError, final_exit_code
+from hicache_fuzz.harness.reporting.junit import write_junit
 
 # A fixed default so that a PR gate is derandomized (as Hypothesis and ClusterFuzz advise for PR CI); the nightly
 # campaign is where random seeds belong.
@@ -149,10 +149,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--budget-seconds must be positive")
     if args.cases_per_backend is not None and args.cases_per_backend < 1:
         raise UsageError("--cases-per-backend must be >= 1")
-    from hicache_fuzz.harness.campaign.corpus import load_corpus
-    from hicache_fuzz.harness.campaign.known import detect_environment, known_bugs
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.commands.gate_phases import campaign_backends, run_fuzz_phases, run_isa_checks
+    from hicache_fuzz.harness.findings.corpus import load_corpus
+    from hicache_fuzz.harness.findings.known import detect_environment, known_bugs
     from hicache_fuzz.harness.model.progress import ProgressLine
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, machine_for, registry_for
     from hicache_fuzz.harness.pipeline.worker import WorkerError

@@ -20,11 +20,8 @@ from hicache_fuzz.harness.campaign.baseline import (
     replay_on_baseline,
     variant_files,
 )
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry, load_entry
-from hicache_fuzz.harness.campaign.known import KnownMap, known_trigger, outside_triggers
 from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
 from hicache_fuzz.harness.campaign.replay import Replayed, replay_entries, rerun_alone
-from hicache_fuzz.harness.campaign.reproducer import save_reproducer
 from hicache_fuzz.harness.commands.gate_report import (
     BUDGET_EXCEEDED,
     FAILED,
@@ -38,6 +35,9 @@ from hicache_fuzz.harness.commands.gate_report import (
     IsaRow,
     ReplayRow,
 )
+from hicache_fuzz.harness.findings.corpus import CorpusEntry, load_entry
+from hicache_fuzz.harness.findings.known import KnownMap, known_trigger, outside_triggers
+from hicache_fuzz.harness.findings.reproducer import save_reproducer
 from hicache_fuzz.harness.isa import check as isa
 from hicache_fuzz.harness.isa import fetch as isa_fetch
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError

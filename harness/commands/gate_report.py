@@ -7,8 +7,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hicache_fuzz.harness.campaign.junit import JUnitCase
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE
+from hicache_fuzz.harness.reporting.junit import JUnitCase
 
 GATE_FORMAT = "hicache-fuzz-gate"
 GATE_FORMAT_VERSION = 1
@@ -184,7 +184,7 @@ def _sharing_lines(sharing: dict[str, Any] | None) -> list[str]:
 
 def render_markdown(report: GateReport) -> str:
     """A summary for a PR comment: verdict, one table row per check, then findings and skips."""
-    from hicache_fuzz.harness.campaign.trigger import describe as describe_trigger
+    from hicache_fuzz.harness.findings.trigger import describe as describe_trigger
 
     verdict_word = {"pass": "PASS", "fail": "FAIL", "incomplete": "INCOMPLETE"}[report.status]
     lines = [f"## HiCache fuzz gate ({report.platform}): **{verdict_word}**", ""]
@@ -282,7 +282,7 @@ def one_line(text: str, limit: int) -> str:
 
 def junit_cases(report: GateReport) -> list[JUnitCase]:
     """One JUnit case per corpus entry, per campaign backend and per ISA target."""
-    from hicache_fuzz.harness.campaign.trigger import describe as describe_trigger
+    from hicache_fuzz.harness.findings.trigger import describe as describe_trigger
 
     cases: list[JUnitCase] = []
     for row in report.replay:

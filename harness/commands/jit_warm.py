@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache_fuzz.harness.campaign.loop import backend_space
+    from hicache_fuzz.harness.engine.campaign_case import backend_space
     from hicache_fuzz.harness.model.space import CaseSpace
     from hicache_fuzz.harness.pipeline.setup import (
         Unavailable,

@@ -1,5 +1,5 @@
 """``hicache-fuzz merge``: merge the reports and corpora of workers, shards or CI jobs; write JUnit XML
-(the merging itself is :mod:`hicache_fuzz.harness.campaign.merge`)."""
+(the merging itself is :mod:`hicache_fuzz.harness.reporting.merge`)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache_fuzz.harness.campaign.junit import junit_bytes
-    from hicache_fuzz.harness.campaign.merge import (
+    from hicache_fuzz.harness.commands.output import write_text_report
+    from hicache_fuzz.harness.model.output_paths import check_output_file
+    from hicache_fuzz.harness.reporting.junit import junit_bytes
+    from hicache_fuzz.harness.reporting.merge import (
         MergeError,
         describe,
         junit_cases,
@@ -50,8 +52,6 @@ def run(args: argparse.Namespace) -> int:
         point_failures_at,
         report_files,
     )
-    from hicache_fuzz.harness.commands.output import write_text_report
-    from hicache_fuzz.harness.model.output_paths import check_output_file
 
     # the files merge writes inside --out must be writable too (a FIFO named report.json is not)
     check_output_file(args.out / "report.json", "--out")

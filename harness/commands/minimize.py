@@ -84,10 +84,10 @@ def step_text(number: int, total: int, state: Any, max_runs: int, max_seconds: f
 def run(args: argparse.Namespace) -> int:
     """Exit 0: every input reproduced its failure and was minimized; 2: some input does not fail here (nothing to
     minimize); 3: some input's backend cannot run here (skipped, as replay skips it), or a write went elsewhere."""
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus, reproducer_dict
     from hicache_fuzz.harness.campaign.minimize import DEFAULT_MAX_RUNS, DEFAULT_MAX_SECONDS, NotFailing, minimize
-    from hicache_fuzz.harness.campaign.reproducer import save_reproducer
     from hicache_fuzz.harness.commands.output import os_reason, write_fallback
+    from hicache_fuzz.harness.findings.corpus import CorpusError, load_corpus, reproducer_dict
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
     from hicache_fuzz.harness.model.progress import ProgressLine
     from hicache_fuzz.harness.pipeline.setup import (
         available_backend,

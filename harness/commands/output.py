@@ -34,7 +34,7 @@ def write_report(path: Path | str | None, data: Any, what: str = "report") -> bo
     is returned."""
     if path is None or path == "":
         return True
-    from hicache_fuzz.harness.campaign.corpus import write_json_atomic  # imports torch: not at --help time
+    from hicache_fuzz.harness.findings.corpus import write_json_atomic  # imports torch: not at --help time
 
     target = Path(path)
     try:

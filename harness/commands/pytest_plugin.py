@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # only for annotations: importing these pulls in torch
-    from hicache_fuzz.harness.campaign.corpus import CorpusEntry
+    from hicache_fuzz.harness.findings.corpus import CorpusEntry
     from hicache_fuzz.harness.model.case import Case
     from hicache_fuzz.harness.model.outcome import Result
     from hicache_fuzz.harness.model.platform import Machine
@@ -194,7 +194,7 @@ def hicache_case_runner(pytestconfig: pytest.Config, request: pytest.FixtureRequ
     default = marker.args[0] if marker is not None else (configured[0] if configured else None)
 
     def run(case: Case | Mapping[str, Any] | str | Path, backend: str | None = None) -> Result:
-        from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+        from hicache_fuzz.harness.findings.reproducer import save_reproducer
 
         name = backend or default
         the_case = _as_case(case, name)
@@ -213,7 +213,7 @@ def hicache_case_runner(pytestconfig: pytest.Config, request: pytest.FixtureRequ
 def _as_case(case: Any, backend: str | None = None) -> Case:
     """The case to run. A file that lists several backends (a committed seed) gives its entry for `backend`;
     a backend it does not list runs the same case; with no backend named, such a file is ambiguous."""
-    from hicache_fuzz.harness.campaign.corpus import load_entries
+    from hicache_fuzz.harness.findings.corpus import load_entries
     from hicache_fuzz.harness.model.case import Case
 
     if isinstance(case, Case):
@@ -254,9 +254,9 @@ class _HicacheItem(pytest.Item):
 
 class CampaignItem(_HicacheItem):
     def runtest(self) -> None:
-        from hicache_fuzz.harness.campaign.corpus import load_corpus
-        from hicache_fuzz.harness.campaign.known import detect_environment, known_bugs
         from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+        from hicache_fuzz.harness.findings.corpus import load_corpus
+        from hicache_fuzz.harness.findings.known import detect_environment, known_bugs
 
         state = _state(self.config)
         machine = state.machine()
@@ -310,7 +310,7 @@ class ReplayItem(_HicacheItem):
         self.case_file = entry.path
 
     def runtest(self) -> None:
-        from hicache_fuzz.harness.campaign.reproducer import judge_replay
+        from hicache_fuzz.harness.findings.reproducer import judge_replay
 
         state = _state(self.config)
         entry = self.entry
@@ -335,7 +335,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     corpora = config.getoption("--hicache-fuzz-corpus")
     if not corpora:
         return
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, iter_case_files, load_entries
+    from hicache_fuzz.harness.findings.corpus import CorpusError, iter_case_files, load_entries
 
     for directory in map(Path, corpora):
         if not directory.exists():

@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus
     from hicache_fuzz.harness.campaign.replay import replay_entries
+    from hicache_fuzz.harness.findings.corpus import CorpusError, load_corpus
     from hicache_fuzz.harness.pipeline.setup import available_backend, machine_for, registry_for
 
     machine = machine_for(args.platform)

@@ -1,5 +1,5 @@
 """``hicache-fuzz report REPORT.json --html OUT.html``: render a campaign (``fuzz --json``) or gate
-(``gate --json``) report as one self-contained HTML page (harness/campaign/html_report.py).
+(``gate --json``) report as one self-contained HTML page (harness/reporting/html_report.py).
 
 Also ``python -m hicache_fuzz.harness.commands.report REPORT.json --html OUT.html`` (the same options).
 
@@ -29,9 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache_fuzz.harness.campaign.html_report import render_html, report_kind, signature_files
     from hicache_fuzz.harness.commands.output import write_text_report
     from hicache_fuzz.harness.model.json_input import MAX_REPORT_FILE_BYTES, InputError, read_json_file
+    from hicache_fuzz.harness.reporting.html_report import render_html, report_kind, signature_files
 
     try:
         data = read_json_file(Path(args.report), MAX_REPORT_FILE_BYTES)

@@ -96,8 +96,8 @@ def _mutants(registry: Registry, names: list[str]) -> list[Backend]:
 
 def _run_mutant(mutant: Backend, options: CampaignOptions, machine: Machine, executor: Executor,
                 reference_executor: Executor) -> MutantRow:
-    from hicache_fuzz.harness.campaign.loop import campaign_case
     from hicache_fuzz.harness.campaign.options import run_from_options
+    from hicache_fuzz.harness.engine.campaign_case import backend_space, campaign_case
 
     row = MutantRow(mutant.name, _bug_class(mutant.models_bug), mutant.models_bug, False, 0, 0.0)
     availability = mutant.probe(machine.platform)
@@ -115,7 +115,10 @@ def _run_mutant(mutant: Backend, options: CampaignOptions, machine: Machine, exe
     row.kill_index, row.kill_case_id = failure.first_index, failure.first_case_id
     # Replay the killing case on the reference: if the reference fails on it too, the kill says nothing
     # about the mutant's bug.
-    case = campaign_case(options.seed, failure.first_index, mutant, options.space(), machine.platform)
+    platform = machine.platform
+    space = backend_space(mutant, options.space(), platform, options.seed)
+    mix = options.engine.resolved_mix(platform)
+    case = campaign_case(options.seed, failure.first_index, mutant, space, platform, mix)
     reference_result = reference_executor.run(case.replace(backend="reference"))
     row.reference_on_kill_case = reference_result.outcome.value
     if reference_result.outcome.is_failure:

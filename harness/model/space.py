@@ -95,7 +95,7 @@ class CaseSpace:
     tail_rate: float = 0.02
     honour_rate: float = 0.35  # share of cases whose budget rises to fit the scheduled buckets (see generate)
     tail_factor: int = 8
-    schedule: bool = True  # draw scheduled dimensions from a covering array (see harness/campaign/pairwise.py)
+    schedule: bool = True  # draw scheduled dimensions from a covering array (see harness/generation/pairwise.py)
     backend: str = "reference"
     tuning_menus: tuple[tuple[str, tuple[int | str | bool, ...]], ...] = ()
     # Menu growth, for backends where every row size is a compile (sglang's JIT kernels): row_bytes_growth[k]

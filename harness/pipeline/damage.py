@@ -1,5 +1,5 @@
 """Damage: what a mismatching transfer did to the destination, as a relation between expected and observed
-rows, not as raw offsets. It is what a failure's bug identity is built from (campaign/identity.py).
+rows, not as raw offsets. It is what a failure's bug identity is built from (findings/identity.py).
 
 The address-tagged fill makes every byte self-describing: byte ``i`` of a storage filled with salt ``s`` is
 byte ``i % 8`` of ``splitmix64((i // 8) ^ s)``, and splitmix64 can be inverted (up to the two bits its

@@ -21,16 +21,12 @@ from hicache_fuzz.harness.model.exit_codes import Unavailable
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.harness.pipeline import probe_cache
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.harness.pipeline.reuse import StorageReuse
 from hicache_fuzz.harness.pipeline.runner import DEVICE_CRASH_PREFIX, DeviceContextLost, run_case
 from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.buffers import HostMemory
 from hicache_fuzz.kernels.registry import Registry
-
-
-class Executor(Protocol):
-    def run(self, case: Case) -> Result: ...
-    def close(self) -> None: ...
 
 
 def run_batch(executor: Executor, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
@@ -110,7 +106,7 @@ def submit_batch(executor: Executor, cases: Sequence[Case], lone_first: int = 0)
     return handle
 
 
-class InProcessExecutor:
+class InProcessExecutor(Executor):
     def __init__(self, registry: Registry, machine: Machine) -> None:
         self.registry = registry
         self.machine = machine

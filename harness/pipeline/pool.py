@@ -38,6 +38,7 @@ from typing import Any
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import usable_cores
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharing, start_gpu_sharing
 from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 from hicache_fuzz.harness.pipeline.reuse import geometry_key
@@ -111,7 +112,7 @@ def geometry_groups(cases: Sequence[Case], limit: int = GROUP_LIMIT) -> list[ran
     return groups
 
 
-class WorkerPool:
+class WorkerPool(Executor):
     """`size` WorkerExecutors, each with its own journal folder, sharing batches."""
 
     def __init__(self, size: int, backend_names: Sequence[str], journal_dir: str | os.PathLike[str],
@@ -158,6 +159,8 @@ class WorkerPool:
         return self.members[0].run(case)
 
     runs_lone_cases_aside = True  # run_batch(..., lone_first=k): see the module docstring
+    queues_batches = True  # submit_batch queues the batch for the members and returns at once
+    runs_batches = True
 
     def run_batch(self, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
         return self.submit_batch(cases, lone_first).result()

@@ -1,6 +1,6 @@
 """Storage reuse: a case runs on the storages the previous case of the same geometry left behind.
 
-An index variant (harness/campaign/variants.py) has its case's geometry: the same pools, layers, rows, page
+An index variant (harness/engine/variants.py) has its case's geometry: the same pools, layers, rows, page
 size and layout, so the same storages. Allocating and filling them again costs more than the kernel call, so a
 worker that is told to (``reuse``) keeps the last case's storages and hands them to the next case when the
 geometry matches: the sources are filled afresh for the new case (its own seed, so the bytes it moves are new),

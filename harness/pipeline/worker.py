@@ -49,6 +49,7 @@ from typing import Any
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.pipeline import probe_cache
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.harness.pipeline.gpu_sharing import Collateral, GpuSharing, spreads
 from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 
@@ -70,8 +71,10 @@ class WorkerError(RuntimeError):
         self.partial_results: list[Result] = list(partial_results or [])
 
 
-class WorkerExecutor:
+class WorkerExecutor(Executor):
     """Runs cases in a persistent subprocess; crashes and hangs become CRASH / HANG results."""
+
+    runs_batches = True
 
     def __init__(
         self,

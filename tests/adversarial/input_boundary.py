@@ -41,10 +41,10 @@ FORBIDDEN = ("plugin",)
 def check_file(data: bytes, folder: Path) -> None:
     """The content `data` through every reader of the input boundary: each returns or refuses (InputError or
     UsageError); any other exception is a bug of the boundary."""
-    from hicache_fuzz.harness.campaign.corpus import load_entries
-    from hicache_fuzz.harness.campaign.merge import load_report
-    from hicache_fuzz.harness.campaign.space_file import load_space_file
+    from hicache_fuzz.harness.findings.corpus import load_entries
+    from hicache_fuzz.harness.generation.space_file import load_space_file
     from hicache_fuzz.harness.model.json_input import InputError, parse_json
+    from hicache_fuzz.harness.reporting.merge import load_report
 
     with contextlib.suppress(InputError):
         parse_json(data.decode("utf-8", errors="replace"), "input")
@@ -61,10 +61,10 @@ def check_file(data: bytes, folder: Path) -> None:
 
 def check_command_line(words: list[str]) -> None:
     """Parse `words` as a hicache-fuzz command line and run the checks that come before any work."""
-    from hicache_fuzz.harness.campaign.engine_cli import engine_options
-    from hicache_fuzz.harness.campaign.space_file import space_from_args
     from hicache_fuzz.harness.commands.cli import build_parser
+    from hicache_fuzz.harness.commands.fuzz_options import engine_options
     from hicache_fuzz.harness.commands.output import check_declared_outputs
+    from hicache_fuzz.harness.generation.space_file import space_from_args
     from hicache_fuzz.harness.model.json_input import InputError
 
     if not words or words[0] not in COMMANDS or any(bad in word for word in words for bad in FORBIDDEN):

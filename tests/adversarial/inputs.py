@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import REPRODUCER_FORMAT, REPRODUCER_VERSION
+from hicache_fuzz.harness.findings.corpus import REPRODUCER_FORMAT, REPRODUCER_VERSION
 
 
 def valid_case() -> dict[str, Any]:

@@ -98,7 +98,7 @@ def test_both_case_shapes_load(short_tmp: Path, cli: object) -> None:
     several["backends"] = ["reference", "zoo-first-index-of-page"]
     many = short_tmp / "many.json"
     many.write_text(json.dumps(several))
-    from hicache_fuzz.harness.campaign.corpus import load_entries
+    from hicache_fuzz.harness.findings.corpus import load_entries
 
     assert [e.case.backend for e in load_entries(one)] == ["reference"]
     assert [e.case.backend for e in load_entries(many)] == ["reference", "zoo-first-index-of-page"]

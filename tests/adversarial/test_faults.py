@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.corpus import load_entry
 from hicache_fuzz.harness.commands.output import STDOUT_BEGIN, STDOUT_END
+from hicache_fuzz.harness.findings.corpus import load_entry
 from hicache_fuzz.harness.pipeline.worker import WorkerExecutor
 from tests.adversarial.inputs import valid_case
 

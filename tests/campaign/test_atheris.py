@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hicache_fuzz.harness.campaign import atheris_entry
-from hicache_fuzz.harness.campaign.generate import draw_case
 from hicache_fuzz.harness.commands import atheris as atheris_command
+from hicache_fuzz.harness.generation.generate import draw_case
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 

@@ -8,10 +8,10 @@ import argparse
 
 import pytest
 
-from hicache_fuzz.harness.campaign.engine_cli import add_engine_arguments, engine_options
-from hicache_fuzz.harness.campaign.engine_stats import summary_lines
-from hicache_fuzz.harness.campaign.feed import CaseFeed, EngineOptions, parse_backend_every
-from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.commands.fuzz_options import add_arguments, engine_options
+from hicache_fuzz.harness.engine.engine_stats import summary_lines
+from hicache_fuzz.harness.engine.feed import CaseFeed, EngineOptions, parse_backend_every
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend
@@ -82,7 +82,7 @@ def test_bad_backend_every_values_name_the_problem(bad: str) -> None:
     with pytest.raises(ValueError, match="--backend-every"):
         parse_backend_every(bad)
     parser = argparse.ArgumentParser()
-    add_engine_arguments(parser)
+    add_arguments(parser)
     with pytest.raises(ValueError, match="--backend-every"):
         engine_options(parser.parse_args(["--backend-every", bad]))
     assert engine_options(parser.parse_args(["--backend-every", "none"])).backend_every == "none"

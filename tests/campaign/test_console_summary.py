@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.engine_stats import SIZES_SHOWN, summary_lines
 from hicache_fuzz.harness.commands.cli import main
+from hicache_fuzz.harness.engine.engine_stats import SIZES_SHOWN, summary_lines
 
 
 def test_a_cpu_campaign_prints_no_gpu_lines_and_a_short_size_list(tmp_path: Path,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus, load_entries, load_entry
+from hicache_fuzz.harness.findings.corpus import CorpusError, load_corpus, load_entries, load_entry
 from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
 
 CASE = Case(direction=Direction.WRITE_BACK, scope=Scope.ALL_LAYERS, layout=HostLayout.LAYER_FIRST,

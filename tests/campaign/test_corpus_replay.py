@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry, load_corpus
-from hicache_fuzz.harness.campaign.reproducer import judge_replay
+from hicache_fuzz.harness.findings.corpus import CorpusEntry, load_corpus
+from hicache_fuzz.harness.findings.reproducer import judge_replay
 from hicache_fuzz.harness.model.platform import Machine, detect
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.kernels.registry import Registry, UnknownBackend, load_registry

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hicache_fuzz.harness.campaign.coverage import Coverage, case_features
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
-from hicache_fuzz.harness.campaign.merge import merge_reports
 from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
@@ -22,6 +20,8 @@ from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
+from hicache_fuzz.harness.reporting.coverage import Coverage, case_features
+from hicache_fuzz.harness.reporting.merge import merge_reports
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.oracles.contract import Platform
 

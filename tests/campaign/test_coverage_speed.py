@@ -1,4 +1,4 @@
-"""Coverage.add defers the expansion of a case into counts (campaign/coverage.py): every read must see exactly
+"""Coverage.add defers the expansion of a case into counts (reporting/coverage.py): every read must see exactly
 what the eager, one-case-at-a-time expansion gives, in the same key order, whenever it happens."""
 
 from __future__ import annotations
@@ -11,21 +11,8 @@ from typing import Any
 
 import pytest
 
-from hicache_fuzz.harness.campaign import coverage as coverage_module
-from hicache_fuzz.harness.campaign.coverage import (
-    EDGES,
-    NOT_EXECUTED,
-    PAIR_DIMENSIONS,
-    TRIPLE,
-    VARIANT_FIELDS,
-    Coverage,
-    case_edges,
-    case_features,
-    case_values,
-    pair_name,
-)
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.variants import index_variant, index_variants
+from hicache_fuzz.harness.engine.variants import index_variant, index_variants
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
@@ -39,6 +26,19 @@ from hicache_fuzz.harness.model.case import (
 )
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.reporting import coverage as coverage_module
+from hicache_fuzz.harness.reporting.coverage import (
+    EDGES,
+    NOT_EXECUTED,
+    PAIR_DIMENSIONS,
+    TRIPLE,
+    VARIANT_FIELDS,
+    Coverage,
+    case_edges,
+    case_features,
+    case_values,
+    pair_name,
+)
 
 BACKENDS = ("gpu-a", "gpu-b")
 OUTCOMES = (Outcome.PASS, Outcome.PASS, Outcome.REJECTED_AS_PREDICTED, Outcome.MISMATCH, Outcome.UNSUPPORTED,

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from hicache_fuzz.harness.campaign.buckets import is_power_of_two
 from hicache_fuzz.harness.campaign.dry_run import MODELLED_PLATFORMS, PredictingExecutor, predicted_result
-from hicache_fuzz.harness.campaign.feed import CaseFeed, EngineOptions
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, MenuGrowth, run_campaign
 from hicache_fuzz.harness.commands.cli import main
+from hicache_fuzz.harness.engine.feed import CaseFeed, EngineOptions
+from hicache_fuzz.harness.generation.buckets import is_power_of_two
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_USAGE
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -129,7 +129,7 @@ def test_labels_of_a_backend_land_in_coverage_values(monkeypatch: pytest.MonkeyP
 def test_a_predicted_result_is_what_the_runner_would_decide_before_running() -> None:
     backend = load_registry().get("sglang-page-unified")
     space = backend.case_space(CaseSpace(backend=backend.name), CUDA)
-    from hicache_fuzz.harness.campaign.generate import case_for_index
+    from hicache_fuzz.harness.generation.generate import case_for_index
 
     seen = set()
     for index in range(200):

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from hicache_fuzz.harness.campaign.corpus import load_entry
-from hicache_fuzz.harness.campaign.engine_stats import summary_lines
-from hicache_fuzz.harness.campaign.feed import (
+from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.engine.campaign_case import backend_space
+from hicache_fuzz.harness.engine.engine_stats import summary_lines
+from hicache_fuzz.harness.engine.feed import (
     CaseFeed,
     EngineOptions,
     Slot,
@@ -22,10 +23,10 @@ from hicache_fuzz.harness.campaign.feed import (
     known_crash_features,
     suspects_last,
 )
-from hicache_fuzz.harness.campaign.identity import signature
-from hicache_fuzz.harness.campaign.loop import CampaignConfig, backend_space, run_campaign
-from hicache_fuzz.harness.campaign.mix import DEFAULT_MIX, Mix, TransferProfile, case_class, mixed_case
-from hicache_fuzz.harness.campaign.scale import SIMULATED, scale_case
+from hicache_fuzz.harness.engine.mix import DEFAULT_MIX, Mix, TransferProfile, case_class, mixed_case
+from hicache_fuzz.harness.engine.scale import SIMULATED, scale_case
+from hicache_fuzz.harness.findings.corpus import load_entry
+from hicache_fuzz.harness.findings.identity import signature
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform, require
@@ -250,16 +251,13 @@ def test_worker_journal_dir_layout(tmp_path: Path) -> None:
 def test_engine_arguments_parse_and_reject_bad_values() -> None:
     import argparse
 
-    from hicache_fuzz.harness.campaign.engine_cli import add_engine_arguments, engine_options
+    from hicache_fuzz.harness.commands.fuzz_options import add_arguments, engine_options
 
     parser = argparse.ArgumentParser()
-    add_engine_arguments(parser)
+    add_arguments(parser)
     options = engine_options(parser.parse_args(["--mix", "transfer=0.6,reject=0.4", "--batch", "8",
                                                 "--scale", "simulated"]))
     assert options.batch == 8 and options.resolved_scale(CPU) == SIMULATED
-    from hicache_fuzz.harness.campaign import engine_cli, scale
-
-    assert engine_cli.DEFAULT_SCALE_SHARE == scale.DEFAULT_SCALE_SHARE
     assert options.resolved_mix(CPU) == Mix.parse("transfer=0.6,reject=0.4")
     assert EngineOptions().resolved_mix(CPU) is None and EngineOptions().resolved_scale(CPU) is None
     assert EngineOptions().resolved_mix(Platform("cuda", (9, 0))) == DEFAULT_MIX
@@ -300,8 +298,8 @@ def test_bench_targets_include_the_share_of_the_bare_loop() -> None:
 def test_production_scale_cases_of_every_shape_pass_the_case_rules() -> None:
     """The GPU scale tier's production shapes (a 2^24-row device pool, a host offset past 2^32, 61 layers) must
     be valid cases under the case-size rule, which counts storages rounded up to a power of two."""
-    from hicache_fuzz.harness.campaign.mix import TransferProfile
-    from hicache_fuzz.harness.campaign.scale import PRODUCTION, SHAPES, host_offset_reached, scale_case
+    from hicache_fuzz.harness.engine.mix import TransferProfile
+    from hicache_fuzz.harness.engine.scale import PRODUCTION, SHAPES, host_offset_reached, scale_case
 
     backend = load_registry().get("reference")
     space = backend_space(backend, CaseSpace(), CPU)
@@ -314,7 +312,7 @@ def test_production_scale_cases_of_every_shape_pass_the_case_rules() -> None:
 
 
 def test_stalls_are_the_timeline_stretches_far_under_the_mean_rate() -> None:
-    from hicache_fuzz.harness.campaign.engine_stats import timeline_stalls
+    from hicache_fuzz.harness.engine.engine_stats import timeline_stalls
 
     samples = [{"t": 0.0, "cases": 0}, {"t": 1.0, "cases": 100}, {"t": 2.0, "cases": 110}, {"t": 3.5, "cases": 111},
                {"t": 4.5, "cases": 300}, {"t": 5.5, "cases": 310}]

@@ -1,4 +1,4 @@
-"""The feed process (campaign/feed_process.py): the same slots as the in-process feed, a campaign through it
+"""The feed process (engine/feed_process.py): the same slots as the in-process feed, a campaign through it
 visits the same cases, a feed that cannot start falls back to the thread feed and says so, and a feed process
 that dies is a harness error naming it."""
 
@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.feed import CaseFeed, EngineOptions
-from hicache_fuzz.harness.campaign.feed_process import FeedProcessError, ProcessFeed
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.engine.feed import CaseFeed, EngineOptions
+from hicache_fuzz.harness.engine.feed_process import FeedProcessError, ProcessFeed
 from hicache_fuzz.harness.model.platform import Platform, require
 from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.harness.pipeline.pool import WorkerPool
 from hicache_fuzz.kernels.registry import load_registry
 
@@ -59,12 +60,12 @@ def test_a_campaign_through_the_feed_process_runs_the_cases_of_the_thread_feed(t
 
 
 def test_auto_uses_the_process_feed_for_a_pool_on_a_gpu_only() -> None:
-    class Pool:
-        def submit_batch(self) -> None: ...
+    class Pool(Executor):
+        queues_batches = True
 
     assert EngineOptions().resolved_feed(Platform("cuda", (9, 0)), Pool()) == "process"
     assert EngineOptions().resolved_feed(Platform("rocm"), Pool()) == "process"
-    assert EngineOptions().resolved_feed(Platform("cuda", (9, 0)), object()) == "thread"
+    assert EngineOptions().resolved_feed(Platform("cuda", (9, 0)), Executor()) == "thread"
     assert EngineOptions().resolved_feed(CPU, Pool()) == "thread"
     with pytest.raises(ValueError, match="feed 'x'"):
         EngineOptions(feed="x").resolved_feed(CPU, Pool())

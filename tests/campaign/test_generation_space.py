@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.buckets import PAGE_SIZE_BUCKETS, is_power_of_two, label_of
-from hicache_fuzz.harness.campaign.coverage import Coverage, case_edges, case_values
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.pairwise import covering_array, legal_pair, pins_for_index, schedule_dims
-from hicache_fuzz.harness.campaign.space_file import add_space_arguments, apply_space, space_from_args
+from hicache_fuzz.harness.generation.buckets import PAGE_SIZE_BUCKETS, is_power_of_two, label_of
+from hicache_fuzz.harness.generation.generate import case_for_index
+from hicache_fuzz.harness.generation.pairwise import covering_array, legal_pair, pins_for_index, schedule_dims
+from hicache_fuzz.harness.generation.space_file import add_space_arguments, apply_space, space_from_args
 from hicache_fuzz.harness.model.case import Attention, HostLayout
 from hicache_fuzz.harness.model.exit_codes import UsageError
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.reporting.coverage import Coverage, case_edges, case_values
 
 SPACE = CaseSpace()
 

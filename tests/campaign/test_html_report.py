@@ -1,4 +1,4 @@
-"""The HTML report (harness/campaign/html_report.py, harness/commands/report.py): rendered from a real 2-second CPU
+"""The HTML report (harness/reporting/html_report.py, harness/commands/report.py): rendered from a real 2-second CPU
 campaign and from two recorded reports (tests/data: a CPU gate, a GPU campaign with five findings), parsed back
 with html.parser; sections, heat-map cells, failure rows and links must match the report they came from."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from hicache_fuzz.harness.campaign.html_report import write_html
 from hicache_fuzz.harness.commands.cli import main as report_main
+from hicache_fuzz.harness.reporting.html_report import write_html
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -67,7 +67,7 @@ def test_campaign_page(campaign_report: dict[str, Any], tmp_path: Path) -> None:
     assert "script" not in page.tags and "svg" in page.tags and "polyline" in page.tags
     assert len(campaign_report["timeline"]) >= 2
     assert page.classes["outcome-row"] == len(campaign_report["outcomes"]) == 2
-    from hicache_fuzz.harness.campaign.coverage import REQUIRED
+    from hicache_fuzz.harness.reporting.coverage import REQUIRED
 
     cells = 0
     for dims in campaign_report["coverage"].values():

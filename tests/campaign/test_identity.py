@@ -1,4 +1,4 @@
-"""Bug identity (harness/campaign/identity.py, harness/pipeline/damage.py): stable across seeds, geometry and
+"""Bug identity (harness/findings/identity.py, harness/pipeline/damage.py): stable across seeds, geometry and
 unrelated rule violations; separate for different bugs; computed from real reproducers, the committed GPU
 findings included."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hicache_fuzz.harness.campaign.corpus import load_corpus, load_entry
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.identity import error_cause, identify, normalize_error
+from hicache_fuzz.harness.findings.corpus import load_corpus, load_entry
+from hicache_fuzz.harness.findings.identity import error_cause, identify, normalize_error
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import IndexDevice, IndexDtype, IndexSpec
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Platform

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.corpus import iter_case_files, load_corpus
-from hicache_fuzz.harness.campaign.identity import identify
-from hicache_fuzz.harness.campaign.known import known_bugs
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
-from hicache_fuzz.harness.campaign.scope import Environment
+from hicache_fuzz.harness.findings.corpus import iter_case_files, load_corpus
+from hicache_fuzz.harness.findings.identity import identify
+from hicache_fuzz.harness.findings.known import known_bugs
+from hicache_fuzz.harness.findings.scope import Environment
 from hicache_fuzz.harness.model.case import (
     Case,
     Direction,

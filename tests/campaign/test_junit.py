@@ -5,8 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from hicache_fuzz.harness.campaign.junit import JUnitCase, write_junit
-from hicache_fuzz.harness.campaign.merge import junit_cases
+from hicache_fuzz.harness.reporting.junit import JUnitCase, write_junit
+from hicache_fuzz.harness.reporting.merge import junit_cases
 
 
 def test_write_junit_counts_failures_and_skips(tmp_path: Path) -> None:

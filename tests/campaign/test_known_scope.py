@@ -1,5 +1,5 @@
 """A known failure must never hide a new one: a known entry accounts only for failures of its identity whose
-case meets its trigger (campaign/trigger.py, campaign/known.py). The plugin backend refuses valid inputs in
+case meets its trigger (findings/trigger.py, findings/known.py). The plugin backend refuses valid inputs in
 two ways under one identity: pageable host memory (the known bug), and int32 device indices where a planted
 sglang is imported (the regression)."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.corpus import CorpusError, load_corpus, load_entry
-from hicache_fuzz.harness.campaign.known import KnownMap, known_bugs, match_known, recorded_trigger
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
 from hicache_fuzz.harness.campaign.minimize import minimize
-from hicache_fuzz.harness.campaign.reproducer import save_reproducer
-from hicache_fuzz.harness.campaign.scope import Environment
-from hicache_fuzz.harness.campaign.standalone import DEFAULT_PLATFORM
-from hicache_fuzz.harness.campaign.trigger import in_trigger
+from hicache_fuzz.harness.findings.corpus import CorpusError, load_corpus, load_entry
+from hicache_fuzz.harness.findings.known import KnownMap, known_bugs, match_known, recorded_trigger
+from hicache_fuzz.harness.findings.reproducer import save_reproducer
+from hicache_fuzz.harness.findings.scope import Environment
+from hicache_fuzz.harness.findings.standalone import DEFAULT_PLATFORM
+from hicache_fuzz.harness.findings.trigger import in_trigger
 from hicache_fuzz.harness.model.case import HostAllocator, IndexDtype, IndexSpec
 from hicache_fuzz.harness.model.platform import Platform, require
 from hicache_fuzz.harness.model.space import CaseSpace

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Attention
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.harness.model.space import CaseSpace

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
-from hicache_fuzz.harness.campaign.merge import MergeError, corpus_files, merge_corpora, merge_reports, report_files
 from hicache_fuzz.harness.commands import cli
 from hicache_fuzz.harness.model import exit_codes
 from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
+from hicache_fuzz.harness.reporting.merge import MergeError, corpus_files, merge_corpora, merge_reports, report_files
 from hicache_fuzz.kernels.registry import load_registry
 
 SMALL = CaseSpace(byte_budget=64 << 10)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.identity import signature
 from hicache_fuzz.harness.campaign.minimize import NotFailing, case_size, minimize
 from hicache_fuzz.harness.commands.cli import main
+from hicache_fuzz.harness.findings.identity import signature
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -115,7 +115,7 @@ def test_minimize_subcommand(tmp_path: Path) -> None:
     space = CaseSpace(byte_budget=1 << 16, backend="test-drop-last-page")
     run = cpu_run(DropLastPage())
     case = next(c for i in range(200) if run(c := case_for_index(5, i, space)).outcome.is_failure)
-    from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
 
     source = save_reproducer(tmp_path / "in", case, run(case))
     out_json = tmp_path / "min.json"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.corpus import load_entry
-from hicache_fuzz.harness.campaign.identity import normalize_error, signature, signature_key
-from hicache_fuzz.harness.campaign.reproducer import judge_replay, save_reproducer
 from hicache_fuzz.harness.commands.cli import main
+from hicache_fuzz.harness.findings.corpus import load_entry
+from hicache_fuzz.harness.findings.identity import normalize_error, signature, signature_key
+from hicache_fuzz.harness.findings.reproducer import judge_replay, save_reproducer
 from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.kernels.reference import ReferenceBackend

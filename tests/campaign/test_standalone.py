@@ -1,4 +1,4 @@
-"""Standalone reproducers (harness/campaign/standalone.py): scripts for every sglang backend kind, executed on the CPU
+"""Standalone reproducers (harness/findings/standalone.py): scripts for every sglang backend kind, executed on the CPU
 with only torch and the fake sglang (tests/fake_sglang) importable; they must pass against the correct fake
 and fail, naming the first differing byte, against the buggy one. The committed corpus scripts must be what
 the generator writes now, and the script's fill must equal the harness's byte for byte."""
@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import torch
 
-from hicache_fuzz.harness.campaign.standalone import (
+from hicache_fuzz.harness.findings.standalone import (
     StandaloneUnsupported,
     stale_corpus_scripts,
     standalone_path,
     standalone_script,
     supports,
 )
-from hicache_fuzz.harness.campaign.standalone_calls import CALLS
+from hicache_fuzz.harness.findings.standalone_calls import CALLS
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.pipeline.materialize import materialize
 
@@ -147,7 +147,7 @@ def test_isolation_blocks_hicache_fuzz(tmp_path: Path) -> None:
 
 def test_committed_corpus_scripts_are_up_to_date() -> None:
     stale = stale_corpus_scripts(CORPUS)
-    assert not stale, f"regenerate with: python -m hicache_fuzz.harness.campaign.standalone corpus/sglang ({stale})"
+    assert not stale, f"regenerate with: python -m hicache_fuzz.harness.findings.standalone corpus/sglang ({stale})"
 
 
 @pytest.mark.parametrize("name", ["staged-group-pages", "page-unified-mha-load", "register-mha-pf-all-load"])
@@ -176,7 +176,7 @@ def test_non_sglang_backend_has_no_standalone_form() -> None:
 
 
 def test_reproducer_save_writes_standalone_script(tmp_path: Path) -> None:
-    from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
     from hicache_fuzz.harness.model.outcome import Outcome, Result
 
     the_case = Case.from_dict(SYNTHETIC["jit-mha-lf-one-load"])

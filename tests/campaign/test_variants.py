@@ -1,4 +1,4 @@
-"""Index variants (campaign/variants.py) and storage reuse (pipeline/reuse.py): a variant keeps what the
+"""Index variants (engine/variants.py) and storage reuse (pipeline/reuse.py): a variant keeps what the
 contract looks at, runs on the storages of the case before it, and is still checked byte for byte; a failure
 on reused storages is reported as the case fails alone."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.feed import CaseFeed, EngineOptions
-from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
-from hicache_fuzz.harness.campaign.mix import case_class
-from hicache_fuzz.harness.campaign.variants import VARIANT_NOTE, index_variant, relabel_pages
+from hicache_fuzz.harness.engine.feed import CaseFeed, EngineOptions
+from hicache_fuzz.harness.engine.mix import case_class
+from hicache_fuzz.harness.engine.variants import VARIANT_NOTE, index_variant, relabel_pages
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform, require
@@ -218,9 +218,9 @@ def test_a_failure_on_reused_storages_is_the_result_of_the_case_alone() -> None:
 
 
 def test_scale_tier_shards_draw_different_scale_cases() -> None:
-    from hicache_fuzz.harness.campaign.feed import FeedClock, ScaleTier
-    from hicache_fuzz.harness.campaign.mix import TransferProfile
-    from hicache_fuzz.harness.campaign.scale import SIMULATED
+    from hicache_fuzz.harness.engine.feed import FeedClock, ScaleTier
+    from hicache_fuzz.harness.engine.mix import TransferProfile
+    from hicache_fuzz.harness.engine.scale import SIMULATED
 
     registry = load_registry()
     backend = registry.get("reference")
@@ -235,8 +235,8 @@ def test_scale_tier_shards_draw_different_scale_cases() -> None:
 
 
 def test_the_first_cycle_of_scale_shapes_runs_whatever_the_share() -> None:
-    from hicache_fuzz.harness.campaign.feed import FIRST_CYCLE_SPACING, ScaleTier
-    from hicache_fuzz.harness.campaign.scale import SHAPES, SIMULATED
+    from hicache_fuzz.harness.engine.feed import FIRST_CYCLE_SPACING, ScaleTier
+    from hicache_fuzz.harness.engine.scale import SHAPES, SIMULATED
 
     tier = ScaleTier(1, [], {}, CPU, SIMULATED, 0.15, {})
     tier.seconds = 1000.0  # far over its share
@@ -248,7 +248,7 @@ def test_the_first_cycle_of_scale_shapes_runs_whatever_the_share() -> None:
 
 
 def test_the_report_line_names_backends_with_their_own_variant_count() -> None:
-    from hicache_fuzz.harness.campaign.engine_stats import _variants_text
+    from hicache_fuzz.harness.engine.engine_stats import _variants_text
 
     assert _variants_text({"variants_per_case": 3, "variants_by_backend": {"a": 3, "b": 3}}) == "3"
     assert _variants_text({"variants_per_case": 15, "variants_by_backend": {

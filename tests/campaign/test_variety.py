@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from hicache_fuzz.harness.campaign.dry_run import MODELLED_PLATFORMS, PredictingExecutor
-from hicache_fuzz.harness.campaign.engine_stats import EngineStats, summary_lines, variety_key
-from hicache_fuzz.harness.campaign.feed import EngineOptions
-from hicache_fuzz.harness.campaign.generate import case_for_index
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
-from hicache_fuzz.harness.campaign.variants import index_variants
+from hicache_fuzz.harness.engine.engine_stats import EngineStats, summary_lines, variety_key
+from hicache_fuzz.harness.engine.feed import EngineOptions
+from hicache_fuzz.harness.engine.variants import index_variants
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.harness.model.space import CaseSpace

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from typing import Any
 
-from hicache_fuzz.harness.campaign.loop import backend_space
 from hicache_fuzz.harness.commands.jit_warm import grown_menus
+from hicache_fuzz.harness.engine.campaign_case import backend_space
 from hicache_fuzz.harness.model.exit_codes import EXIT_UNAVAILABLE
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace

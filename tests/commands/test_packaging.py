@@ -45,7 +45,7 @@ PYTHON_M_MODULES = (
     "hicache_fuzz.harness.isa.check",
     "hicache_fuzz.harness.isa.fetch",
     "hicache_fuzz.harness.pipeline.bare_loop",
-    "hicache_fuzz.harness.campaign.standalone",
+    "hicache_fuzz.harness.findings.standalone",
     "hicache_fuzz.kernels.aot_build.fetch_sources",
     "hicache_fuzz.kernels.aot_build.build",
 )

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.reproducer import save_reproducer
 from hicache_fuzz.harness.commands.cli import main
+from hicache_fuzz.harness.findings.reproducer import save_reproducer
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.isa import check as isa_check
 from hicache_fuzz.harness.isa import fetch as isa_fetch
 from hicache_fuzz.harness.isa.symbols import IsaReport

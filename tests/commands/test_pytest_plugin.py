@@ -75,7 +75,7 @@ def test_fixtures_and_markers_in_a_test_file(pytester: pytest.Pytester) -> None:
 
 
 def _zoo_reproducer(folder: Path) -> Path:
-    from hicache_fuzz.harness.campaign.reproducer import save_reproducer
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
     from hicache_fuzz.harness.model.case import Case
     from hicache_fuzz.harness.model.platform import require
     from hicache_fuzz.harness.pipeline.executor import InProcessExecutor

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hicache_fuzz.harness.campaign.corpus import save_failure
-from hicache_fuzz.harness.campaign.loop import campaign_case
 from hicache_fuzz.harness.campaign.strategies import cases
+from hicache_fuzz.harness.engine.campaign_case import backend_space, campaign_case
+from hicache_fuzz.harness.findings.corpus import save_failure
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor
 
@@ -48,5 +48,6 @@ def test_generator_and_campaign_agree_on_backend_spaces(fuzz_target: FuzzTarget)
     that a backend's case_space accepts the base space it is given)."""
     platform = fuzz_target.machine.platform
     for backend in fuzz_target.backends:
-        case = campaign_case(1, 0, backend, CaseSpace(byte_budget=fuzz_target.byte_budget or 1 << 20), platform)
+        base = CaseSpace(byte_budget=fuzz_target.byte_budget or 1 << 20)
+        case = campaign_case(1, 0, backend, backend_space(backend, base, platform, seed=1), platform)
         assert case.backend == backend.name

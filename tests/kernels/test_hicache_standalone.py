@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.standalone import standalone_script, supports
+from hicache_fuzz.harness.findings.standalone import standalone_script, supports
 from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout
 from tests.kernels._hicache_helpers import FAKE, hicache_case
 

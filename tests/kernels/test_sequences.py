@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hicache_fuzz.harness.campaign.identity import signature
 from hicache_fuzz.harness.campaign.minimize import minimize, shorter_sequences
+from hicache_fuzz.harness.findings.identity import signature
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, make_tuning
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.pipeline import runner

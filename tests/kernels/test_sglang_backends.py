@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import (
     Attention,
     Case,

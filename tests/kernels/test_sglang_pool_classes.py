@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout, KVDtype, PoolSpec, make_tuning
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform

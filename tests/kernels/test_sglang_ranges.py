@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hicache_fuzz.harness.campaign.buckets import is_power_of_two
-from hicache_fuzz.harness.campaign.loop import backend_space, campaign_case
+from hicache_fuzz.harness.engine.campaign_case import backend_space, campaign_case
+from hicache_fuzz.harness.generation.buckets import is_power_of_two
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace, rotating_sample
 from hicache_fuzz.kernels.registry import load_registry
@@ -48,7 +48,8 @@ def test_no_range_is_narrowed_that_costs_no_compile(name: str, platform: Platfor
 @pytest.mark.parametrize("name", SGLANG)
 def test_drawn_page_sizes_reach_past_128_with_non_powers_of_two(name: str) -> None:
     backend = load_registry().get(name)
-    sizes = {campaign_case(1, index, backend, CaseSpace(), H200).page_size for index in range(600)}
+    space = backend_space(backend, CaseSpace(), H200, seed=1)
+    sizes = {campaign_case(1, index, backend, space, H200).page_size for index in range(600)}
     assert max(sizes) >= 128
     assert len([p for p in sizes if not is_power_of_two(p)]) >= 10
     assert len([p for p in sizes if p > 64 and not is_power_of_two(p)]) >= 3
@@ -90,8 +91,9 @@ def test_each_seed_grows_by_its_own_sample_and_a_few_seeds_grow_by_all_of_it(nam
 def test_case_i_depends_only_on_seed_index_and_space() -> None:
     backend = load_registry().get("sglang-staged")
     late = 10 * 150 + 3  # past several growth stages
-    assert campaign_case(4, late, backend, CaseSpace(), H200) == campaign_case(4, late, backend, CaseSpace(), H200)
-    assert campaign_case(4, late, backend, CaseSpace(), H200) != campaign_case(5, late, backend, CaseSpace(), H200)
+    four, five = (backend_space(backend, CaseSpace(), H200, seed) for seed in (4, 5))
+    assert campaign_case(4, late, backend, four, H200) == campaign_case(4, late, backend, four, H200)
+    assert campaign_case(4, late, backend, four, H200) != campaign_case(5, late, backend, five, H200)
 
 
 @pytest.mark.parametrize("seed", [None, 1, 2])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import (
     Attention,
     Case,

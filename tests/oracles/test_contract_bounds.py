@@ -9,8 +9,8 @@ import random
 import pytest
 import torch
 
-from hicache_fuzz.harness.campaign.generate import RandomChooser, _inject_violation, case_for_index, draw_case
-from hicache_fuzz.harness.campaign.loop import backend_space
+from hicache_fuzz.harness.engine.campaign_case import backend_space
+from hicache_fuzz.harness.generation.generate import RandomChooser, _inject_violation, case_for_index, draw_case
 from hicache_fuzz.harness.model.case import INDEX_LIMIT, Case, Direction, IndexDtype
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.space import CaseSpace

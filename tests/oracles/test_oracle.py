@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,

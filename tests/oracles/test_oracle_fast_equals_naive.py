@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Case, Direction
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.fill import fill_pattern

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
+from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import (
     Attention,
     Case,

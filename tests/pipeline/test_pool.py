@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.feed import EngineOptions
 from hicache_fuzz.harness.campaign.loop import FIRST_BATCH_CASES, CampaignConfig, run_campaign
-from hicache_fuzz.harness.campaign.variants import index_variant
 from hicache_fuzz.harness.commands.common import worker_process_count
+from hicache_fuzz.harness.engine.feed import EngineOptions
+from hicache_fuzz.harness.engine.variants import index_variant
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.harness.pipeline.pool import WorkerPool, auto_pool_size, geometry_groups
 from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
 from hicache_fuzz.kernels.registry import load_registry
@@ -282,11 +283,13 @@ def test_a_running_pool_shortens_the_thread_switch_interval_and_restores_it(tmp_
     assert sys.getswitchinterval() == pytest.approx(before)
 
 
-class _QueueingExecutor:
+class _QueueingExecutor(Executor):
     """A stand-in pool: batches finish at once, except a lone (scale) case, which finishes only after three more
     batches were submitted behind it (as a slow scale case on the first member would)."""
 
     runs_lone_cases_aside = True
+    queues_batches = True
+    runs_batches = True
     size = 2
 
     def __init__(self) -> None:
@@ -334,7 +337,7 @@ def test_a_scale_case_runs_beside_the_queue_and_is_recorded_when_it_is_done() ->
                                                  feed="thread"))
     executor = _QueueingExecutor()
     recorded: list[str] = []
-    report = run_campaign(config, [backend], machine.platform, executor,  # type: ignore[arg-type]
+    report = run_campaign(config, [backend], machine.platform, executor,
                           on_result=lambda case, result, report: recorded.append(case.note), record_case_ids=True)
     assert report.cases == len(report.case_ids) == len(set(report.case_ids)) == 400
     assert len(executor.lone_at) >= 3 and report.extra["scale"]["scale_cases"] == len(executor.lone_at)
@@ -355,7 +358,7 @@ def test_every_batch_of_a_pool_campaign_is_full_where_the_feed_runs_over() -> No
     config = CampaignConfig([b.name for b in backends], seed=9, max_cases=1000,
                             engine=EngineOptions(batch=50, mix="auto", scale="off", variants=7, feed="thread"))
     executor = _QueueingExecutor()
-    report = run_campaign(config, backends, machine.platform, executor,  # type: ignore[arg-type]
+    report = run_campaign(config, backends, machine.platform, executor,
                           record_case_ids=True)
     assert executor.sizes[0] == min(FIRST_BATCH_CASES, 50) and sum(executor.sizes) == report.cases == 1000
     assert set(executor.sizes[1:]) == {50}, executor.sizes
@@ -374,7 +377,7 @@ def test_a_pool_campaign_starts_with_a_short_batch_and_visits_the_same_cases() -
                               engine=EngineOptions(batch=128, mix="auto", scale="off", feed="thread"))
 
     executor = _QueueingExecutor()
-    pooled = run_campaign(config(), [backend], machine.platform, executor,  # type: ignore[arg-type]
+    pooled = run_campaign(config(), [backend], machine.platform, executor,
                           record_case_ids=True)
     assert executor.sizes[0] == FIRST_BATCH_CASES and max(executor.sizes) == 128
     assert sum(executor.sizes) == pooled.cases == 300

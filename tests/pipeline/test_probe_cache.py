@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry
 from hicache_fuzz.harness.campaign.replay import replay_entries
+from hicache_fuzz.harness.findings.corpus import CorpusEntry
 from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
 from hicache_fuzz.harness.model.exit_codes import Unavailable
 from hicache_fuzz.harness.model.platform import require

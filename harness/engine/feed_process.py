@@ -4,7 +4,7 @@ On a GPU the campaign parent has one core's worth of Python for everything: gene
 worker pool's pipe traffic and result decoding (one thread per worker) and recording results. A feed thread
 holds the interpreter lock for about a third of the campaign, which the pool's serving threads need to keep the
 workers busy (docs/engine.md, "Keeping the workers fed"). :class:`ProcessFeed` runs the same
-:class:`~hicache_fuzz.harness.campaign.feed.CaseFeed` in a child process started with ``spawn`` and keeps one
+:class:`~hicache_fuzz.harness.engine.feed.CaseFeed` in a child process started with ``spawn`` and keeps one
 batch generated ahead there; the parent only unpacks the slots. The slots are exactly those of the in-process
 feed (case i is a pure function of the seed, the index and the backend's space), so campaigns, shards and
 resumes are unchanged.
@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-from hicache_fuzz.harness.campaign.feed import CaseFeed, FeedClock, Slot
-from hicache_fuzz.harness.campaign.mix import Mix
+from hicache_fuzz.harness.engine.feed import CaseFeed, FeedClock, Slot
+from hicache_fuzz.harness.engine.mix import Mix
 from hicache_fuzz.harness.model.platform import limit_torch_threads
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend

@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry, CorpusError, load_entries
-from hicache_fuzz.harness.campaign.coverage import Coverage
-from hicache_fuzz.harness.campaign.junit import JUnitCase
+from hicache_fuzz.harness.findings.corpus import CorpusEntry, CorpusError, load_entries
 from hicache_fuzz.harness.model.json_input import (
     MAX_REPORT_FILE_BYTES,
     InputError,
@@ -42,6 +40,8 @@ from hicache_fuzz.harness.model.json_input import (
     expect_str,
     read_json_file,
 )
+from hicache_fuzz.harness.reporting.coverage import Coverage
+from hicache_fuzz.harness.reporting.junit import JUnitCase
 
 MERGED_FORMAT = "hicache-fuzz-merged-report"
 # Keys of a campaign report that merge_reports combines; any other key is kept per input in merged_from.

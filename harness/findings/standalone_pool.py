@@ -7,7 +7,7 @@ storages as for every other backend.
 
 from __future__ import annotations
 
-from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype, PoolSpec
 from hicache_fuzz.oracles.contract import Platform
 
 _SGLANG_DTYPES = {KVDtype.BF16: "torch.bfloat16", KVDtype.FP16: "torch.float16", KVDtype.FP32: "torch.float32",
@@ -15,7 +15,7 @@ _SGLANG_DTYPES = {KVDtype.BF16: "torch.bfloat16", KVDtype.FP16: "torch.float16",
 
 
 def pool_call(case: Case, platform: Platform) -> str:
-    ps, layers, size = case.page_size, case.layers, case.device_rows - case.page_size
+    size = case.device_rows - case.page_size
     lines = [
         "from types import MethodType, SimpleNamespace",
         "",
@@ -29,30 +29,7 @@ def pool_call(case: Case, platform: Platform) -> str:
         "pools = {}  # name: (device pool, host pool, the device pool's per-layer buffers per K/V)",
     ]
     for spec in case.pools:
-        dtype = _SGLANG_DTYPES[spec.dtype]
-        indent = " " * 33
-        info = "device_pool.get_device_pool_infos()[0].buffer_info"
-        host_args = [f'{info}, 2.0, 0, {ps}, "{case.layout.value}",',
-                     f'{indent}pin_memory=True, device="cpu", device_capacity_tokens=size, start_layer=0, '
-                     f"end_layer={layers - 1},"]
-        if spec.attention is Attention.MLA:
-            rope = 64 if spec.head_dim > 64 else 0
-            lines += [f"device_pool = MLATokenToKVPool(size, {ps}, {dtype}, {spec.head_dim - rope}, {rope}, {layers}, "
-                      "str(DEVICE), False)",
-                      "host_pool = MLATokenToKVPoolHost(" + host_args[0], host_args[1],
-                      f'{indent}target_layer_num={layers}, pool_label="{spec.name}", '
-                      f"host_token_capacity={case.host_slots})",
-                      "buffers = [device_pool.kv_buffer]"]
-        else:
-            lines += [f"device_pool = MHATokenToKVPool(size, {ps}, {dtype}, {spec.heads}, {spec.head_dim}, {layers}, "
-                      "str(DEVICE), False,",
-                      "                               enable_alt_stream=False)",
-                      "host_pool = MHATokenToKVPoolHost(" + host_args[0], host_args[1],
-                      f'{indent}pool_label="{spec.name}", host_token_capacity={case.host_slots})',
-                      "buffers = [device_pool.k_buffer, device_pool.v_buffer]"]
-        if not spec.write_back_jit:
-            lines.append("host_pool.can_use_write_back_jit = False  # a side pool without the staged path")
-        lines.append(f'pools["{spec.name}"] = (device_pool, host_pool, buffers)')
+        lines += _pool_lines(case, spec)
     lines += [
         "",
         "",
@@ -116,3 +93,34 @@ def pool_call(case: Case, platform: Platform) -> str:
               '        if hasattr(host_pool, "destroy"):',
               "            host_pool.destroy()"]
     return "\n".join(lines)
+
+
+def _pool_lines(case: Case, spec: PoolSpec) -> list[str]:
+    """The script lines that build one of the case's device pools and its host pool."""
+    ps, layers = case.page_size, case.layers
+    lines: list[str] = []
+    dtype = _SGLANG_DTYPES[spec.dtype]
+    indent = " " * 33
+    info = "device_pool.get_device_pool_infos()[0].buffer_info"
+    host_args = [f'{info}, 2.0, 0, {ps}, "{case.layout.value}",',
+                 f'{indent}pin_memory=True, device="cpu", device_capacity_tokens=size, start_layer=0, '
+                 f"end_layer={layers - 1},"]
+    if spec.attention is Attention.MLA:
+        rope = 64 if spec.head_dim > 64 else 0
+        lines += [f"device_pool = MLATokenToKVPool(size, {ps}, {dtype}, {spec.head_dim - rope}, {rope}, {layers}, "
+                  "str(DEVICE), False)",
+                  "host_pool = MLATokenToKVPoolHost(" + host_args[0], host_args[1],
+                  f'{indent}target_layer_num={layers}, pool_label="{spec.name}", '
+                  f"host_token_capacity={case.host_slots})",
+                  "buffers = [device_pool.kv_buffer]"]
+    else:
+        lines += [f"device_pool = MHATokenToKVPool(size, {ps}, {dtype}, {spec.heads}, {spec.head_dim}, {layers}, "
+                  "str(DEVICE), False,",
+                  "                               enable_alt_stream=False)",
+                  "host_pool = MHATokenToKVPoolHost(" + host_args[0], host_args[1],
+                  f'{indent}pool_label="{spec.name}", host_token_capacity={case.host_slots})',
+                  "buffers = [device_pool.k_buffer, device_pool.v_buffer]"]
+    if not spec.write_back_jit:
+        lines.append("host_pool.can_use_write_back_jit = False  # a side pool without the staged path")
+    lines.append(f'pools["{spec.name}"] = (device_pool, host_pool, buffers)')
+    return lines

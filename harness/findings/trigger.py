@@ -1,10 +1,10 @@
 """The trigger of a known failure: the case conditions its reproducer needs to fail the way it does.
 
-A bug identity (campaign/identity.py) names *what* went wrong; two different bugs can share one (a new
+A bug identity (findings/identity.py) names *what* went wrong; two different bugs can share one (a new
 regression that refuses valid inputs on the path of a known refusal). A known corpus entry is therefore
 scoped to its trigger as well: the conditions, in the case's own terms, under which the recorded failure
 appears. A campaign failure with the entry's identity counts as known only when its case meets every
-condition (campaign/known.py); otherwise it is new.
+condition (findings/known.py); otherwise it is new.
 
 The conditions are drawn from a fixed vocabulary of case features, each with a *plain* value, the one the
 minimizer reduces every case towards (campaign/minimize.py's ``defaults``, ``fewer_pools``):
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hicache_fuzz.harness.campaign.identity import contract_cause
+from hicache_fuzz.harness.findings.identity import contract_cause
 from hicache_fuzz.harness.model.case import Case, CaseError, HostAllocator, IndexSpec, PoolSpec
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.kernels.base import Backend

@@ -2,7 +2,7 @@
 tensors to sglang exactly as the backend in ``kernels/sglang_<kind>.py`` does.
 
 Each template returns the body of ``call_sglang(raw, host_idx, dev_idx)`` in the generated script (see
-:mod:`hicache_fuzz.harness.campaign.standalone`), which has these names in scope: ``typed(raw, pool, side)`` (the
+:mod:`hicache_fuzz.harness.findings.standalone`), which has these names in scope: ``typed(raw, pool, side)`` (the
 payload in sglang's shape: device ``(K/V, layer, row, head, dim)``, host in the pool's host layout),
 ``ptrs(tensors)`` (a uint64 device table of base addresses), ``DEVICE``, ``torch``, ``os``.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hicache_fuzz.harness.campaign.standalone_pool import pool_call
+from hicache_fuzz.harness.findings.standalone_pool import pool_call
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, Scope
 from hicache_fuzz.kernels import sglang_common
 from hicache_fuzz.oracles.contract import Platform

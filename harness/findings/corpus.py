@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.identity import identify, signature
-from hicache_fuzz.harness.campaign.scope import KnownScope, ScopeError
-from hicache_fuzz.harness.campaign.trigger import TriggerError, trigger_from_json
+from hicache_fuzz.harness.findings.identity import identify, signature
+from hicache_fuzz.harness.findings.scope import KnownScope, ScopeError
+from hicache_fuzz.harness.findings.trigger import TriggerError, trigger_from_json
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import (
     InputError,
@@ -51,7 +51,7 @@ class CorpusEntry:
     # (see docs/reproducers.md, "Expected failures").
     expect: str = "pass"
     scope: KnownScope = field(default_factory=KnownScope)  # where an expected failure applies
-    # the case conditions the recorded failure needs (campaign/trigger.py); empty: recorded without one
+    # the case conditions the recorded failure needs (findings/trigger.py); empty: recorded without one
     trigger: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -2,7 +2,7 @@
 
 Under pytest-xdist, Hypothesis adds nothing to the JUnit report and each worker only knows its own tests, so
 a campaign's findings would be invisible to CI dashboards. Tools build :class:`JUnitCase` rows from merged
-results (see :func:`hicache_fuzz.harness.campaign.merge.junit_cases`) and call :func:`write_junit`; one row per
+results (see :func:`hicache_fuzz.harness.reporting.merge.junit_cases`) and call :func:`write_junit`; one row per
 backend x failure signature (or per shard) keeps the report meaningful however the work was spread.
 """
 

@@ -155,7 +155,7 @@ def _outcome_map(outcomes: Mapping[str, Mapping[str, int]]) -> str:
 
 
 def _coverage(report: Mapping[str, Any]) -> str:
-    from hicache_fuzz.harness.campaign.coverage import REQUIRED
+    from hicache_fuzz.harness.reporting.coverage import REQUIRED
 
     coverage: Mapping[str, Mapping[str, Mapping[str, int]]] = report.get("coverage", {})
     if not coverage:

@@ -13,7 +13,7 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
   clock (``worker_*``: predict, materialize, backend, oracle, compare, classify);
 * ``backend_ms_per_case``: the worker's run_case time per ordinary case, per backend (where time goes);
 * ``engine.variants_per_case`` and ``engine.storages_reused``: index variants after each generated case, and
-  the cases that ran on storages kept from the case before them (campaign/variants.py, pipeline/reuse.py);
+  the cases that ran on storages kept from the case before them (engine/variants.py, pipeline/reuse.py);
 * ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`);
 * ``distinct_cases`` and ``distinct_cases_per_second``: generated cases that ran, each counted once however many
   backends ran it (:func:`variety_key`), index variants not counted: the campaign's variety, beside its volume
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, fields
 from itertools import pairwise
 from typing import Any
 
-from hicache_fuzz.harness.campaign.mix import Mix
-from hicache_fuzz.harness.campaign.scale import ScaleReach
+from hicache_fuzz.harness.engine.mix import Mix
+from hicache_fuzz.harness.engine.scale import ScaleReach
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, register_chunk_bytes
@@ -70,7 +70,7 @@ class EngineStats:
     distinct: set[int] = field(default_factory=set)  # variety_key of the generated cases that ran
 
     def add(self, case: Case, result: Result, scale_case: bool, generated: bool = True) -> None:
-        """Count `result`; `generated` is False for an index variant (harness/campaign/variants.py)."""
+        """Count `result`; `generated` is False for an index variant (harness/engine/variants.py)."""
         if not self.first_result_unix:
             self.first_result_unix = time.time()
         if generated and result.outcome not in NOT_RUN:

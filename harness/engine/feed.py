@@ -9,16 +9,16 @@ with a feed visits exactly the cases the case-at-a-time loop visited, and ``next
 Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 
 * ``batch``: cases per round trip (auto: 64 where the executor has ``run_batch``, else 1);
-* ``mix``: the case mix (:mod:`hicache_fuzz.harness.campaign.mix`; auto: ``transfer=0.7,reject=0.28,empty=0.02``
+* ``mix``: the case mix (:mod:`hicache_fuzz.harness.engine.mix`; auto: ``transfer=0.7,reject=0.28,empty=0.02``
   on a GPU, none on the CPU platform, whose campaigns keep their historical case sets);
-* ``scale``: the scale tier (:mod:`hicache_fuzz.harness.campaign.scale`; auto: production sizes on a GPU,
+* ``scale``: the scale tier (:mod:`hicache_fuzz.harness.engine.scale`; auto: production sizes on a GPU,
   off on the CPU; ``simulated`` runs the scaled-down tier anywhere) and its time share (default 15 %);
-* ``variants``: index variants after each generated case (:mod:`hicache_fuzz.harness.campaign.variants`;
+* ``variants``: index variants after each generated case (:mod:`hicache_fuzz.harness.engine.variants`;
   auto: 7 on a GPU, raised for a backend to its ``geometry_setup_variants``, none on the CPU platform;
   ``--variants N`` gives every backend N). A variant is a case like any other, run on the storages its case
   left behind; the slots of one index are its case and then its variants, for every backend in turn.
 
-The command-line form of these options is harness/campaign/engine_cli.py (no torch import: fast --help).
+The command-line form of these options is harness/commands/fuzz_options.py (no torch import: fast --help).
 
 Known crash classes. A corpus entry marked ``"expect": "fail"`` whose observed outcome is a crash gives a
 predicate: same backend, same emptiness of each index list (every crash class known today is a zero-length
@@ -41,19 +41,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.generate import case_for_index
-from hicache_fuzz.harness.campaign.mix import DEFAULT_MIX, Mix, TransferProfile, mixed_case
-from hicache_fuzz.harness.campaign.scale import (
-    DEFAULT_SCALE_SHARE,
+from hicache_fuzz.harness.engine.campaign_case import campaign_case
+from hicache_fuzz.harness.engine.defaults import DEFAULT_SCALE_SHARE
+from hicache_fuzz.harness.engine.mix import DEFAULT_MIX, Mix, TransferProfile
+from hicache_fuzz.harness.engine.scale import (
     PRODUCTION,
     SHAPES,
     SIMULATED,
     ScaleTargets,
     scale_case,
 )
-from hicache_fuzz.harness.campaign.variants import index_variants
+from hicache_fuzz.harness.engine.variants import index_variants
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
 
@@ -83,7 +84,7 @@ class EngineOptions:
     # batch boundary; 0 runs a batch at a time.
     batches_ahead: int = 3
     # Where cases are generated: "auto" (a process of its own for a worker pool on a GPU, where the parent's
-    # interpreter lock is the limit: harness/campaign/feed_process.py; a thread of the campaign otherwise),
+    # interpreter lock is the limit: harness/engine/feed_process.py; a thread of the campaign otherwise),
     # "process" or "thread". The slots are the same either way.
     feed: str = "auto"
 
@@ -109,12 +110,12 @@ class EngineOptions:
             every.update(parse_backend_every(self.backend_every))
         return every
 
-    def resolved_feed(self, platform: Platform, executor: object) -> str:
+    def resolved_feed(self, platform: Platform, executor: Executor) -> str:
         if self.feed not in ("auto", "process", "thread"):
             raise ValueError(f"feed {self.feed!r}: expected auto, process or thread")
         if self.feed != "auto":
             return self.feed
-        return "process" if platform.kind != "cpu" and hasattr(executor, "submit_batch") else "thread"
+        return "process" if platform.kind != "cpu" and executor.queues_batches else "thread"
 
     def resolved_mix(self, platform: Platform) -> Mix | None:
         if self.mix == "none" or (self.mix == "auto" and platform.kind == "cpu"):
@@ -130,11 +131,33 @@ class EngineOptions:
             return PRODUCTION
         raise ValueError(f"scale {self.scale!r}: expected auto, off, production or simulated")
 
-    def resolved_batch(self, executor: object) -> int:
+    def resolved_batch(self, executor: Executor) -> int:
         if self.batch is not None:
             return max(1, self.batch)
         # A worker pool shares a batch among its workers: a batch per worker per round trip.
-        return DEFAULT_BATCH * int(getattr(executor, "size", 1)) if hasattr(executor, "run_batch") else 1
+        return DEFAULT_BATCH * executor.size if executor.runs_batches else 1
+
+    def resolve(self, platform: Platform, backends: Sequence[Backend], executor: Executor) -> EngineSettings:
+        """The options for one campaign on `platform` with `backends` and `executor`, resolved once."""
+        return EngineSettings(mix=self.resolved_mix(platform), batch=self.resolved_batch(executor),
+                              variants=self.resolved_variants_by_backend(platform, backends),
+                              every=self.resolved_backend_every(platform, backends),
+                              feed=self.resolved_feed(platform, executor), scale=self.resolved_scale(platform),
+                              scale_share=self.scale_share, batches_ahead=self.batches_ahead)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """EngineOptions resolved for one campaign (EngineOptions.resolve): what the loop and its feed read."""
+
+    mix: Mix | None
+    batch: int  # slots per batch
+    variants: Mapping[str, int]  # index variants per generated case, by backend
+    every: Mapping[str, int]  # K by backend: it runs every K-th campaign index
+    feed: str  # "process" or "thread"
+    scale: ScaleTargets | None  # None: no scale tier
+    scale_share: float
+    batches_ahead: int
 
 
 def parse_backend_every(text: str) -> dict[str, int]:
@@ -240,11 +263,8 @@ class CaseFeed:
             if self.before_index is not None:
                 self.before_index(backend, index)
             space = self.spaces[backend.name]
-            if self.mix is None:
-                case = case_for_index(self.seed, index, space)
-            else:
-                case = mixed_case(self.seed, index, space, backend, self.platform, self.mix,
-                                  self.profiles[backend.name])
+            case = campaign_case(self.seed, index, backend, space, self.platform, self.mix,
+                                 self.profiles[backend.name])
             last = backend is runs_here[-1]  # the index's last slot comes from its last backend that runs it
             has_indices = bool(case.host_indices and case.device_indices)
             variants = self.variants_by_backend.get(backend.name, 0) if has_indices else 0

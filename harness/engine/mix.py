@@ -27,14 +27,14 @@ import math
 import random
 from dataclasses import dataclass
 
-from hicache_fuzz.harness.campaign.generate import RandomChooser, case_for_index, draw_case
+from hicache_fuzz.harness.engine.defaults import DEFAULT_MIX_TEXT
+from hicache_fuzz.harness.generation.generate import RandomChooser, case_for_index, draw_case
 from hicache_fuzz.harness.model.case import Case, Direction, HostAllocator, IndexDevice, IndexDtype, Scope
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform, Verdict, predict
 
 CLASSES = ("transfer", "reject", "empty", "undefined", "unsupported")
-DEFAULT_MIX_TEXT = "transfer=0.7,reject=0.28,empty=0.02"
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ indices at 2^k - 1, 2^k, 2^k + 1, the last page of a pool, index 0, reversed and
 non-contiguous or misaligned runs inside a page, valid partial last pages, row sizes around each entry point's
 rules, int32 indices, CPU vs device indices per side, indices exactly at a side's bound.
 
-Each numeric dimension is drawn inside a bucket (:mod:`hicache_fuzz.harness.campaign.buckets`); in campaigns
-the buckets come from the pairwise schedule (:mod:`hicache_fuzz.harness.campaign.pairwise`), so combinations
+Each numeric dimension is drawn inside a bucket (:mod:`hicache_fuzz.harness.generation.buckets`); in campaigns
+the buckets come from the pairwise schedule (:mod:`hicache_fuzz.harness.generation.pairwise`), so combinations
 are reached early. A :class:`CaseSpace` bounds what is drawn; backends narrow it to what they implement
 (``Backend.case_space``); docs/generation.md describes all of it.
 """
@@ -23,7 +23,7 @@ from dataclasses import replace
 from enum import Enum
 from typing import Protocol, TypeVar
 
-from hicache_fuzz.harness.campaign.buckets import (
+from hicache_fuzz.harness.generation.buckets import (
     HEAD_BUCKETS,
     LAYER_BUCKETS,
     OPEN,
@@ -36,7 +36,7 @@ from hicache_fuzz.harness.campaign.buckets import (
     labels_of_menu,
     menu_in_bucket,
 )
-from hicache_fuzz.harness.campaign.pairwise import pins_for_index
+from hicache_fuzz.harness.generation.pairwise import pins_for_index
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
@@ -210,8 +210,56 @@ def _case_budget(chooser: Chooser, space: CaseSpace) -> tuple[int, bool]:
 
 def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None = None) -> Case:
     """One case from `space`, every decision taken through `chooser`; `pins` (schedule dimension -> bucket,
-    see :mod:`hicache_fuzz.harness.campaign.pairwise`) fix the buckets the schedule asks for, the rest is drawn."""
+    see :mod:`hicache_fuzz.harness.generation.pairwise`) fix the buckets the schedule asks for, the rest is drawn.
+    The steps below draw in a fixed order: the same chooser answers give the same case."""
     pins = pins or {}
+    direction, scope, layout, attention = _draw_kind(chooser, space, pins)
+    pool_count = _draw_pool_count(chooser, space, pins)
+    budget, tail, page_size, layers, pages, long_transfer = _draw_sizes(chooser, space, pins, attention, pool_count)
+    pools = _draw_pools(chooser, space, pins, attention, layout, pool_count, budget, (page_size, layers, pages),
+                        long_transfer)
+    layers, page_size, pages, host_pages, device_pages = _fit_budget(chooser, space, pools, budget, tail,
+                                                                     (page_size, layers, pages))
+    layer = chooser.integer(0, layers - 1) if scope is Scope.ONE_LAYER else 0
+    host_indices, device_indices = _draw_indices(chooser, space, direction, pages, page_size, host_pages,
+                                                 device_pages)
+    if "index_dtypes" in pins:
+        host_text, _, device_text = pins["index_dtypes"].partition("/")
+        host_dtype, device_dtype = IndexDtype(host_text), IndexDtype(device_text)
+    else:
+        host_dtype, device_dtype = chooser.choice(space.index_dtypes), chooser.choice(space.index_dtypes)
+    # placement menus with repeats are weights: drawn from the menu as it is
+    host_device = _pick_member(chooser, pins, "host_index_device", space.host_index_devices or space.index_devices)
+    device_device = _pick_member(chooser, pins, "device_index_device",
+                                 space.device_index_devices or space.index_devices)
+    tuning = {name: chooser.choice(menu) for name, menu in space.tuning_menus}
+    case = Case(
+        direction=direction,
+        scope=scope,
+        layout=layout,
+        pools=tuple(pools),
+        layers=layers,
+        page_size=page_size,
+        device_rows=device_pages * page_size,
+        host_slots=host_pages * page_size,
+        layer=layer,
+        host_indices=tuple(host_indices),
+        device_indices=tuple(device_indices),
+        host_index=IndexSpec(host_dtype, host_device),
+        device_index=IndexSpec(device_dtype, device_device),
+        host_allocator=_pick_member(chooser, pins, "allocator", space.allocators),
+        backend=space.backend,
+        tuning=make_tuning(tuning),
+        seed=chooser.integer(0, 2**31 - 1),
+    )
+    if chooser.chance(space.invalid_rate):
+        case = _inject_violation(chooser, case)
+    return case
+
+
+def _draw_kind(chooser: Chooser, space: CaseSpace,
+               pins: Mapping[str, str]) -> tuple[Direction, Scope, HostLayout, Attention]:
+    """Direction, scope, host layout and attention kind (a layout no attention kind of the space has moves)."""
     dls = pins.get("dls")
     if dls is not None:
         d, lay, s = dls.split("/")
@@ -226,11 +274,21 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
         attention = chooser.choice(space.attentions)
         layout = chooser.choice([lay for lay in space.layouts if lay in LAYOUTS_BY_ATTENTION[attention]]
                                 or [HostLayout.PAGE_FIRST])
+    return direction, scope, layout, attention
+
+
+def _draw_pool_count(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str]) -> int:
     if pins.get("pools") is not None:
         pool_count = 1 if pins["pools"] == "1" else chooser.integer(2, max(2, space.max_pools))
     else:
         pool_count = 1 if space.max_pools <= 1 or not chooser.chance(0.15) else chooser.integer(2, space.max_pools)
-    pool_count = min(pool_count, max(1, space.max_pools))
+    return min(pool_count, max(1, space.max_pools))
+
+
+def _draw_sizes(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str], attention: Attention,
+                pool_count: int) -> tuple[int, bool, int, int, int, bool]:
+    """The case's byte budget (and whether it is a tail case), page size, layers, pages and whether it is a
+    long transfer (past the 65,535-token grid limit)."""
     budget, tail = _case_budget(chooser, space)
     page_label = _pick(chooser, pins, "page_size", labels_of_menu(PAGE_SIZE_BUCKETS, space.page_sizes))
     page_size = _in_bucket(chooser, PAGE_SIZE_BUCKETS, page_label, space.page_sizes, space.max_page_size)
@@ -262,6 +320,13 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
         pages = 0
     pages = min(pages, space.max_pages)
 
+    return budget, tail, page_size, layers, pages, long_transfer
+
+
+def _draw_pools(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str], attention: Attention,
+                layout: HostLayout, pool_count: int, budget: int, geometry: tuple[int, int, int],
+                long_transfer: bool) -> list[PoolSpec]:
+    page_size, layers, pages = geometry
     # Sizes before rows: either the rows fit the drawn sizes (long transfers over narrow rows, many layers),
     # or the sizes give way to the drawn rows in the budget fit below; which one varies from case to case.
     slots_per_layer = 2 * (pages + 3) * page_size * layers * (1 if attention is Attention.MLA else 2) * pool_count
@@ -274,6 +339,14 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
         side = _pool(chooser, space, side_attention, layout, f"side{i}", {}, row_cap)
         pools.append(replace(side, write_back_jit=chooser.chance(0.5)))
 
+    return pools
+
+
+def _fit_budget(chooser: Chooser, space: CaseSpace, pools: list[PoolSpec], budget: int, tail: bool,
+                geometry: tuple[int, int, int]) -> tuple[int, int, int, int, int]:
+    """Host and device pool sizes around the transfer, then the geometry shrunk until the case fits its budget:
+    (layers, page size, pages, host pages, device pages)."""
+    page_size, layers, pages = geometry
     per_token = _bytes_per_token_layer(pools)
     host_slack, device_slack = chooser.integer(0, 3), chooser.integer(1, 3)
     # Tail cases make their size count: half of them put it in one big pool (a device component past the
@@ -318,8 +391,11 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
             pages = max(1, pages // 2)
     host_pages = max(1, pages + host_slack)
     device_pages = pages + device_slack  # device page 0 is sglang's padding page
-    layer = chooser.integer(0, layers - 1) if scope is Scope.ONE_LAYER else 0
+    return layers, page_size, pages, host_pages, device_pages
 
+
+def _draw_indices(chooser: Chooser, space: CaseSpace, direction: Direction, pages: int, page_size: int,
+                  host_pages: int, device_pages: int) -> tuple[list[int], list[int]]:
     host_pages_chosen = _page_ids(chooser, host_pages, pages, first=0, page_size=page_size)
     device_pages_chosen = _page_ids(chooser, device_pages, pages, first=1 if not chooser.chance(0.05) else 0,
                                     page_size=page_size)
@@ -336,38 +412,7 @@ def draw_case(chooser: Chooser, space: CaseSpace, pins: Mapping[str, str] | None
         # contract decides per entry point).
         cut = chooser.integer(1, page_size - 1)
         del host_indices[-cut:], device_indices[-cut:]
-    if "index_dtypes" in pins:
-        host_text, _, device_text = pins["index_dtypes"].partition("/")
-        host_dtype, device_dtype = IndexDtype(host_text), IndexDtype(device_text)
-    else:
-        host_dtype, device_dtype = chooser.choice(space.index_dtypes), chooser.choice(space.index_dtypes)
-    # placement menus with repeats are weights: drawn from the menu as it is
-    host_device = _pick_member(chooser, pins, "host_index_device", space.host_index_devices or space.index_devices)
-    device_device = _pick_member(chooser, pins, "device_index_device",
-                                 space.device_index_devices or space.index_devices)
-    tuning = {name: chooser.choice(menu) for name, menu in space.tuning_menus}
-    case = Case(
-        direction=direction,
-        scope=scope,
-        layout=layout,
-        pools=tuple(pools),
-        layers=layers,
-        page_size=page_size,
-        device_rows=device_pages * page_size,
-        host_slots=host_pages * page_size,
-        layer=layer,
-        host_indices=tuple(host_indices),
-        device_indices=tuple(device_indices),
-        host_index=IndexSpec(host_dtype, host_device),
-        device_index=IndexSpec(device_dtype, device_device),
-        host_allocator=_pick_member(chooser, pins, "allocator", space.allocators),
-        backend=space.backend,
-        tuning=make_tuning(tuning),
-        seed=chooser.integer(0, 2**31 - 1),
-    )
-    if chooser.chance(space.invalid_rate):
-        case = _inject_violation(chooser, case)
-    return case
+    return host_indices, device_indices
 
 
 _SHRINK_ORDERS = (("layers", "page_size", "pages"), ("pages", "layers", "page_size"),

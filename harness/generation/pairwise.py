@@ -24,7 +24,7 @@ import random
 from functools import lru_cache
 from typing import Any
 
-from hicache_fuzz.harness.campaign.buckets import (
+from hicache_fuzz.harness.generation.buckets import (
     HEAD_BUCKETS,
     LAYER_BUCKETS,
     PAGE_SIZE_BUCKETS,

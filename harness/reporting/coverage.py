@@ -4,7 +4,7 @@ Only cases the backend actually ran count (passed, rejected as predicted, or fai
 undefined cases never reached the implementation. Three views, all in the campaign report:
 
 * ``coverage``: backend -> dimension -> bucket -> cases. Buckets are the finer ones of
-  :mod:`hicache_fuzz.harness.campaign.buckets` (page size 1 / powers of two / non-powers of two, page counts
+  :mod:`hicache_fuzz.harness.generation.buckets` (page size 1 / powers of two / non-powers of two, page counts
   around the 64-page staging chunk, layers to 128, heads past 8, tokens past 65,536, ...). The dimension
   ``edge`` counts named edges reached (``page_size=npot``, ``tokens>=65536``, ``layers=126``, ...) and each
   ``pair:a*b`` dimension counts the bucket pairs of two dimensions seen together. All of it is plain counts,
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from itertools import combinations
 from typing import Any
 
-from hicache_fuzz.harness.campaign.buckets import (
+from hicache_fuzz.harness.generation.buckets import (
     HEAD_BUCKETS,
     HEAD_DIM_BUCKETS,
     LAYER_BUCKETS,
@@ -45,7 +45,7 @@ from hicache_fuzz.harness.campaign.buckets import (
     is_power_of_two,
     label_of,
 )
-from hicache_fuzz.harness.campaign.pairwise import legal_pair
+from hicache_fuzz.harness.generation.pairwise import legal_pair
 from hicache_fuzz.harness.model.case import Case, HostLayout
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 

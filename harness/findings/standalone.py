@@ -3,7 +3,7 @@
 The script builds the case's storages byte for byte as the harness does (guard | payload | guard, filled with
 the address-tagged splitmix64 pattern of :func:`hicache_fuzz.harness.pipeline.materialize.fill_pattern`, with the salts
 computed here and written in as numbers), calls the sglang entry point the case's backend calls, with the same
-arguments (the per-backend call templates live in :mod:`hicache_fuzz.harness.campaign.standalone_calls`), computes the
+arguments (the per-backend call templates live in :mod:`hicache_fuzz.harness.findings.standalone_calls`), computes the
 expected bytes with a few lines of torch indexing, compares uint8 views of every whole storage and prints the
 first differing K/V, layer, page, token and byte. What the script expects is the contract's verdict for the
 case (:func:`hicache_fuzz.oracles.contract.predict`): accept (then the bytes must match) or reject (then the
@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.standalone_calls import CALLS
-from hicache_fuzz.harness.campaign.standalone_hicache import BACKEND as HICACHE_BACKEND
-from hicache_fuzz.harness.campaign.standalone_hicache import hicache_script
+from hicache_fuzz.harness.findings.standalone_calls import CALLS
+from hicache_fuzz.harness.findings.standalone_hicache import BACKEND as HICACHE_BACKEND
+from hicache_fuzz.harness.findings.standalone_hicache import hicache_script
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, IndexDevice, PoolSpec
 from hicache_fuzz.harness.model.json_input import read_json_file
 from hicache_fuzz.harness.model.output_paths import write_text_atomic
@@ -85,11 +85,11 @@ def stale_corpus_scripts(directory: Path, platform: Platform = DEFAULT_PLATFORM)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hicache_fuzz.harness.campaign.standalone DIR...``: (re)write the standalone scripts of the sglang
+    """``python -m hicache_fuzz.harness.findings.standalone DIR...``: (re)write the standalone scripts of the sglang
     reproducers under each DIR (e.g. corpus/sglang); ``--check`` only lists stale ones (exit 1 if any)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.campaign.standalone")
+    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.findings.standalone")
     parser.add_argument("directories", nargs="+", type=Path)
     parser.add_argument("--check", action="store_true", help="list missing or stale scripts; write nothing")
     args = parser.parse_args(argv)
@@ -188,6 +188,24 @@ def _docstring_safe(text: str) -> str:
     return text.replace('"""', "'''").replace("\\", "/")
 
 
+def _pool_tables(case: Case) -> tuple[list[str], list[str], list[str]]:
+    """The script's POOLS (dtype and shapes), SALTS (the fill's per-storage salts) and AXES rows, per pool."""
+    src_side = "device" if case.direction is Direction.WRITE_BACK else "host"
+    pools, salts, axes = [], [], []
+    for number, pool in enumerate(case.pools):
+        dtype = _TYPE_NAMES[str(TORCH_DTYPES[pool.dtype]).removeprefix("torch.")]
+        device_shape = (len(pool.components), case.layers, case.device_rows, pool.heads, pool.head_dim)
+        host_shape = layouts.host_shape(case, pool)
+        pools.append(f'    "{pool.name}": ({dtype}, {device_shape}, {tuple(host_shape)}),')
+        for side in ("device", "host"):
+            role = "source" if side == src_side else "destination"
+            salts.append(f'    "{pool.name}/{side}": {_salt(case.seed, number, pool.name, side, role)},')
+        kv = "kv" if pool.attention is Attention.MLA else "k/v"
+        axes.append(f'    "{pool.name}/device": {(kv, "layer", "row", "head", "byte")},')
+        axes.append(f'    "{pool.name}/host": {_host_axes(case, pool)},')
+    return pools, salts, axes
+
+
 def standalone_script(reproducer: dict[str, Any], platform: Platform = DEFAULT_PLATFORM,
                       broken_call: bool = False) -> str:
     """The text of the standalone script for a reproducer (or bare case) dict. `broken_call` drops the last
@@ -211,21 +229,7 @@ def standalone_script(reproducer: dict[str, Any], platform: Platform = DEFAULT_P
     observed = reproducer.get("observed", {})
     summary = str(observed.get("summary") or observed.get("error") or "").splitlines()
     signature = str(reproducer.get("signature", ""))
-    write = case.direction is Direction.WRITE_BACK
-    src_side = "device" if write else "host"
-
-    pools, salts, axes = [], [], []
-    for number, pool in enumerate(case.pools):
-        dtype = _TYPE_NAMES[str(TORCH_DTYPES[pool.dtype]).removeprefix("torch.")]
-        device_shape = (len(pool.components), case.layers, case.device_rows, pool.heads, pool.head_dim)
-        host_shape = layouts.host_shape(case, pool)
-        pools.append(f'    "{pool.name}": ({dtype}, {device_shape}, {tuple(host_shape)}),')
-        for side in ("device", "host"):
-            role = "source" if side == src_side else "destination"
-            salts.append(f'    "{pool.name}/{side}": {_salt(case.seed, number, pool.name, side, role)},')
-        kv = "kv" if pool.attention is Attention.MLA else "k/v"
-        axes.append(f'    "{pool.name}/device": {(kv, "layer", "row", "head", "byte")},')
-        axes.append(f'    "{pool.name}/host": {_host_axes(case, pool)},')
+    pools, salts, axes = _pool_tables(case)
 
     if prediction.verdict is Verdict.REJECT:
         verdict = "reject the call: " + "; ".join(prediction.reasons)
@@ -280,7 +284,7 @@ The contract says sglang must {verdict}.
 Needs only torch and sglang. Run `python this_file.py` or `pytest this_file.py`;
 exit 0: sglang behaves as it must; 1: the bug is present (the first differing byte is printed);
 3: sglang or this op cannot run here.
-Generated by hicache-fuzz (harness/campaign/standalone.py) from {case_id}.json next to this file.
+Generated by hicache-fuzz (harness/findings/standalone.py) from {case_id}.json next to this file.
 """
 
 {imports}

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hicache_fuzz.harness.campaign.mix import TransferProfile, candidate, case_class
+from hicache_fuzz.harness.engine.mix import TransferProfile, candidate, case_class
 from hicache_fuzz.harness.model.case import Case, CaseError, Scope
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend
@@ -38,7 +38,6 @@ from hicache_fuzz.oracles import layouts
 from hicache_fuzz.oracles.contract import Platform
 
 SHAPES = ("device_pool", "host_offset", "deep")
-DEFAULT_SCALE_SHARE = 0.15
 
 
 @dataclass(frozen=True)

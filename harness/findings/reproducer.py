@@ -3,11 +3,11 @@ a corpus entry is judged against what the entry expects.
 
 Files, side by side in ``<corpus>/<signature>/``:
 
-* ``<case_id>.json``: the reproducer (format in :mod:`hicache_fuzz.harness.campaign.corpus`), plus optional fields
+* ``<case_id>.json``: the reproducer (format in :mod:`hicache_fuzz.harness.findings.corpus`), plus optional fields
   ``"expect"`` (``"pass"`` by default; ``"fail"`` marks a known, unfixed bug), ``"signature_key"`` (the
   readable key the signature hashes) and ``"minimized"`` (original vs minimized size);
 * ``<case_id>.standalone.py`` (sglang backends): the same failure as a script that needs only torch and
-  sglang (:mod:`hicache_fuzz.harness.campaign.standalone`);
+  sglang (:mod:`hicache_fuzz.harness.findings.standalone`);
 * ``repro_<case_id>.py``: the case embedded as a JSON literal; it needs torch, hicache_fuzz's core (case,
   materialize, oracle, compare: :func:`hicache_fuzz.harness.pipeline.runner.run_case`) and the backend's own class,
   imported directly (not through the registry, so no other backend family is imported). It prints PASS or
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import reproducer_dict, write_json_atomic
-from hicache_fuzz.harness.campaign.identity import signature, signature_key
+from hicache_fuzz.harness.findings.corpus import reproducer_dict, write_json_atomic
+from hicache_fuzz.harness.findings.identity import signature, signature_key
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import child_path
 from hicache_fuzz.harness.model.outcome import Result
@@ -107,7 +107,7 @@ def save_reproducer(corpus_dir: Path, case: Case, result: Result, extra: dict[st
 def _write_standalone(json_path: Path, case: Case) -> None:
     """``<case_id>.standalone.py`` (torch + sglang only) beside the reproducer, for sglang backends. A case the
     generator cannot express (e.g. one the contract leaves undefined) keeps only the harness script."""
-    from hicache_fuzz.harness.campaign.standalone import (
+    from hicache_fuzz.harness.findings.standalone import (
         DEFAULT_PLATFORM,
         StandaloneUnsupported,
         supports,
@@ -196,7 +196,7 @@ def main(argv):
         from hicache_fuzz.kernels.buffers import HostMemory
         from hicache_fuzz.harness.model.platform import detect
         from hicache_fuzz.harness.pipeline.runner import run_case
-        from hicache_fuzz.harness.campaign.identity import signature
+        from hicache_fuzz.harness.findings.identity import signature
     except ImportError as exc:
         missing = (exc.name or "hicache_fuzz").split(".")[0]  # hicache_fuzz itself, or one of its dependencies
         return cannot_run(f"{{missing}} is not importable (pip install -e . in the hicache-fuzz checkout)", exc)

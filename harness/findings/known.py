@@ -1,7 +1,7 @@
 """Known failures: the corpus entries marked ``"expect": "fail"``, each standing for one bug (the identity
-recomputed from its case and observed result, campaign/identity.py) within its scope: where it applies
-(machine, sglang version, backends: campaign/scope.py) and what triggers it (the case conditions its
-reproducer needs: campaign/trigger.py).
+recomputed from its case and observed result, findings/identity.py) within its scope: where it applies
+(machine, sglang version, backends: findings/scope.py) and what triggers it (the case conditions its
+reproducer needs: findings/trigger.py).
 
 A campaign failure is known when an entry in scope here has its identity AND its case meets that entry's
 trigger; it is then counted and listed apart, never saved again and never failing a run. The same identity
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.campaign.corpus import CorpusEntry
-from hicache_fuzz.harness.campaign.scope import Environment, KnownScope
-from hicache_fuzz.harness.campaign.trigger import (
+from hicache_fuzz.harness.findings.corpus import CorpusEntry
+from hicache_fuzz.harness.findings.scope import Environment, KnownScope
+from hicache_fuzz.harness.findings.trigger import (
     derive_trigger,
     describe,
     in_trigger,
@@ -147,7 +147,7 @@ def match_known(known: KnownMap, bug: str, backend: str, case: Case) -> str:
 
 
 def recorded_trigger(entry: CorpusEntry, backend: Backend, platform: Platform) -> dict[str, str]:
-    """The trigger of an expected failure whose case cannot be run here (campaign/trigger.py): its non-plain
+    """The trigger of an expected failure whose case cannot be run here (findings/trigger.py): its non-plain
     features, less those the contract shows the failure does not need (for an identity the contract
     decides). What a minimizer run on the failing machine records instead is verified by running."""
     if entry.observed is None or not entry.observed.outcome.is_failure:
@@ -166,15 +166,15 @@ def write_trigger(path: Path, trigger: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hicache_fuzz.harness.campaign.known FILE...``: record the trigger of each expected-failure
+    """``python -m hicache_fuzz.harness.findings.known FILE...``: record the trigger of each expected-failure
     reproducer from its case (recorded_trigger; the platform its failure was seen on: CUDA sm90 unless
     ``--platform rocm``)."""
     import argparse
 
-    from hicache_fuzz.harness.campaign.corpus import load_entry
+    from hicache_fuzz.harness.findings.corpus import load_entry
     from hicache_fuzz.kernels.registry import load_registry
 
-    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.campaign.known")
+    parser = argparse.ArgumentParser(prog="python -m hicache_fuzz.harness.findings.known")
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--platform", choices=["cuda", "rocm"], default="cuda")
     args = parser.parse_args(argv)
