@@ -21,7 +21,7 @@ from typing import Any
 
 from hicache_fuzz.harness.findings.standalone_calls import CALLS
 from hicache_fuzz.harness.findings.standalone_hicache import BACKEND as HICACHE_BACKEND
-from hicache_fuzz.harness.findings.standalone_hicache import hicache_script
+from hicache_fuzz.harness.findings.standalone_hicache import hicache_script, unscripted_reason
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, IndexDevice, PoolSpec
 from hicache_fuzz.harness.model.json_input import read_json_file
 from hicache_fuzz.harness.model.output_paths import write_text_atomic
@@ -213,6 +213,9 @@ def standalone_script(reproducer: dict[str, Any], platform: Platform = DEFAULT_P
     machine with the real sglang that the script catches one where no sglang bug is known."""
     case = Case.from_dict(reproducer.get("case", reproducer))
     if case.backend == HICACHE_BACKEND:  # a sequence through sglang's controller: a script of its own
+        why = unscripted_reason(case)
+        if why is not None:
+            raise StandaloneUnsupported(why)
         return hicache_script(case, reproducer)
     template = CALLS.get(case.backend)
     if template is None:

@@ -11,12 +11,28 @@ from __future__ import annotations
 from typing import Any
 
 from hicache_fuzz.harness.model.case import Attention, Case
-from hicache_fuzz.kernels.sglang_hicache_settings import case_settings, controller_kind, k_only_heads
+from hicache_fuzz.kernels.sglang_hicache_settings import case_settings, controller_kind, k_only_heads, side_pool
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
 
 BACKEND = "sglang-hicache"
 _DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32", "fp8": "torch.float8_e4m3fn"}
+
+
+# The classes the script builds: those whose constructors take a KV device pool. The Mamba and NVFP4 page-row pools
+# are built from buffer infos, and a side pool changes the group: their reproducers replay from the JSON file.
+SCRIPTED_CLASSES = frozenset({"MHATokenToKVPoolHost", "MLATokenToKVPoolHost", "AsymmetricMHATokenToKVPoolHost",
+                              "HiSparseMHATokenToKVPoolHost", "MHATokenToKOnlyPoolHost"})
+
+
+def unscripted_reason(case: Case) -> str | None:
+    """Why the case has no standalone script (None: it has one)."""
+    name = case_settings(case)[0]
+    if name not in SCRIPTED_CLASSES:
+        return f"{name}: the standalone script builds the KV host pools only; replay the JSON reproducer"
+    if side_pool(case):
+        return f"a HostPoolGroup with a {side_pool(case)} side pool: replay the JSON reproducer"
+    return None
 
 
 def hicache_script(case: Case, reproducer: dict[str, Any]) -> str:

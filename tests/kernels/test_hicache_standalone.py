@@ -73,3 +73,14 @@ def test_scripts_name_the_failing_step_on_a_planted_bug(tmp_path: Path, bug: str
         assert "FAIL at step" in output
     if bug == "page32":  # every case backs up pages of 32 or more tokens
         assert set(failed) == set(CASES)
+
+
+def test_classes_the_script_cannot_build_get_no_script_and_say_why() -> None:
+    """The Mamba state pool is built from buffer infos, not a KV device pool: no script is written for it (the JSON
+    reproducer replays), and the refusal names the class."""
+    from hicache_fuzz.harness.findings.standalone import StandaloneUnsupported
+
+    mamba = hicache_case(Attention.MHA, HostLayout.PAGE_FIRST, page_size=1, pool_kind="mamba", ops="backup,load")
+    with pytest.raises(StandaloneUnsupported, match="MambaPoolHost"):
+        standalone_script({"case": mamba.to_dict(), "signature": "s"})
+    assert "MHATokenToKVPoolHost" in standalone_script({"case": CASES["mha-pf-hybrid"].to_dict(), "signature": "s"})
