@@ -98,6 +98,11 @@ class Backend(ABC):
         nothing beyond the Case fields."""
         return MappingProxyType({})
 
+    def prediction_assumptions(self, platform: Platform) -> tuple[str, ...]:
+        """What a prediction for `platform` made on another machine (``fuzz --dry-run``) assumes about this backend
+        beyond "available", one sentence each, for the dry run's report. Default: nothing."""
+        return ()
+
     @abstractmethod
     def plan(self, case: Case, platform: Platform) -> Plan: ...
 

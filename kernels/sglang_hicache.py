@@ -112,6 +112,10 @@ class SglangHicacheBackend(SglangBackend):
             backend=self.name,
         )
 
+    def prediction_assumptions(self, platform: Platform) -> tuple[str, ...]:
+        callable_, why = aot_state(platform)
+        return (f"sgl_kernel's AOT ops: {why}",) if callable_ and why == AOT_ASSUMED else ()
+
     def coverage_labels(self, case: Case) -> Mapping[str, str | int | bool]:
         name, io_backend, start, drafts = case_settings(case)
         return MappingProxyType({

@@ -68,6 +68,9 @@ def dry_run_campaign(args: argparse.Namespace, seed: int) -> CampaignReport:
         "modelled_scale_case_seconds": MODELLED_SCALE_CASE_SECONDS,
         "wall_seconds": round(wall, 3),
         "generated_per_wall_second": round(report.cases / wall, 1) if wall > 0 else 0.0,
+        # every backend is taken as available on the modelled platform (nothing is probed), and what else each assumes
+        "assumptions": {b.name: list(b.prediction_assumptions(platform)) for b in backends
+                        if b.prediction_assumptions(platform)},
     }
     return report
 

@@ -181,6 +181,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     if dry:
         lines.append(f"  dry run: nothing ran (outcomes are predictions, seconds modelled at "
                      f"{dry['modelled_cases_per_second']:,.0f} cases/s); generated in {dry['wall_seconds']:.1f} s")
+        for backend, assumed in sorted((dry.get("assumptions") or {}).items()):
+            lines.append(f"  dry run assumes for {backend}: {'; '.join(assumed)}")
     stalls = timeline_stalls(report.get("timeline") or [], float(report.get("cases_per_second") or 0.0))
     if stalls:
         longest = max(stalls, key=lambda stall: stall[1] - stall[0])

@@ -139,3 +139,13 @@ def test_a_predicted_result_is_what_the_runner_would_decide_before_running() -> 
         if result.outcome is Outcome.PASS:
             assert result.path == result.expected_path == backend.plan(case, CUDA).path
     assert {Outcome.PASS, Outcome.REJECTED_AS_PREDICTED, Outcome.UNSUPPORTED} <= seen
+
+
+def test_the_dry_run_report_states_what_its_predictions_assume(tmp_path: Path) -> None:
+    """A prediction for a GPU made on this CPU machine cannot probe sgl_kernel's AOT ops: the report says it
+    assumed them (sglang-hicache counts their cases as running)."""
+    out = tmp_path / "dry.json"
+    assert main(["fuzz", "--platform", "cuda", "--dry-run", "--runs", "50", "--seed", "2", "--backend",
+                 "sglang-hicache", "--no-progress", "--json", str(out)]) == 0
+    assumed = json.loads(out.read_text())["dry_run"]["assumptions"]
+    assert "AOT" in " ".join(assumed["sglang-hicache"])
