@@ -427,44 +427,23 @@ def _build(mods: Any, case: Case, spec: PoolSpec, device: torch.device) -> tuple
     ps, layers = case.page_size, case.layers
     size = case.device_rows - ps
     dtype = _sglang_dtype(spec.dtype)
+    # What both host-pool constructors take alike: (device buffer info, host-to-device ratio, host size, page
+    # size, layout) and the placement keywords.
+    def host_pool_of(cls: Any, info: Any, **extra: Any) -> Any:
+        return cls(info, 2.0, 0, ps, case.layout.value, pin_memory=True, device="cpu", device_capacity_tokens=size,
+                   start_layer=0, end_layer=layers - 1, pool_label=spec.name, host_token_capacity=case.host_slots,
+                   **extra)
+
     if spec.attention is Attention.MLA:
         rope = 64 if spec.head_dim > 64 else 0
         device_pool = mods.MLATokenToKVPool(size, ps, dtype, spec.head_dim - rope, rope, layers, str(device), False)
-        info = device_pool.get_device_pool_infos()[0].buffer_info
-        host_pool = mods.mla.MLATokenToKVPoolHost(
-            info,
-            2.0,
-            0,
-            ps,
-            case.layout.value,
-            pin_memory=True,
-            device="cpu",
-            device_capacity_tokens=size,
-            start_layer=0,
-            end_layer=layers - 1,
-            target_layer_num=layers,
-            pool_label=spec.name,
-            host_token_capacity=case.host_slots,
-        )
+        host_pool = host_pool_of(mods.mla.MLATokenToKVPoolHost, device_pool.get_device_pool_infos()[0].buffer_info,
+                                 target_layer_num=layers)
     else:
         device_pool = mods.MHATokenToKVPool(
             size, ps, dtype, spec.heads, spec.head_dim, layers, str(device), False, enable_alt_stream=False
         )
-        info = device_pool.get_device_pool_infos()[0].buffer_info
-        host_pool = mods.mha.MHATokenToKVPoolHost(
-            info,
-            2.0,
-            0,
-            ps,
-            case.layout.value,
-            pin_memory=True,
-            device="cpu",
-            device_capacity_tokens=size,
-            start_layer=0,
-            end_layer=layers - 1,
-            pool_label=spec.name,
-            host_token_capacity=case.host_slots,
-        )
+        host_pool = host_pool_of(mods.mha.MHATokenToKVPoolHost, device_pool.get_device_pool_infos()[0].buffer_info)
     if not spec.write_back_jit:
         host_pool.can_use_write_back_jit = False
     return device_pool, host_pool

@@ -7,7 +7,6 @@ Every failure is written to the corpus directory as soon as it is classified, be
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from collections import Counter, defaultdict
@@ -25,9 +24,9 @@ from hicache_fuzz.harness.engine.feed import (
     ScaleTier,
     Slot,
     known_crash_features,
-    suspects_last,
 )
 from hicache_fuzz.harness.engine.feed_process import ProcessFeed
+from hicache_fuzz.harness.engine.scheduler import BatchScheduler, Submitted
 from hicache_fuzz.harness.findings.corpus import reproducer_dict, write_json_atomic
 from hicache_fuzz.harness.findings.identity import identify
 from hicache_fuzz.harness.findings.known import KnownMap, known_files, match_known
@@ -36,7 +35,7 @@ from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.harness.pipeline.executor import Executor, SubmittedBatch, submit_batch
+from hicache_fuzz.harness.pipeline.executor import Executor
 from hicache_fuzz.harness.pipeline.runner import explain_crash
 from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.harness.reporting.coverage import Coverage
@@ -224,9 +223,9 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
         while True:
             if run.submit_next():
                 continue  # submit the next batch before recording this one
-            if not run.in_flight and not run.aside:
+            if run.scheduler.idle:
                 break
-            run.record(run.take_finished())
+            run.record(run.scheduler.take_finished())
     finally:
         run.feed.close()
     return run.finish()
@@ -268,45 +267,38 @@ class _CampaignRun:
             config.seed, backends, self.growth.spaces, platform, settings.scale, settings.scale_share,
             self.feed.profiles, shard=config.shard)
         self.stats = EngineStats(self.feed.mix)
-        self.known_crashes = known_crash_features(known_files(config.known_signatures))
         self.resume = (index, 0)  # (index, backend position) of the first slot not processed
         self.timeline = Timeline(self.started, clock=self.clock)
         self.failures_seen = 0
-        # A pool takes batch i + 1 while batch i is recorded here (submit_batch): one batch in flight ahead. Not
-        # with a minimizer, which runs cases on the same executor while it records; not for an executor that
-        # runs a batch as it is submitted (it would only run the next batch before recording this one).
-        self.ahead = settings.batches_ahead if config.minimizer is None and executor.queues_batches else 0
-        self.submitted = 0  # cases submitted so far (recorded or in flight)
+        # Batches queued ahead (engine/scheduler.py): not with a minimizer, which runs cases on the same executor
+        # while it records; not for an executor that runs a batch as it is submitted (it would only run the next
+        # batch before recording this one).
+        ahead = settings.batches_ahead if config.minimizer is None and executor.queues_batches else 0
+        self.scheduler = BatchScheduler(executor, ahead, known_crash_features(known_files(config.known_signatures)))
         self.done = False  # nothing more is submitted
         self.halt = False  # nothing more is recorded either (a stop at a failure, a corpus that cannot be written)
-        self.in_flight: list[_Submitted] = []
-        # A pool runs a scale case on its first member beside the queue: submitted on its own and recorded when
-        # it is done, so the batches behind it are recorded (and new ones submitted) meanwhile. Queued in a
-        # batch, one case of seconds would hold back every batch behind it while the other members ran dry. One
-        # at a time.
-        self.scale_aside = self.ahead > 0 and executor.runs_lone_cases_aside
-        self.aside: list[_Submitted] = []
 
     def submit_next(self) -> bool:
         """Submit the next batch if the budget and the queue allow; True when another may be submitted before
         anything is recorded."""
-        if self.done or len(self.in_flight) > self.ahead:
+        scheduler = self.scheduler
+        if self.done or not scheduler.has_room:
             return False
-        stop = _budget_spent(self.config, self.report, self.submitted, self.started)
+        stop = _budget_spent(self.config, self.report, scheduler.submitted, self.started)
         if stop == "signal":
             self.report.stopped_early = True
         if stop:
             self.done = True
             return False
         config, feed = self.config, self.feed
-        limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - self.submitted)
-        if self.submitted == 0 and self.ahead > 0:
+        limit = feed.batch if config.max_cases is None else min(feed.batch, config.max_cases - scheduler.submitted)
+        if scheduler.submitted == 0 and scheduler.ahead > 0:
             # With batches queued ahead, the first batch decides only when the first result is recorded: a short
             # one lets the campaign report (and checkpoint) while the pool's other members are still starting and
             # only the first runs cases (a full batch on one member takes seconds).
             limit = min(limit, FIRST_BATCH_CASES)
         scale_slot: Slot | None = None
-        if self.scale is not None and self.report.cases and not self.aside and self.scale.due(
+        if self.scale is not None and self.report.cases and not scheduler.scale_case_running_aside and self.scale.due(
                 self.clock() - self.started):
             picked = self.scale.next_case(feed.clock)
             if picked is None:
@@ -314,38 +306,21 @@ class _CampaignRun:
                 return True
             scale_slot = Slot(picked[0], self.resume[0], picked[1], False, picked[2])
             limit -= 1
-            if self.scale_aside:
-                self.submitted += 1
-                self.aside.append(_Submitted([scale_slot], [0], scale_slot,
-                                             submit_batch(self.executor, [scale_slot.case], lone_first=1)))
+            if scheduler.scale_aside:
+                scheduler.submit_aside(scale_slot)
                 scale_slot = None
         return self._submit_batch(_take_full(feed, limit), scale_slot)
 
     def _submit_batch(self, slots: list[Slot], scale_slot: Slot | None) -> bool:
-        """A scale case leads its batch and runs alone on the first worker; a pool's other workers take the rest
-        of the batch meanwhile (executor.run_batch, lone_first)."""
-        order = suspects_last(slots, self.known_crashes)
-        if scale_slot is not None:
-            slots = [scale_slot, *slots]
-            order = [0, *(position + 1 for position in order)]
-        if not slots:
+        if not slots and scale_slot is None:
             self.done = True
             return False
-        self.submitted += len(slots)
         ran = time.perf_counter()  # an executor without a queue runs the batch here
-        handle = submit_batch(self.executor, [slots[i].case for i in order], lone_first=int(scale_slot is not None))
+        room = self.scheduler.submit(slots, scale_slot)
         self.stats.execute_seconds += time.perf_counter() - ran
-        self.in_flight.append(_Submitted(slots, order, scale_slot, handle))
-        return len(self.in_flight) <= self.ahead
+        return room
 
-    def take_finished(self) -> _Submitted:
-        """A scale case run aside once it is done, else the oldest batch in flight (waited for when recorded)."""
-        finished = [i for i, pending in enumerate(self.aside) if pending.handle.done()]
-        if finished or not self.in_flight:
-            return self.aside.pop(finished[0] if finished else 0)
-        return self.in_flight.pop(0)
-
-    def record(self, batch: _Submitted) -> None:
+    def record(self, batch: Submitted) -> None:
         """Record a batch's results in slot order; a stop ends the campaign at this batch."""
         waited = time.perf_counter()
         results_in_order, order, stop_after_batch = self._results_of(batch)
@@ -372,13 +347,9 @@ class _CampaignRun:
         # without a batch ahead: the one behind it is waited for (the workers finish it) and not counted.
         if self.halt or stop_after_batch:
             self.done = True
-            for pending in (*self.in_flight, *self.aside):
-                with contextlib.suppress(Exception):
-                    pending.handle.result()
-            self.in_flight.clear()
-            self.aside.clear()
+            self.scheduler.abandon()
 
-    def _results_of(self, batch: _Submitted) -> tuple[list[Result], list[int], bool]:
+    def _results_of(self, batch: Submitted) -> tuple[list[Result], list[int], bool]:
         """The batch's results in execution order, that order, and whether the campaign stops after it."""
         slots, order = batch.slots, batch.order
         try:
@@ -438,7 +409,8 @@ class _CampaignRun:
         report.outcomes = {b: dict(c) for b, c in self.outcome_counts.items()}
         report.paths = {b: dict(c) for b, c in self.path_counts.items()}
         report.failures = list(self.classes.values())
-        report.extra.update(self.stats.to_dict(report.seconds, feed, self.scale, self.executor, self.ahead))
+        report.extra.update(self.stats.to_dict(report.seconds, feed, self.scale, self.executor,
+                                              self.scheduler.ahead))
         feed_kind = self.feed_kind
         if isinstance(feed, ProcessFeed):  # how much the campaign generated itself while the feed process started
             feed_kind = f"process (the first {feed.local_slots} cases generated in the campaign process)"
@@ -471,16 +443,6 @@ def _take_full(feed: CaseFeed | ProcessFeed, limit: int) -> list[Slot]:
             break
         slots += more
     return slots
-
-
-@dataclass
-class _Submitted:
-    """A batch handed to the executor and not yet recorded."""
-
-    slots: list[Slot]
-    order: list[int]  # execution order (positions into slots)
-    scale_slot: Slot | None
-    handle: SubmittedBatch
 
 
 def _budget_spent(config: CampaignConfig, report: CampaignReport, submitted: int, started: float) -> str:

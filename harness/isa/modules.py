@@ -45,6 +45,12 @@ _INDEX_TYPES = ("int32_t", "int64_t")
 _BOOLS = ("false", "true")
 
 
+def _per_index_and_mla(kernel: str, *args: object) -> tuple[str, ...]:
+    """The kernel's instantiations for both index types and both is_mla values, index type first."""
+    tail = "".join(f", {arg}" for arg in args)
+    return tuple(f"{kernel}<{index}{tail}, {mla}>" for index in _INDEX_TYPES for mla in _BOOLS)
+
+
 def _hicache_module(platform: str, element_bytes: int, unroll: int) -> ModuleSpec:
     quota = DEFAULT_BLOCK_QUOTA[platform]
     args = f"{element_bytes}, {unroll}, {quota}, {BLOCK_SIZE}"
@@ -53,10 +59,7 @@ def _hicache_module(platform: str, element_bytes: int, unroll: int) -> ModuleSpe
         for entry in ("one", "all", "one_mla", "all_mla")
     )
     expected = tuple(
-        f"hicache_transfer_{scope}_layer<{index}, {args}, {mla}>"
-        for scope in ("per", "all")
-        for index in _INDEX_TYPES
-        for mla in _BOOLS
+        name for scope in ("per", "all") for name in _per_index_and_mla(f"hicache_transfer_{scope}_layer", args)
     )
     return ModuleSpec(
         f"hicache-e{element_bytes}-u{unroll}", "kvcacheio/hicache.cuh", wrappers, expected, (platform,)
@@ -70,11 +73,7 @@ def _page_unified_load_module(platform: str, element_bytes: int) -> ModuleSpec:
         ("launch_one_page_unified", f"&HiCacheKernel<{args}>::run_one_page_unified<false>"),
         ("launch_one_mla_page_unified", f"&HiCacheKernel<{args}>::run_one_page_unified<true>"),
     )
-    expected = tuple(
-        f"hicache_transfer_per_layer_page_unified<{index}, {element_bytes}, {BLOCK_SIZE}, {mla}>"
-        for index in _INDEX_TYPES
-        for mla in _BOOLS
-    )
+    expected = _per_index_and_mla("hicache_transfer_per_layer_page_unified", element_bytes, BLOCK_SIZE)
     return ModuleSpec(
         f"hicache-page-unified-e{element_bytes}", "kvcacheio/hicache.cuh", wrappers, expected, (platform,)
     )
@@ -87,11 +86,7 @@ def _staged_module(platform: str, element_bytes: int, unroll: int) -> ModuleSpec
         ("launch_all_lf_pf_staged", f"&HiCacheStagedWriteBackKernel<{args}>::run_all_lf_pf_staged"),
         ("launch_all_mla_lf_pf_staged", f"&HiCacheStagedWriteBackKernel<{args}>::run_all_mla_lf_pf_staged"),
     )
-    expected = tuple(
-        f"hicache_relayout_kernel<{index}, {element_bytes}, {mla}>"
-        for index in _INDEX_TYPES
-        for mla in _BOOLS
-    )
+    expected = _per_index_and_mla("hicache_relayout_kernel", element_bytes)
     return ModuleSpec(
         f"staged-e{element_bytes}-u{unroll}",
         "kvcacheio/staged_write_back.cuh",
@@ -107,11 +102,7 @@ def _page_unified_write_back_module(platform: str, group_bytes: int) -> ModuleSp
         ("launch", f"&HiCachePageUnifiedWriteBackKernel<{group_bytes}, false>::run"),
         ("launch_mla", f"&HiCachePageUnifiedWriteBackKernel<{group_bytes}, true>::run"),
     )
-    expected = tuple(
-        f"hicache_page_unified_relayout_kernel<{index}, {group_bytes}, {mla}>"
-        for index in _INDEX_TYPES
-        for mla in _BOOLS
-    )
+    expected = _per_index_and_mla("hicache_page_unified_relayout_kernel", group_bytes)
     return ModuleSpec(
         f"page-unified-wb-g{group_bytes}", "kvcacheio/staged_write_back.cuh", wrappers, expected, (platform,)
     )
