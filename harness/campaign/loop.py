@@ -412,8 +412,9 @@ class _CampaignRun:
         report.extra.update(self.stats.to_dict(report.seconds, feed, self.scale, self.executor,
                                               self.scheduler.ahead))
         feed_kind = self.feed_kind
-        if isinstance(feed, ProcessFeed):  # how much the campaign generated itself while the feed process started
-            feed_kind = f"process (the first {feed.local_slots} cases generated in the campaign process)"
+        if isinstance(feed, ProcessFeed):  # how much the campaign generated itself while the children started
+            children = "" if feed.processes == 1 else f"{feed.processes} feed processes; "
+            feed_kind = f"process ({children}the first {feed.local_slots} cases generated in the campaign process)"
         report.extra["engine"]["feed"] = feed_kind
         return report
 
@@ -425,7 +426,7 @@ def _make_feed(config: CampaignConfig, settings: EngineSettings, index: int, bac
             growth.before, settings.variants, settings.every)
     if settings.feed == "process":
         try:
-            return ProcessFeed(*args), "process"
+            return ProcessFeed(*args, processes=settings.feed_processes), "process"
         except Exception as exc:  # e.g. a plugin backend that cannot be sent to another process: same slots here
             return CaseFeed(*args), f"thread (the feed process did not start: {type(exc).__name__}: {exc})"[:300]
     return CaseFeed(*args), "thread"

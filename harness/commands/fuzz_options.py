@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING
 from hicache_fuzz.harness.campaign.parallel import AUTO_WORKERS_PER_GPU, WORKERS_PER_GPU_ENV
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, non_negative_int, positive_int
 from hicache_fuzz.harness.commands.common import add_common, add_isolation
-from hicache_fuzz.harness.engine.defaults import DEFAULT_MIX_TEXT, DEFAULT_SCALE_SHARE
+from hicache_fuzz.harness.engine.defaults import (
+    AUTO_FEED_PROCESSES_TEXT,
+    DEFAULT_MIX_TEXT,
+    DEFAULT_SCALE_SHARE,
+    MAX_FEED_PROCESSES,
+)
 from hicache_fuzz.harness.generation.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.model.exit_codes import UsageError
 
@@ -85,6 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--feed", default="auto", choices=["auto", "process", "thread"],
                         help="where cases are generated: auto (a process of its own for a worker pool on a GPU, "
                              "a thread of the campaign otherwise), process or thread; the cases are the same")
+    parser.add_argument("--feed-processes", type=int, metavar="N",
+                        help="processes generating cases for the process feed, each every N-th index (default: "
+                             f"{AUTO_FEED_PROCESSES_TEXT}; 1 to {MAX_FEED_PROCESSES}); the cases are the same")
     parser.add_argument("--scale-share", type=float, default=DEFAULT_SCALE_SHARE, metavar="F",
                         help="share of the campaign's time for the scale tier (default: %(default)s)")
     parser.add_argument("--dry-run", action="store_true",
@@ -137,6 +145,9 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
     ahead = getattr(args, "batches_ahead", 3)
     if not 0 <= ahead <= 4:
         raise ValueError(f"--batches-ahead {ahead}: need 0 to 4")
+    feed_processes = getattr(args, "feed_processes", None)
+    if feed_processes is not None and not 1 <= feed_processes <= MAX_FEED_PROCESSES:
+        raise ValueError(f"--feed-processes {feed_processes}: need 1 to {MAX_FEED_PROCESSES}")
     every = getattr(args, "backend_every", "auto")
     if every not in ("auto", "none"):
         from hicache_fuzz.harness.engine.feed import parse_backend_every
@@ -149,4 +160,4 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
                              f"{', '.join(known)}")
     return EngineOptions(batch=batch, mix=mix, scale=getattr(args, "scale", "auto"), scale_share=share,
                          variants=variants, backend_every=every,
-                         batches_ahead=ahead, feed=getattr(args, "feed", "auto"))
+                         batches_ahead=ahead, feed=getattr(args, "feed", "auto"), feed_processes=feed_processes)

@@ -32,6 +32,7 @@ for crash classes that are sticky.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.engine.campaign_case import campaign_case
-from hicache_fuzz.harness.engine.defaults import DEFAULT_SCALE_SHARE
+from hicache_fuzz.harness.engine.defaults import AUTO_FEED_PROCESSES_MIN_CORES, DEFAULT_SCALE_SHARE
 from hicache_fuzz.harness.engine.mix import DEFAULT_MIX, Mix, TransferProfile
 from hicache_fuzz.harness.engine.scale import (
     PRODUCTION,
@@ -87,6 +88,8 @@ class EngineOptions:
     # interpreter lock is the limit: harness/engine/feed_process.py; a thread of the campaign otherwise),
     # "process" or "thread". The slots are the same either way.
     feed: str = "auto"
+    # Processes generating cases for the process feed (feed_process.py), each every N-th index; None: auto.
+    feed_processes: int | None = None
 
     def resolved_variants(self, platform: Platform) -> int:
         if self.variants is not None:
@@ -117,6 +120,15 @@ class EngineOptions:
             return self.feed
         return "process" if platform.kind != "cpu" and executor.queues_batches else "thread"
 
+    def resolved_feed_processes(self, cores: int | None = None) -> int:
+        """Feed processes for a process feed: as asked, else two where the machine has the cores for them beside a
+        worker pool (AUTO_FEED_PROCESSES_MIN_CORES), else one."""
+        if self.feed_processes is not None:
+            return max(1, self.feed_processes)
+        if cores is None:
+            cores = os.cpu_count() or 1
+        return 2 if cores >= AUTO_FEED_PROCESSES_MIN_CORES else 1
+
     def resolved_mix(self, platform: Platform) -> Mix | None:
         if self.mix == "none" or (self.mix == "auto" and platform.kind == "cpu"):
             return None
@@ -143,7 +155,8 @@ class EngineOptions:
                               variants=self.resolved_variants_by_backend(platform, backends),
                               every=self.resolved_backend_every(platform, backends),
                               feed=self.resolved_feed(platform, executor), scale=self.resolved_scale(platform),
-                              scale_share=self.scale_share, batches_ahead=self.batches_ahead)
+                              scale_share=self.scale_share, batches_ahead=self.batches_ahead,
+                              feed_processes=self.resolved_feed_processes())
 
 
 @dataclass(frozen=True)
@@ -158,6 +171,7 @@ class EngineSettings:
     scale: ScaleTargets | None  # None: no scale tier
     scale_share: float
     batches_ahead: int
+    feed_processes: int  # for a process feed
 
 
 def parse_backend_every(text: str) -> dict[str, int]:
@@ -227,8 +241,11 @@ class CaseFeed:
     def __init__(self, seed: int, start_index: int, shard: tuple[int, int], backends: list[Backend],
                  spaces: dict[str, CaseSpace], platform: Platform, mix: Mix | None, batch: int,
                  before_index: Any = None, variants: int | Mapping[str, int] = 0,
-                 every: Mapping[str, int] | None = None) -> None:
+                 every: Mapping[str, int] | None = None, lanes: int = 1) -> None:
         self.seed, self.step = seed, shard[1]
+        # A feed that is one of `lanes` feed processes generates every lanes-th index of its shard from
+        # start_index on (feed_process.py); the schedule (every) still counts the shard's indices.
+        self.lanes = lanes
         # backend name -> K: the backend runs the indices i with (i // step) % K == 0 (EngineOptions.backend_every)
         self.every = {backend.name: max(1, (every or {}).get(backend.name, 1)) for backend in backends}
         # variants by backend name (an int: the same for every backend); `variants` is the most any gets
@@ -284,7 +301,7 @@ class CaseFeed:
         self._position += 1
         if was_last_backend:
             self._position = 0
-            self._index += self.step
+            self._index += self.step * self.lanes
 
     def take(self, limit: int) -> list[Slot]:
         """Up to `limit` slots in campaign order (blocks only if the feed is behind)."""

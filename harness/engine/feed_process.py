@@ -1,4 +1,4 @@
-"""The case feed in a process of its own: generation off the campaign parent's interpreter lock.
+"""The case feed in processes of its own: generation off the campaign parent's interpreter lock.
 
 On a GPU the campaign parent has one core's worth of Python for everything: generating cases (the feed), the
 worker pool's pipe traffic and result decoding (one thread per worker) and recording results. A feed thread
@@ -9,18 +9,24 @@ batch generated ahead there; the parent only unpacks the slots. The slots are ex
 feed (case i is a pure function of the seed, the index and the backend's space), so campaigns, shards and
 resumes are unchanged.
 
-The child gets its inputs (backends, their spaces, the mix, the platform) from the parent over a
-multiprocessing pipe, and sends back slots as (backend position, index, case, last of index, variant): objects
+Generation is one core's work per feed process; a campaign whose workers consume more than one process generates
+(wider spaces, longer index lists) runs ``processes`` children, each a CaseFeed over every ``processes``-th campaign
+index (``lanes``), and the parent merges their slots back into campaign order, index by index. Case i is the same
+whichever child draws it, so the slots are those of one in-process feed whatever the count.
+
+The children get their inputs (backends, their spaces, the mix, the platform) from the parent over a
+multiprocessing pipe, and send back slots as (backend position, index, case, last of index, variant): objects
 of this project only, between the campaign's own processes (nothing read from disk). Menu growth's prefetch
-stays in the parent (it compiles in the parent's background), called in campaign order as slots arrive.
+stays in the parent (it compiles in the parent's background).
 
-The child's start-up (it imports torch and the backends, and calibrates the mix, while the workers import
-sglang) takes seconds. So the campaign does not wait for it: until the child
-says it is ready, the parent generates whole campaign indices itself (the same CaseFeed, in this process), then
-tells the child the next index and takes every later slot from it.
+A child's start-up (it imports torch and the backends, and calibrates the mix, while the workers import
+sglang) takes seconds. So the campaign does not wait for it: until every child says it is ready, the parent
+generates whole campaign indices itself (the same CaseFeed, in this process), then tells each child the index its
+lane goes on from and takes every later slot from the children.
 
-If the child cannot be started, the campaign uses the in-process feed (same slots) and says so in its report
-(``engine.feed``); if it dies mid-campaign, the campaign fails with its exit code (a harness error).
+Menu growth's ``before_index`` is called in campaign order as slots are merged (a child's batch runs ahead of the
+other lanes'). If a child cannot be started, the campaign uses the in-process feed (same slots) and says so in
+its report (``engine.feed``); if one dies mid-campaign, the campaign fails with its exit code (a harness error).
 """
 
 from __future__ import annotations
@@ -45,15 +51,16 @@ BATCH_TIMEOUT_S = 300.0  # a batch of generation; longer means the child is stuc
 
 
 class FeedProcessError(RuntimeError):
-    """The feed process died or stopped answering (a harness fault, not a finding)."""
+    """A feed process died or stopped answering (a harness fault, not a finding)."""
 
 
 PackedSlot = tuple[int, int, Any, bool, int | None, int]  # backend position, index, case, last, scale no., variant
 
 
 def _feed_main(connection: Connection, settings: dict[str, Any]) -> None:
-    """The child: says "ready" once its imports are done, waits for ("start", index), then generates batches of a
-    CaseFeed from that index on request ("more"), one generated ahead, until "stop"."""
+    """A child: says "ready" once its imports are done, waits for ("start", index), then generates batches of whole
+    indices of its lane from that index on request ("more"), one generated ahead, until "stop". Each batch goes
+    with the child's generation seconds so far and the next index it will generate."""
     backends: list[Backend] = settings["backends"]
     position = {backend.name: number for number, backend in enumerate(backends)}
     limit_torch_threads()  # a spawned child starts with torch's default, one thread per core
@@ -64,14 +71,14 @@ def _feed_main(connection: Connection, settings: dict[str, Any]) -> None:
             return
         feed = CaseFeed(settings["seed"], message[1], settings["shard"], backends, settings["spaces"],
                         settings["platform"], settings["mix"], settings["batch"], None, settings["variants"],
-                        settings["every"])
+                        settings["every"], lanes=settings["lanes"])
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         connection.close()
         return
     try:
         ready = _packed(feed, position)
         while connection.recv() == "more":
-            connection.send((ready, feed.clock.generate_seconds))
+            connection.send((ready, feed.clock.generate_seconds, feed.next_index))
             ready = _packed(feed, position)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):  # the parent went away: so does the feed
         pass
@@ -82,20 +89,62 @@ def _feed_main(connection: Connection, settings: dict[str, Any]) -> None:
 
 def _packed(feed: CaseFeed, position: Mapping[str, int]) -> list[PackedSlot]:
     return [(position[s.backend.name], s.index, s.case, s.last_of_index, s.scale_number, s.variant)
-            for s in feed._make(feed.batch)]
+            for s in feed._make(feed.batch, whole_indices=True)]
+
+
+class _Child:
+    """One feed process: its pipe, the slots it sent that were not merged yet, and how far its lane is received."""
+
+    def __init__(self, context: Any, settings: dict[str, Any], lane: int) -> None:
+        self.lane = lane
+        self.connection, child_end = context.Pipe()
+        self.process = context.Process(target=_feed_main, args=(child_end, settings), daemon=True,
+                                       name=f"hicache-fuzz-feed-{lane}")
+        self.process.start()  # raises (OSError, pickling errors) if the child cannot be started
+        child_end.close()
+        self.ready = False
+        self.slots: deque[PackedSlot] = deque()
+        self.next_index = 0  # every index of this lane below it has been received
+        self.generate_seconds = 0.0
+
+    def died(self, exc: BaseException) -> FeedProcessError:
+        self.process.join(timeout=5)
+        return FeedProcessError(f"the feed process {self.lane} died (exit code {self.process.exitcode}): {exc!r}")
+
+    def receive(self) -> None:
+        """The child's next batch (it starts generating the one after at once)."""
+        if not self.connection.poll(BATCH_TIMEOUT_S):
+            raise FeedProcessError(f"the feed process {self.lane} sent no cases in {BATCH_TIMEOUT_S:g} s")
+        try:
+            packed, self.generate_seconds, self.next_index = self.connection.recv()
+        except (EOFError, OSError) as exc:
+            raise self.died(exc) from None
+        self.connection.send("more")
+        self.slots.extend(packed)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):  # the child is gone already
+            self.connection.send("stop")
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.connection.close()
 
 
 class ProcessFeed:
-    """CaseFeed's interface (take, close, the report's fields) over a feed process."""
+    """CaseFeed's interface (take, close, the report's fields) over `processes` feed processes."""
 
     def __init__(self, seed: int, start_index: int, shard: tuple[int, int], backends: list[Backend],
                  spaces: dict[str, CaseSpace], platform: Platform, mix: Mix | None, batch: int,
                  before_index: Callable[[Backend, int], None] | None = None,
-                 variants: int | Mapping[str, int] = 0, every: Mapping[str, int] | None = None) -> None:
+                 variants: int | Mapping[str, int] = 0, every: Mapping[str, int] | None = None,
+                 processes: int = 1) -> None:
         self.backends, self.mix, self.batch, self.before_index = backends, mix, batch, before_index
-        # Until the child is ready, whole indices come from this in-process feed (no thread: it runs when asked).
-        # Its resolved settings and mix profiles (calibrated once, here) are the ones the report and the scale
-        # tier read; the child calibrates its own from the same inputs, with the same result.
+        self.step = shard[1]
+        # Until the children are ready, whole indices come from this in-process feed (no thread: it runs when
+        # asked). Its resolved settings and mix profiles (calibrated once, here) are the ones the report and the
+        # scale tier read; the children calibrate their own from the same inputs, with the same result.
         local = CaseFeed(seed, start_index, shard, backends, spaces, platform, mix, batch, before_index, variants,
                          every)
         local.close()
@@ -104,41 +153,59 @@ class ProcessFeed:
         self.profiles = local.profiles
         self.clock = FeedClock(calibrate_seconds=local.clock.calibrate_seconds)
         self._ready: deque[Slot] = deque()
-        self.local_slots = 0  # slots generated here before the child took over (the report's engine.feed)
+        self.local_slots = 0  # slots generated here before the children took over (the report's engine.feed)
+        self._local_generated = 0.0
+        self._next = start_index  # the next campaign index merged from the children
+        self._handover = start_index  # the index lane 0 starts at
         context = multiprocessing.get_context("spawn")
-        self._connection, child_end = context.Pipe()
         settings = {"seed": seed, "shard": shard, "backends": backends, "spaces": spaces, "platform": platform,
-                    "mix": mix, "batch": batch, "variants": variants, "every": dict(self.every)}
-        self._process = context.Process(target=_feed_main, args=(child_end, settings), daemon=True,
-                                        name="hicache-fuzz-feed")
-        self._process.start()  # raises (OSError, pickling errors) if the child cannot be started
-        child_end.close()
+                    "mix": mix, "batch": batch, "variants": variants, "every": dict(self.every),
+                    "lanes": max(1, processes)}
+        self._children: list[_Child] = []
+        try:
+            for lane in range(max(1, processes)):
+                self._children.append(_Child(context, settings, lane))
+        except BaseException:
+            self.close()
+            raise
         self._started = time.perf_counter()
+
+    @property
+    def processes(self) -> int:
+        return len(self._children)
 
     def take(self, limit: int) -> list[Slot]:
         """Up to `limit` slots in campaign order (blocks only if the feed is behind)."""
         if not self._ready:
             waited = time.perf_counter()
-            self._ready.extend(self._local_batch() if self._local_in_charge() else self._receive())
+            self._ready.extend(self._local_batch() if self._local_in_charge() else self._merged_batch())
             self.clock.wait_seconds += time.perf_counter() - waited
         return [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
 
     def _local_in_charge(self) -> bool:
-        """True while the child is not ready yet; at its first "ready" the child is told where to go on from."""
+        """True while a child is not ready yet; once all are, each is told where its lane goes on from."""
         if self._local is None:
             return False
-        ready = self._connection.poll(0)
-        if not ready and time.perf_counter() - self._started < START_TIMEOUT_S:
+        for child in self._children:
+            if child.ready or not child.connection.poll(0):
+                continue
+            try:
+                said = child.connection.recv()
+            except (EOFError, OSError) as exc:
+                raise child.died(exc) from None
+            if said != "ready":
+                raise FeedProcessError(f"the feed process {child.lane} said {said!r} instead of getting ready")
+            child.ready = True
+        waiting = [child.lane for child in self._children if not child.ready]
+        if waiting and time.perf_counter() - self._started < START_TIMEOUT_S:
             return True
-        try:
-            said = self._connection.recv() if ready else None
-        except (EOFError, OSError) as exc:
-            self._process.join(timeout=5)
-            raise FeedProcessError(f"the feed process died (exit code {self._process.exitcode}): {exc!r}") from None
-        if said != "ready":
-            raise FeedProcessError(f"the feed process did not get ready in {START_TIMEOUT_S:g} s (said {said!r})")
-        self._connection.send(("start", self._local.next_index))
-        self._connection.send("more")  # the child sends its first batch as soon as it is generated
+        if waiting:
+            raise FeedProcessError(f"the feed processes {waiting} did not get ready in {START_TIMEOUT_S:g} s")
+        self._handover = self._next = self._local.next_index
+        for child in self._children:
+            child.next_index = self._next + child.lane * self.step
+            child.connection.send(("start", child.next_index))
+            child.connection.send("more")  # the child sends its first batch as soon as it is generated
         self._local = None
         return False
 
@@ -150,32 +217,23 @@ class ProcessFeed:
         self._local_generated = self._local.clock.generate_seconds
         return slots
 
-    _local_generated = 0.0
-
-    def _receive(self) -> list[Slot]:
-        timeout = BATCH_TIMEOUT_S
-        if not self._connection.poll(timeout):
-            raise FeedProcessError(f"the feed process sent no cases in {timeout:g} s")
-        try:
-            packed, generate_seconds = self._connection.recv()
-        except (EOFError, OSError) as exc:
-            self._process.join(timeout=5)
-            raise FeedProcessError(f"the feed process died (exit code {self._process.exitcode}): {exc!r}") from None
-        self._connection.send("more")  # the next batch is being generated meanwhile
-        self.clock.generate_seconds = self._local_generated + generate_seconds
-        slots = []
-        for number, index, case, last, scale_number, variant in packed:
-            backend = self.backends[number]
-            if variant == 0 and self.before_index is not None:
-                self.before_index(backend, index)
-            slots.append(Slot(backend, index, case, last, scale_number, variant))
+    def _merged_batch(self) -> list[Slot]:
+        """At least a batch of slots, whole indices in campaign order, each from its lane's child."""
+        slots: list[Slot] = []
+        while len(slots) < self.batch:
+            child = self._children[(self._next - self._handover) // self.step % len(self._children)]
+            while child.next_index <= self._next:
+                child.receive()
+            while child.slots and child.slots[0][1] == self._next:
+                number, index, case, last, scale_number, variant = child.slots.popleft()
+                backend = self.backends[number]
+                if variant == 0 and self.before_index is not None:
+                    self.before_index(backend, index)
+                slots.append(Slot(backend, index, case, last, scale_number, variant))
+            self._next += self.step
+        self.clock.generate_seconds = self._local_generated + sum(c.generate_seconds for c in self._children)
         return slots
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, ValueError):  # the child is gone already
-            self._connection.send("stop")
-        self._process.join(timeout=5)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(timeout=5)
-        self._connection.close()
+        for child in self._children:
+            child.close()

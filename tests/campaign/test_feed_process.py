@@ -20,12 +20,12 @@ from hicache_fuzz.kernels.registry import load_registry
 CPU = Platform("cpu")
 
 
-def _feeds(kind: type) -> object:
+def _feeds(kind: type, **extra: int) -> object:
     registry = load_registry()
     backends = [registry.get("reference"), registry.get("zoo-last-page-dropped")]
     spaces = {b.name: CaseSpace() for b in backends}
     return kind(7, 3, (1, 2), backends, spaces, CPU, None, 50, None, {"reference": 2, "zoo-last-page-dropped": 1},
-                {"zoo-last-page-dropped": 2})
+                {"zoo-last-page-dropped": 2}, **extra)
 
 
 def _described(feed: object, batches: int) -> list[tuple[object, ...]]:
@@ -39,8 +39,27 @@ def _described(feed: object, batches: int) -> list[tuple[object, ...]]:
         feed.close()  # type: ignore[attr-defined]
 
 
-def test_the_feed_process_sends_the_slots_of_the_in_process_feed() -> None:
-    assert _described(_feeds(ProcessFeed), 4) == _described(_feeds(CaseFeed), 4)
+@pytest.mark.parametrize("processes", [1, 3])
+def test_the_feed_processes_send_the_slots_of_the_in_process_feed(processes: int) -> None:
+    """Whatever the number of lanes (the shard's step is 2 and one backend runs every other index of it, so a
+    lane's indices are not the schedule's), the merged slots are the in-process feed's."""
+    assert _described(_feeds(ProcessFeed, processes=processes), 4) == _described(_feeds(CaseFeed), 4)
+
+
+def test_a_lane_of_a_feed_generates_every_lanes_th_index_of_the_one_feed() -> None:
+    one = _described(_feeds(CaseFeed), 20)
+    lane = [(s.backend.name, s.index, s.case, s.last_of_index, s.variant)
+            for s in _feeds(CaseFeed, lanes=3)._make(80, whole_indices=True)]  # type: ignore[attr-defined]
+    lane_indices = sorted({slot[1] for slot in lane})  # whole indices: every slot of each
+    assert lane_indices[:3] == [3, 9, 15]  # start 3, the shard's step 2, three lanes
+    assert max(lane_indices) < max(slot[1] for slot in one)
+    assert lane == [slot for slot in one if slot[1] in set(lane_indices)]
+
+
+def test_feed_processes_auto_takes_two_where_the_machine_has_the_cores() -> None:
+    assert EngineOptions().resolved_feed_processes(cores=16) == 2
+    assert EngineOptions().resolved_feed_processes(cores=2) == 1
+    assert EngineOptions(feed_processes=3).resolved_feed_processes(cores=2) == 3
 
 
 @pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
@@ -49,14 +68,16 @@ def test_a_campaign_through_the_feed_process_runs_the_cases_of_the_thread_feed(t
     machine = require("cpu")
     backends = [registry.get("reference"), registry.get("zoo-last-page-dropped")]
     ids = {}
-    for kind in ("process", "thread"):
+    for kind, processes in (("process", 1), ("process", 2), ("thread", 1)):
         config = CampaignConfig([b.name for b in backends], seed=21, max_cases=150,
-                                engine=EngineOptions(batch=24, mix="auto", scale="off", variants=3, feed=kind))
-        with WorkerPool(2, [b.name for b in backends], tmp_path / kind) as pool:
+                                engine=EngineOptions(batch=24, mix="auto", scale="off", variants=3, feed=kind,
+                                                     feed_processes=processes))
+        with WorkerPool(2, [b.name for b in backends], tmp_path / f"{kind}{processes}") as pool:
             report = run_campaign(config, backends, machine.platform, pool, record_case_ids=True)
         assert report.extra["engine"]["feed"].startswith(kind)
-        ids[kind] = report.case_ids
-    assert ids["process"] == ids["thread"] and len(ids["process"]) == 150
+        assert ("2 feed processes" in report.extra["engine"]["feed"]) == (kind == "process" and processes == 2)
+        ids[kind, processes] = report.case_ids
+    assert ids["process", 1] == ids["process", 2] == ids["thread", 1] and len(ids["thread", 1]) == 150
 
 
 def test_auto_uses_the_process_feed_for_a_pool_on_a_gpu_only() -> None:
@@ -89,13 +110,13 @@ def test_a_feed_process_that_cannot_start_falls_back_to_the_thread_feed(tmp_path
 
 
 def test_a_feed_process_that_dies_is_named() -> None:
-    feed = _feeds(ProcessFeed)
+    feed = _feeds(ProcessFeed, processes=2)
     assert isinstance(feed, ProcessFeed)
     try:
         feed.take(10)
-        feed._process.kill()
-        feed._process.join(timeout=10)
-        with pytest.raises(FeedProcessError, match=r"feed process died|sent no cases"):
+        feed._children[1].process.kill()
+        feed._children[1].process.join(timeout=10)
+        with pytest.raises(FeedProcessError, match=r"feed process 1 died|feed process 1 sent no cases"):
             for _ in range(10):
                 feed.take(50)
     finally:
@@ -113,7 +134,7 @@ def test_the_campaign_generates_whole_indices_itself_until_the_feed_process_is_r
     import time
 
     deadline = time.monotonic() + 60
-    while feed._connection is not None and not feed._connection.poll(0) and time.monotonic() < deadline:
+    while not feed._children[0].connection.poll(0) and time.monotonic() < deadline:
         time.sleep(0.05)
     rest = list(first)
     try:
