@@ -99,7 +99,10 @@ def copied_to(raw: torch.Tensor, device: torch.device) -> torch.Tensor:
 def to_device(values: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A small CPU tensor (indices, pointer tables) copied to the GPU `device` without waiting: staged in pinned
     memory from torch's caching host allocator, which keeps the block until the copy has run, then queued on
-    the current stream. (A copy from pageable memory makes the host wait for the stream.)"""
+    the current stream. (A copy from pageable memory makes the host wait for the stream.) A CPU `device` takes
+    the tensor as it is: there is nothing to stage."""
+    if device.type == "cpu":
+        return values
     return values.pin_memory().to(device, non_blocking=True)
 
 

@@ -14,14 +14,14 @@ Measured results: docs/aot.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
 from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.kernels import sglang_call as calls
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
 from hicache_fuzz.kernels.buffers import Materialized
-from hicache_fuzz.kernels.sglang_jit import SglangBackend, _host_layer, gpu_space
+from hicache_fuzz.kernels.sglang_call import SglangCall
+from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 
@@ -89,76 +89,44 @@ class SglangAotBackend(SglangBackend):
     def plan(self, case: Case, platform: Platform) -> Plan:
         return Plan(EntryPoint.AOT, f"aot:{aot_op(case)}")
 
+    def sglang_calls(self, case: Case, platform: Platform) -> list[SglangCall]:
+        """One op: a one-layer load-back or an all-layer write-back, by keyword, as sglang's host pools call it."""
+        spec = case.pools[0]
+        mla = spec.attention is Attention.MLA
+        item = spec.row_bytes(spec.components[0])
+        layout, layers = case.layout, case.layers
+        kw: list[tuple[str, calls.Argument]] = []
+        names = ("",) if mla else ("_k", "_v")  # keyword suffix per component
+        if case.direction is Direction.LOAD_BACK:
+            layer = case.layer
+            for suffix, c in zip(names, spec.components, strict=True):
+                host = (calls.host_layer(spec, c, layer, layout) if layout is HostLayout.LAYER_FIRST
+                        else calls.host_tensor(spec, c))
+                kw += [(f"src{suffix}", host), (f"dst{suffix}", calls.device_layer(spec, c, layer))]
+            kw += [("src_indices", calls.HOST_INDICES), ("dst_indices", calls.DEVICE_INDICES), ("item_size", item)]
+            if layout is not HostLayout.LAYER_FIRST:
+                kw += [("layer_id", layer), ("src_layout_dim", item * layers)]
+        else:
+            for suffix, c in zip(names, spec.components, strict=True):
+                kw.append((f"src{suffix}_layers", calls.device_table(spec, c, layers)))
+                if layout is HostLayout.LAYER_FIRST:
+                    kw.append((f"dst{suffix}_layers", calls.host_table(spec, c, layers, layout)))
+                else:
+                    kw.append((f"dst{suffix}", calls.host_tensor(spec, c)))
+            if layout is not HostLayout.LAYER_FIRST:
+                kw.append(("dst_layout_dim", item * layers))
+            kw += [("src_indices", calls.DEVICE_INDICES), ("dst_indices", calls.HOST_INDICES), ("item_size", item),
+                   ("num_layers", layers)]
+        if layout is HostLayout.PAGE_HEAD:
+            kw += [("page_size", case.page_size), ("head_num", spec.heads)]
+        return [SglangCall("kvcacheio", aot_op(case), (), tuple(kw))]
+
     def run(self, buffers: Materialized) -> str:
         aot_status()  # in a fresh worker process: load the build and route sgl_kernel.kvcacheio first
         import sgl_kernel.kvcacheio as ops
 
-        case = buffers.case
-        pool = buffers.pools[0]
-        spec = pool.spec
-        mla = spec.attention is Attention.MLA
-        item = spec.row_bytes(spec.components[0])
-        layout_dim = item * case.layers
-        name = aot_op(case)
-        op = getattr(ops, name)
-        h, d = buffers.host_indices, buffers.device_indices
-        kw: dict[str, Any] = {}
-        if case.direction is Direction.LOAD_BACK:
-            layer = case.layer
-
-            def host(c: str) -> Any:
-                if case.layout is HostLayout.LAYER_FIRST:
-                    return _host_layer(pool, c, layer)
-                return pool.host_typed() if mla else pool.host_component_typed(c)
-
-            if mla:
-                kw = {"src": host("kv"), "dst": pool.device_layer_typed("kv", layer)}
-            else:
-                kw = {
-                    "src_k": host("k"),
-                    "dst_k": pool.device_layer_typed("k", layer),
-                    "src_v": host("v"),
-                    "dst_v": pool.device_layer_typed("v", layer),
-                }
-            kw.update(src_indices=h, dst_indices=d, item_size=item)
-            if case.layout is not HostLayout.LAYER_FIRST:
-                kw.update(layer_id=layer, src_layout_dim=layout_dim)
-            if case.layout is HostLayout.PAGE_HEAD:
-                kw.update(page_size=case.page_size, head_num=spec.heads)
-        else:
-            dev = {
-                c: common.ptr_table([pool.device_layer(c, i) for i in range(case.layers)], buffers.device)
-                for c in spec.components
-            }
-            if case.layout is HostLayout.LAYER_FIRST:
-                host_tables = {
-                    c: common.ptr_table([_host_layer(pool, c, i) for i in range(case.layers)], buffers.device)
-                    for c in spec.components
-                }
-                if mla:
-                    kw = {"src_layers": dev["kv"], "dst_layers": host_tables["kv"]}
-                else:
-                    kw = {
-                        "src_k_layers": dev["k"],
-                        "dst_k_layers": host_tables["k"],
-                        "src_v_layers": dev["v"],
-                        "dst_v_layers": host_tables["v"],
-                    }
-            else:
-                if mla:
-                    kw = {"src_layers": dev["kv"], "dst": pool.host_typed()}
-                else:
-                    kw = {
-                        "src_k_layers": dev["k"],
-                        "dst_k": pool.host_component_typed("k"),
-                        "src_v_layers": dev["v"],
-                        "dst_v": pool.host_component_typed("v"),
-                    }
-                kw.update(dst_layout_dim=layout_dim)
-                if case.layout is HostLayout.PAGE_HEAD:
-                    kw.update(page_size=case.page_size, head_num=spec.heads)
-            kw.update(src_indices=d, dst_indices=h, item_size=item, num_layers=case.layers)
         with common.recording() as events:
-            common.record(f"aot:{name}")
-            op(**kw)
+            for call in self.sglang_calls(buffers.case, common.platform_of(buffers)):
+                common.record(f"aot:{call.function}")
+                call.run(ops, buffers)
         return common.path_of(events)

@@ -546,3 +546,21 @@ def host_alias(tensor: Any) -> int:
 
 def index_device_ok(tensor: Any) -> bool:
     return bool(tensor.is_cuda)
+
+
+_PLATFORMS: dict[str, Platform] = {}
+
+
+def platform_of(buffers: Any) -> Platform:
+    """The platform of the process running `buffers` (a Materialized): for the rules a call depends on (the
+    staging chunk). Asked of torch once per device."""
+    key = str(buffers.device)
+    if key not in _PLATFORMS:
+        import torch
+
+        if buffers.device.type == "cpu":
+            _PLATFORMS[key] = Platform("cpu")
+        else:
+            kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+            _PLATFORMS[key] = Platform(kind, torch.cuda.get_device_capability(buffers.device))
+    return _PLATFORMS[key]

@@ -28,10 +28,12 @@ from hicache_fuzz.harness.model.case import (
     Scope,
 )
 from hicache_fuzz.harness.model.space import CaseSpace, rotating_sample
+from hicache_fuzz.kernels import sglang_call as calls
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Backend, Plan
-from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
+from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.compile_books import CompileBooks
+from hicache_fuzz.kernels.sglang_call import SglangCall
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 # Row sizes: every one is a JIT compile of sglang's register kernel (``element_size`` is a template parameter
@@ -116,13 +118,6 @@ class SglangBackend(Backend):
             common.compile_in_background(lambda: self.compile_jobs(space, platform))
 
 
-def _host_layer(pool: PoolBuffers, component: str, layer: int) -> Any:
-    """The host (component, layer) view as sglang's pools pass it: (S, H, D), strided for page_first."""
-    case = pool.case
-    whole = pool.host_typed() if pool.spec.attention is Attention.MLA else pool.host_component_typed(component)
-    return whole[layer] if case.layout is HostLayout.LAYER_FIRST else whole[:, layer]
-
-
 def _host_stride_bytes(case: Case, row_bytes: int) -> int:
     return row_bytes if case.layout is HostLayout.LAYER_FIRST else row_bytes * case.layers
 
@@ -184,71 +179,46 @@ class _JitBackend(SglangBackend):
             )
         return jobs
 
+    def sglang_calls(self, case: Case, platform: Platform) -> list[SglangCall]:
+        """One call: the one-layer or all-layer transfer, MLA or K/V, in the case's direction."""
+        spec = case.pools[0]
+        row = spec.row_bytes(spec.components[0])
+        write = case.direction is Direction.WRITE_BACK
+        host, device = (calls.HOST_INDICES, calls.DEVICE_INDICES)
+        idx_dst, idx_src = (host, device) if write else (device, host)
+        page_size = self.page_size_arg(case)
+        mla = spec.attention is Attention.MLA
+        if case.scope is Scope.ONE_LAYER:
+            layer = case.layer
+            # (dst, src) per component
+            views = [(calls.host_layer(spec, c, layer, case.layout), calls.device_layer(spec, c, layer))
+                     for c in spec.components]
+            pairs = [(h, d) if write else (d, h) for h, d in views]
+            sizes = (("element_dim", row // spec.dtype.itemsize), ("page_size", page_size))
+            if mla:
+                (dst, src), = pairs
+                return [SglangCall("hicache", "transfer_hicache_one_layer_mla", (dst, idx_dst, src, idx_src), sizes)]
+            (k_dst, k_src), (v_dst, v_src) = pairs
+            return [SglangCall("hicache", "transfer_hicache_one_layer",
+                               (k_dst, v_dst, idx_dst, k_src, v_src, idx_src), sizes)]
+        host_tables = [calls.host_table(spec, c, case.layers, case.layout) for c in spec.components]
+        dev_tables = [calls.device_table(spec, c, case.layers) for c in spec.components]
+        dst, src = (host_tables, dev_tables) if write else (dev_tables, host_tables)
+        host_stride = _host_stride_bytes(case, row)
+        dst_stride, src_stride = (host_stride, row) if write else (row, host_stride)
+        if mla:
+            strides = (("cache_src_stride_bytes", src_stride), ("cache_dst_stride_bytes", dst_stride))
+            return [SglangCall("hicache", "transfer_hicache_all_layer_mla", (dst[0], idx_dst, src[0], idx_src),
+                               (*strides, ("element_size", row), ("page_size", page_size)))]
+        strides = (("kv_cache_src_stride_bytes", src_stride), ("kv_cache_dst_stride_bytes", dst_stride))
+        return [SglangCall("hicache", "transfer_hicache_all_layer", (dst[0], dst[1], idx_dst, src[0], src[1], idx_src),
+                           (*strides, ("element_size", row), ("page_size", page_size)))]
+
     def run(self, buffers: Materialized) -> str:
         module = common.hicache()
-        case = buffers.case
-        pool = buffers.pools[0]
-        spec = pool.spec
-        mla = spec.attention is Attention.MLA
-        row = spec.row_bytes(spec.components[0])
-        element_dim = row // spec.dtype.itemsize
-        write = case.direction is Direction.WRITE_BACK
-        idx_dst, idx_src = (
-            (buffers.host_indices, buffers.device_indices) if write else (buffers.device_indices, buffers.host_indices)
-        )
-        ps = self.page_size_arg(case)
         with common.tma_forced(self.tma_mode), common.recording() as events:
-            if case.scope is Scope.ONE_LAYER:
-                layer = case.layer
-                views = {c: (pool.device_layer_typed(c, layer), _host_layer(pool, c, layer)) for c in spec.components}
-                # (dst, src) per component
-                pairs = {c: ((h, d) if write else (d, h)) for c, (d, h) in views.items()}
-                if mla:
-                    dst, src = pairs["kv"]
-                    module.transfer_hicache_one_layer_mla(
-                        dst, idx_dst, src, idx_src, element_dim=element_dim, page_size=ps
-                    )
-                else:
-                    (k_dst, k_src), (v_dst, v_src) = pairs["k"], pairs["v"]
-                    module.transfer_hicache_one_layer(
-                        k_dst, v_dst, idx_dst, k_src, v_src, idx_src, element_dim=element_dim, page_size=ps
-                    )
-            else:
-                dev_ptrs = {
-                    c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)], buffers.device)
-                    for c in spec.components
-                }
-                host_ptrs = {
-                    c: common.ptr_table([_host_layer(pool, c, layer) for layer in range(case.layers)], buffers.device)
-                    for c in spec.components
-                }
-                dev_stride, host_stride = row, _host_stride_bytes(case, row)
-                dst_ptrs, src_ptrs = (host_ptrs, dev_ptrs) if write else (dev_ptrs, host_ptrs)
-                dst_stride, src_stride = (host_stride, dev_stride) if write else (dev_stride, host_stride)
-                if mla:
-                    module.transfer_hicache_all_layer_mla(
-                        dst_ptrs["kv"],
-                        idx_dst,
-                        src_ptrs["kv"],
-                        idx_src,
-                        cache_src_stride_bytes=src_stride,
-                        cache_dst_stride_bytes=dst_stride,
-                        element_size=row,
-                        page_size=ps,
-                    )
-                else:
-                    module.transfer_hicache_all_layer(
-                        dst_ptrs["k"],
-                        dst_ptrs["v"],
-                        idx_dst,
-                        src_ptrs["k"],
-                        src_ptrs["v"],
-                        idx_src,
-                        kv_cache_src_stride_bytes=src_stride,
-                        kv_cache_dst_stride_bytes=dst_stride,
-                        element_size=row,
-                        page_size=ps,
-                    )
+            for call in self.sglang_calls(buffers.case, common.platform_of(buffers)):
+                call.run(module, buffers)
         return common.path_of(events)
 
 

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostAllocator, HostLayout, Scope
 from hicache_fuzz.harness.model.space import HEAD_GROUPS_MENU, CaseSpace
+from hicache_fuzz.kernels import sglang_call as calls
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
 from hicache_fuzz.kernels.buffers import Materialized
+from hicache_fuzz.kernels.sglang_call import SglangCall
 from hicache_fuzz.kernels.sglang_jit import JIT_INDEX_DEVICES, SglangBackend, gpu_space
 from hicache_fuzz.kernels.sglang_staged import (
     INDEX_DTYPES,
     STAGING_PAGES_MENU,
-    common_platform,
     staging_pages,
 )
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
@@ -94,48 +93,32 @@ class SglangPageUnifiedBackend(SglangBackend):
                 jobs.append(lambda row=row: module._jit_page_unified_write_back(row, is_mla=True))
         return jobs
 
+    def sglang_calls(self, case: Case, platform: Platform) -> list[SglangCall]:
+        """One call per pool: the one-layer load-back, or the all-layer write-back of whole pages through a
+        staging buffer (page ids as a caller derives them from the index lists)."""
+        out = []
+        for spec in case.pools:
+            mla = spec.attention is Attention.MLA
+            host = calls.whole_host(spec)
+            if case.direction is Direction.LOAD_BACK:
+                devices = tuple(calls.device_layer(spec, c, case.layer) for c in spec.components)
+                function = f"transfer_hicache_one_layer{'_mla' if mla else ''}_page_unified_lf"
+                out.append(SglangCall("hicache", function,
+                                      (*devices, host, calls.HOST_INDICES, calls.DEVICE_INDICES, case.layer)))
+                continue
+            ps = case.page_size
+            pages = staging_pages(case, int(case.tuning_value("staging_pages", 0)), platform)
+            tables = tuple(calls.device_table(spec, c, case.layers) for c in spec.components)
+            function = ("transfer_hicache_all_layer_mla_staged_lf_page_unified" if mla
+                        else "transfer_hicache_all_layer_staged_lf_page_unified")
+            out.append(SglangCall("hicache", function,
+                                  (*tables, calls.PageIds(calls.DEVICE_INDICES, ps),
+                                   calls.PageIds(calls.HOST_INDICES, ps), calls.Staging(host, pages), host)))
+        return out
+
     def run(self, buffers: Materialized) -> str:
         module = common.hicache()
-        case = buffers.case
-        ps = case.page_size
         with common.recording() as events:
-            for pool in buffers.pools:
-                spec = pool.spec
-                mla = spec.attention is Attention.MLA
-                host = pool.host_typed()
-                if case.direction is Direction.LOAD_BACK:
-                    if mla:
-                        module.transfer_hicache_one_layer_mla_page_unified_lf(
-                            pool.device_layer_typed("kv", case.layer),
-                            host,
-                            buffers.host_indices,
-                            buffers.device_indices,
-                            case.layer,
-                        )
-                    else:
-                        module.transfer_hicache_one_layer_page_unified_lf(
-                            pool.device_layer_typed("k", case.layer),
-                            pool.device_layer_typed("v", case.layer),
-                            host,
-                            buffers.host_indices,
-                            buffers.device_indices,
-                            case.layer,
-                        )
-                    continue
-                src_pages = torch.div(buffers.device_indices[::ps], ps, rounding_mode="floor").contiguous()
-                dst_pages = torch.div(buffers.host_indices[::ps], ps, rounding_mode="floor").contiguous()
-                pages = staging_pages(case, int(case.tuning_value("staging_pages", 0)), common_platform(buffers))
-                staging = torch.empty((pages, *host.shape[1:]), dtype=host.dtype, device=buffers.device)
-                ptrs = {
-                    c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)], buffers.device)
-                    for c in spec.components
-                }
-                if mla:
-                    module.transfer_hicache_all_layer_mla_staged_lf_page_unified(
-                        ptrs["kv"], src_pages, dst_pages, staging, host
-                    )
-                else:
-                    module.transfer_hicache_all_layer_staged_lf_page_unified(
-                        ptrs["k"], ptrs["v"], src_pages, dst_pages, staging, host
-                    )
+            for call in self.sglang_calls(buffers.case, common.platform_of(buffers)):
+                call.run(module, buffers)
         return common.path_of(events)

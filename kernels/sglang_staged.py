@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from hicache_fuzz.harness.model.case import Attention, Case, HostAllocator, HostLayout, IndexDevice, IndexDtype
 from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.kernels import sglang_call as calls
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Plan
 from hicache_fuzz.kernels.buffers import Materialized
+from hicache_fuzz.kernels.sglang_call import SglangCall
 from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
@@ -83,52 +83,24 @@ class SglangStagedBackend(SglangBackend):
             if row % 16 == 0
         ]
 
+    def sglang_calls(self, case: Case, platform: Platform) -> list[SglangCall]:
+        """One call per pool: every layer's pages through a staging buffer of the chunk's tokens."""
+        tokens = staging_pages(case, int(case.tuning_value("staging_pages", 0)), platform) * case.page_size
+        out = []
+        for spec in case.pools:
+            tables = tuple(calls.device_table(spec, c, case.layers) for c in spec.components)
+            hosts = tuple(calls.host_tensor(spec, c) for c in spec.components)  # (S, L, H, D) each
+            staging = tuple(calls.Staging(host, tokens) for host in hosts)
+            sizes = (("page_size", case.page_size), ("element_size", spec.row_bytes(spec.components[0])))
+            function = ("transfer_hicache_all_layer_mla_staged_lf_pf" if spec.attention is Attention.MLA
+                        else "transfer_hicache_all_layer_staged_lf_pf")
+            out.append(SglangCall("hicache", function,
+                                  (*tables, calls.DEVICE_INDICES, calls.HOST_INDICES, *staging, *hosts), sizes))
+        return out
+
     def run(self, buffers: Materialized) -> str:
         module = common.hicache()
-        case = buffers.case
         with common.recording() as events:
-            for pool in buffers.pools:
-                spec = pool.spec
-                pages = staging_pages(case, int(case.tuning_value("staging_pages", 0)), common_platform(buffers))
-                tokens = pages * case.page_size
-                ptrs = {
-                    c: common.ptr_table([pool.device_layer(c, layer) for layer in range(case.layers)], buffers.device)
-                    for c in spec.components
-                }
-                if spec.attention is Attention.MLA:
-                    host = pool.host_typed()  # (S, L, 1, D)
-                    staging = torch.empty((tokens, *host.shape[1:]), dtype=host.dtype, device=buffers.device)
-                    module.transfer_hicache_all_layer_mla_staged_lf_pf(
-                        ptrs["kv"],
-                        buffers.device_indices,
-                        buffers.host_indices,
-                        staging,
-                        host,
-                        page_size=case.page_size,
-                        element_size=spec.row_bytes("kv"),
-                    )
-                else:
-                    k, v = pool.host_component_typed("k"), pool.host_component_typed("v")  # (S, L, H, D)
-                    staging_k = torch.empty((tokens, *k.shape[1:]), dtype=k.dtype, device=buffers.device)
-                    staging_v = torch.empty((tokens, *v.shape[1:]), dtype=v.dtype, device=buffers.device)
-                    module.transfer_hicache_all_layer_staged_lf_pf(
-                        ptrs["k"],
-                        ptrs["v"],
-                        buffers.device_indices,
-                        buffers.host_indices,
-                        staging_k,
-                        staging_v,
-                        k,
-                        v,
-                        page_size=case.page_size,
-                        element_size=spec.row_bytes("k"),
-                    )
+            for call in self.sglang_calls(buffers.case, common.platform_of(buffers)):
+                call.run(module, buffers)
         return common.path_of(events)
-
-
-def common_platform(buffers: Materialized) -> Platform:
-    """The platform of the process running `buffers` (for the staging chunk rule)."""
-    if buffers.device.type == "cpu":
-        return Platform("cpu")
-    kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
-    return Platform(kind, torch.cuda.get_device_capability(buffers.device))

@@ -110,11 +110,10 @@ def call_sglang(raw, host_idx, dev_idx):
         raise ImportError(f"sgl_kernel (the AOT ops) does not load against torch {torch.__version__}: "
                           f"{type(exc).__name__}: {exc}") from exc
 
-    dev = [ptrs(typed(raw, "kv", "device")[c, layer] for layer in range(4)) for c in range(2)]
     kvcacheio.transfer_kv_all_layer_lf_ph(
-        src_k_layers=dev[0],
+        src_k_layers=ptrs(typed(raw, "kv", "device")[0, layer] for layer in range(4)),
         dst_k=typed(raw, "kv", "host")[0],
-        src_v_layers=dev[1],
+        src_v_layers=ptrs(typed(raw, "kv", "device")[1, layer] for layer in range(4)),
         dst_v=typed(raw, "kv", "host")[1],
         dst_layout_dim=96,
         src_indices=dev_idx,

@@ -105,13 +105,16 @@ def call_sglang(raw, host_idx, dev_idx):
     # sglang's own TMA gate decides: SGLANG_HICACHE_TMA_TRANSFER as in your environment (unset: on)
     from sglang.kernels.ops.kvcache import hicache
 
-    page_size = 1
-    idx_dst, idx_src = (dev_idx, host_idx)
-    dev = ptrs(typed(raw, "kv", "device")[0, layer] for layer in range(1))
-    host = ptrs(typed(raw, "kv", "host")[layer] for layer in range(1))
-    (dst, dst_stride), (src, src_stride) = (dev, 256), (host, 256)
-    hicache.transfer_hicache_all_layer_mla(dst, idx_dst, src, idx_src, cache_src_stride_bytes=src_stride,
-                                          cache_dst_stride_bytes=dst_stride, element_size=256, page_size=page_size)
+    hicache.transfer_hicache_all_layer_mla(
+        ptrs(typed(raw, "kv", "device")[0, layer] for layer in range(1)),
+        dev_idx,
+        ptrs(typed(raw, "kv", "host")[layer] for layer in range(1)),
+        host_idx,
+        cache_src_stride_bytes=256,
+        cache_dst_stride_bytes=256,
+        element_size=256,
+        page_size=1,
+    )
 
 
 def expected_after(before):

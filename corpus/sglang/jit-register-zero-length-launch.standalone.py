@@ -99,14 +99,18 @@ def call_sglang(raw, host_idx, dev_idx):
     os.environ["SGLANG_HICACHE_TMA_TRANSFER"] = "0"  # TMA gate off: the register kernel; read at the first call
     from sglang.kernels.ops.kvcache import hicache
 
-    page_size = 64
-    idx_dst, idx_src = (host_idx, dev_idx)
-    dev = [ptrs(typed(raw, "kv", "device")[c, layer] for layer in range(4)) for c in (0, 1)]
-    host = [ptrs(typed(raw, "kv", "host")[c][layer] for layer in range(4)) for c in (0, 1)]
-    (dst, dst_stride), (src, src_stride) = (host, 128), (dev, 128)
-    hicache.transfer_hicache_all_layer(dst[0], dst[1], idx_dst, src[0], src[1], idx_src,
-                                       kv_cache_src_stride_bytes=src_stride, kv_cache_dst_stride_bytes=dst_stride,
-                                       element_size=128, page_size=page_size)
+    hicache.transfer_hicache_all_layer(
+        ptrs(typed(raw, "kv", "host")[0][layer] for layer in range(4)),
+        ptrs(typed(raw, "kv", "host")[1][layer] for layer in range(4)),
+        host_idx,
+        ptrs(typed(raw, "kv", "device")[0, layer] for layer in range(4)),
+        ptrs(typed(raw, "kv", "device")[1, layer] for layer in range(4)),
+        dev_idx,
+        kv_cache_src_stride_bytes=128,
+        kv_cache_dst_stride_bytes=128,
+        element_size=128,
+        page_size=64,
+    )
 
 
 def expected_after(before):

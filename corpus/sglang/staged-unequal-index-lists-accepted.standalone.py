@@ -97,10 +97,15 @@ def make_storages():
 def call_sglang(raw, host_idx, dev_idx):
     from sglang.kernels.ops.kvcache import hicache
 
-    host = typed(raw, "kv", "host")  # (slots, layers, 1, dim)
-    staging = torch.empty((1, *host.shape[1:]), dtype=host.dtype, device=DEVICE)
-    dev = ptrs(typed(raw, "kv", "device")[0, layer] for layer in range(3))
-    hicache.transfer_hicache_all_layer_mla_staged_lf_pf(dev, dev_idx, host_idx, staging, host, page_size=1, element_size=2064)
+    hicache.transfer_hicache_all_layer_mla_staged_lf_pf(
+        ptrs(typed(raw, "kv", "device")[0, layer] for layer in range(3)),
+        dev_idx,
+        host_idx,
+        torch.empty((1, *typed(raw, "kv", "host").shape[1:]), dtype=typed(raw, "kv", "host").dtype, device=DEVICE),
+        typed(raw, "kv", "host"),
+        page_size=1,
+        element_size=2064,
+    )
 
 
 def expected_after(before):

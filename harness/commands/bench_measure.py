@@ -35,8 +35,10 @@ from typing import Any
 
 import torch
 
-# bench builds its fixed cases as a backend author would, from the stable plugin surface
-from hicache_fuzz.api import (
+from hicache_fuzz.harness.commands import selftest
+from hicache_fuzz.harness.engine.campaign_case import backend_space, campaign_case
+from hicache_fuzz.harness.engine.engine_stats import NOT_RUN, variety_key
+from hicache_fuzz.harness.model.case import (
     Attention,
     Case,
     Direction,
@@ -49,9 +51,6 @@ from hicache_fuzz.api import (
     PoolSpec,
     Scope,
 )
-from hicache_fuzz.harness.commands import selftest
-from hicache_fuzz.harness.engine.campaign_case import backend_space, campaign_case
-from hicache_fuzz.harness.engine.engine_stats import NOT_RUN, variety_key
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.harness.model.space import CaseSpace

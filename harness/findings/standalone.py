@@ -3,9 +3,9 @@
 The script builds the case's storages byte for byte as the harness does (guard | payload | guard, filled with
 the address-tagged splitmix64 pattern of :func:`hicache_fuzz.harness.pipeline.materialize.fill_pattern`, with the salts
 computed here and written in as numbers), calls the sglang entry point the case's backend calls, with the same
-arguments (the per-backend call templates live in :mod:`hicache_fuzz.harness.findings.standalone_calls`), computes the
-expected bytes with a few lines of torch indexing, compares uint8 views of every whole storage and prints the
-first differing K/V, layer, page, token and byte. What the script expects is the contract's verdict for the
+arguments (a kernel backend's own call description printed: :mod:`hicache_fuzz.harness.findings.standalone_calls`),
+computes the expected bytes with a few lines of torch indexing, compares uint8 views of every whole storage and
+prints the first differing K/V, layer, page, token and byte. What the script expects is the contract's verdict for the
 case (:func:`hicache_fuzz.oracles.contract.predict`): accept (then the bytes must match) or reject (then the
 call must raise). It exits 0 when sglang behaves as the contract says, 1 while the bug is present; it also runs
 under pytest (one ``test_*`` function).
