@@ -27,6 +27,9 @@ the facade says False, every host index goes to CUDA, the anchor still takes its
 TensorMatcher rejects the CUDA host indices.
 
 Load-back of all layers calls ``load_to_device_per_layer`` for each layer, as the controller does.
+
+What the backend hands sglang (the pools' constructor calls, the placement rule, the transfer calls) is defined
+once, in kernels/sglang_pool_calls.py; a standalone reproducer prints the same definitions.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ from hicache_fuzz.harness.model.case import (
     HostLayout,
     IndexDevice,
     IndexDtype,
-    KVDtype,
     PoolSpec,
     Scope,
     page_runs_contiguous,
@@ -56,6 +58,17 @@ from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
 from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_jit import SglangBackend, gpu_space
+from hicache_fuzz.kernels.sglang_pool_calls import (
+    HOST_MHA,
+    HOST_MLA,
+    MEMORY_POOL,
+    Constructor,
+    Placement,
+    device_buffers,
+    placement,
+    pool_construction,
+    pool_transfers,
+)
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 POOL_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048)
@@ -99,18 +112,14 @@ def write_back_jit(case: Case, spec: PoolSpec) -> bool:
 
 def placements(case: Case) -> list[tuple[IndexDevice, IndexDevice]]:
     """(host index device, device index device) each pool receives after the controller."""
-    controller = case.tuning_value("controller", "hybrid")
     moved = (IndexDevice.DEVICE, case.device_index.device)  # move_indices: host -> CUDA, device untouched
     given = (case.host_index.device, case.device_index.device)
     cpu_host = (IndexDevice.CPU, case.device_index.device)
-    if case.direction is Direction.LOAD_BACK:
-        return [moved for _ in case.pools]
-    page_first_kernel = case.layout is HostLayout.PAGE_FIRST
-    flags = [write_back_jit(case, p) for p in case.pools]
-    if controller == "base":
-        keep = page_first_kernel and all(flags)  # the group facade is all(children)
-        return [given if keep else moved for _ in case.pools]
-    if not page_first_kernel or not any(flags):
+    rule = placement(case)
+    flags = [write_back_jit(case, p) for p in case.pools]  # all False off page_first
+    if rule is Placement.BASE_WRITE:
+        return [given if all(flags) else moved for _ in case.pools]  # the group facade is all(children)
+    if rule is Placement.MOVE_ALL or not any(flags):
         return [moved for _ in case.pools]
     return [cpu_host if flag else moved for flag in flags]
 
@@ -252,14 +261,11 @@ class SglangPoolBackend(SglangBackend):
             with common.recording() as events:
                 try:
                     for (_pool, device_pool, host_pool), (host_idx, dev_idx) in zip(built, placed, strict=True):
-                        if case.direction is Direction.WRITE_BACK:
-                            host_pool.backup_from_device_all_layer(device_pool, host_idx, dev_idx, "kernel")
-                        else:
-                            for layer in case.moved_layers:
-                                host_pool.load_to_device_per_layer(device_pool, host_idx, dev_idx, layer, "kernel")
-                            _load_foreign_layers(case, device_pool, host_pool, host_idx, dev_idx)
+                        for method, layer in pool_transfers(case):
+                            transfer(host_pool, method, layer, device_pool, host_idx, dev_idx)
                 finally:
-                    torch.cuda.synchronize(buffers.device)
+                    if buffers.device.type != "cpu":
+                        torch.cuda.synchronize(buffers.device)
                     for pool, device_pool, host_pool in built:
                         _copy_out(pool, device_pool, host_pool)
             keep = True  # only a call that returned normally hands its objects on (a refusal may be a fault)
@@ -289,18 +295,10 @@ class SglangPoolBackend(SglangBackend):
         return pairs
 
 
-# A load-back of a layer the host pool does not hold (a draft/MTP layer past the target model's, or another pool's
-# layer in a hybrid group) must return without touching anything (docs/semantics.md, 4.1). The controller makes
-# such calls in production; the ids just outside the pool's range are the ones an off-by-one guard lets through,
-# and Python would take -1 as the last layer. The whole-storage compare then shows any write, and an exception
-# is a failure of a valid case (an off-by-one `<` -> `<=` in that guard is otherwise unseen).
-def foreign_layers(case: Case) -> tuple[int, ...]:
-    return (-1, case.layers)
-
-
-def _load_foreign_layers(case: Case, device_pool: Any, host_pool: Any, host_idx: Any, dev_idx: Any) -> None:
-    for layer in foreign_layers(case):
-        host_pool.load_to_device_per_layer(device_pool, host_idx, dev_idx, layer, "kernel")
+def transfer(host_pool: Any, method: str, layer: int | None, device_pool: Any, host_idx: Any, dev_idx: Any) -> None:
+    """One of pool_transfers' calls on a host pool, with the kernel io backend."""
+    layer_arg = () if layer is None else (layer,)
+    getattr(host_pool, method)(device_pool, host_idx, dev_idx, *layer_arg, "kernel")
 
 
 # The controller takes the host indices of a write-back from the host pool's own allocator (HostKVCache.alloc),
@@ -369,10 +367,10 @@ def _load_pool_modules() -> Any:
     # The pool modules bind ``from sgl_kernel.kvcacheio import transfer_kv_*`` at import: make the AOT ops
     # callable first (real sglang-kernel, else this project's build) so the real pool code reaches them.
     aot_available()
+    import sglang.srt.mem_cache.memory_pool as memory_pool
     import sglang.srt.mem_cache.pool_host.mha as mha
     import sglang.srt.mem_cache.pool_host.mla as mla
     from sglang.srt.managers.cache_controller import HiCacheController
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
     from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry
 
     _rebind_placeholder_ops(mha)
@@ -380,11 +378,8 @@ def _load_pool_modules() -> Any:
     common.spy_aot_ops(mha)
     common.spy_aot_ops(mla)
     return types.SimpleNamespace(
-        mha=mha,
-        mla=mla,
+        by_module={MEMORY_POOL: memory_pool, HOST_MHA: mha, HOST_MLA: mla},
         HiCacheController=HiCacheController,
-        MHATokenToKVPool=MHATokenToKVPool,
-        MLATokenToKVPool=MLATokenToKVPool,
         HostPoolGroup=HostPoolGroup,
         PoolEntry=PoolEntry,
     )
@@ -414,45 +409,22 @@ def _pool_modules() -> Any:
     return _MODS
 
 
-def _sglang_dtype(dtype: KVDtype) -> torch.dtype:
-    return {
-        KVDtype.BF16: torch.bfloat16,
-        KVDtype.FP16: torch.float16,
-        KVDtype.FP32: torch.float32,
-        KVDtype.FP8: torch.float8_e4m3fn,
-    }[dtype]
-
-
 def _build(mods: Any, case: Case, spec: PoolSpec, device: torch.device) -> tuple[Any, Any]:
-    ps, layers = case.page_size, case.layers
-    size = case.device_rows - ps
-    dtype = _sglang_dtype(spec.dtype)
-    # What both host-pool constructors take alike: (device buffer info, host-to-device ratio, host size, page
-    # size, layout) and the placement keywords.
-    def host_pool_of(cls: Any, info: Any, **extra: Any) -> Any:
-        return cls(info, 2.0, 0, ps, case.layout.value, pin_memory=True, device="cpu", device_capacity_tokens=size,
-                   start_layer=0, end_layer=layers - 1, pool_label=spec.name, host_token_capacity=case.host_slots,
-                   **extra)
-
-    if spec.attention is Attention.MLA:
-        rope = 64 if spec.head_dim > 64 else 0
-        device_pool = mods.MLATokenToKVPool(size, ps, dtype, spec.head_dim - rope, rope, layers, str(device), False)
-        host_pool = host_pool_of(mods.mla.MLATokenToKVPoolHost, device_pool.get_device_pool_infos()[0].buffer_info,
-                                 target_layer_num=layers)
-    else:
-        device_pool = mods.MHATokenToKVPool(
-            size, ps, dtype, spec.heads, spec.head_dim, layers, str(device), False, enable_alt_stream=False
-        )
-        host_pool = host_pool_of(mods.mha.MHATokenToKVPoolHost, device_pool.get_device_pool_infos()[0].buffer_info)
-    if not spec.write_back_jit:
+    made = pool_construction(case, spec)
+    device_pool = made.device_pool.call(_class(mods, made.device_pool), device)
+    info = device_pool.get_device_pool_infos()[0].buffer_info
+    host_pool = made.host_pool.call(_class(mods, made.host_pool), device, info)
+    if not made.write_back_jit:
         host_pool.can_use_write_back_jit = False
     return device_pool, host_pool
 
 
+def _class(mods: Any, constructor: Constructor) -> Any:
+    return getattr(mods.by_module[constructor.module], constructor.cls)
+
+
 def _device_layers(spec: PoolSpec, device_pool: Any, component: str) -> Any:
-    if spec.attention is Attention.MLA:
-        return device_pool.kv_buffer
-    return device_pool.k_buffer if component == "k" else device_pool.v_buffer
+    return getattr(device_pool, device_buffers(spec)[spec.components.index(component)])
 
 
 def _layer_pairs(pool: Any, device_pool: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -490,18 +462,13 @@ def _place(mods: Any, case: Case, facade: Any, host_pools: list[Any], buffers: M
     controller.move_indices = types.MethodType(cls.move_indices, controller)
     controller._move_op_indices = types.MethodType(cls._move_op_indices, controller)
     h, d = buffers.host_indices, buffers.device_indices
-    if case.direction is Direction.LOAD_BACK:
-        pair = controller.move_indices(h, d)
-        return [pair for _ in host_pools]
-    if case.tuning_value("controller", "hybrid") == "base":
+    rule = placement(case)
+    if rule is Placement.BASE_WRITE:
         op = types.SimpleNamespace(host_indices=h, device_indices=d, pool_transfers=None)
         host_idx, dev_idx, _ = cls._move_write_operation(controller, op)
         return [(host_idx, dev_idx) for _ in host_pools]
     flags = [bool(getattr(p, "can_use_write_back_jit", False)) for p in host_pools]
-    if case.layout is not HostLayout.PAGE_FIRST or not any(flags):
+    if rule is Placement.MOVE_ALL or not any(flags):
         pair = controller.move_indices(h, d)
         return [pair for _ in host_pools]
-    out = []
-    for flag in flags:
-        out.append((h.cpu() if h.is_cuda else h, d) if flag else controller.move_indices(h, d))
-    return out
+    return [(h.cpu(), d) if flag else controller.move_indices(h, d) for flag in flags]

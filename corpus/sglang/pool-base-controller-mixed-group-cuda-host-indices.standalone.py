@@ -108,31 +108,28 @@ def call_sglang(raw, host_idx, dev_idx):
     from types import MethodType, SimpleNamespace
 
     from sglang.srt.managers.cache_controller import HiCacheController
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
     from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
     from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
     from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 
-    size = 64  # device pool rows = size + page_size (rows [0, page_size) are the padding page)
     pools = {}  # name: (device pool, host pool, the device pool's per-layer buffers per K/V)
-    device_pool = MHATokenToKVPool(size, 16, torch.bfloat16, 2, 64, 2, str(DEVICE), False,
-                                   enable_alt_stream=False)
+    device_pool = MHATokenToKVPool(64, 16, torch.bfloat16, 2, 64, 2, str(DEVICE), False, enable_alt_stream=False)
     host_pool = MHATokenToKVPoolHost(device_pool.get_device_pool_infos()[0].buffer_info, 2.0, 0, 16, "page_first",
-                                     pin_memory=True, device="cpu", device_capacity_tokens=size, start_layer=0, end_layer=1,
-                                     pool_label="kv", host_token_capacity=64)
+                                     pin_memory=True, device="cpu", device_capacity_tokens=64, start_layer=0,
+                                     end_layer=1, pool_label="kv", host_token_capacity=64)
     buffers = [device_pool.k_buffer, device_pool.v_buffer]
     pools["kv"] = (device_pool, host_pool, buffers)
-    device_pool = MLATokenToKVPool(size, 16, torch.bfloat16, 512, 64, 2, str(DEVICE), False)
+    device_pool = MLATokenToKVPool(64, 16, torch.bfloat16, 512, 64, 2, str(DEVICE), False)
     host_pool = MLATokenToKVPoolHost(device_pool.get_device_pool_infos()[0].buffer_info, 2.0, 0, 16, "page_first",
-                                     pin_memory=True, device="cpu", device_capacity_tokens=size, start_layer=0, end_layer=1,
-                                     target_layer_num=2, pool_label="side1", host_token_capacity=64)
+                                     pin_memory=True, device="cpu", device_capacity_tokens=64, start_layer=0,
+                                     end_layer=1, pool_label="side1", host_token_capacity=64, target_layer_num=2)
     buffers = [device_pool.kv_buffer]
     pools["side1"] = (device_pool, host_pool, buffers)
-    device_pool = MHATokenToKVPool(size, 16, torch.bfloat16, 1, 128, 2, str(DEVICE), False,
-                                   enable_alt_stream=False)
+    device_pool = MHATokenToKVPool(64, 16, torch.bfloat16, 1, 128, 2, str(DEVICE), False, enable_alt_stream=False)
     host_pool = MHATokenToKVPoolHost(device_pool.get_device_pool_infos()[0].buffer_info, 2.0, 0, 16, "page_first",
-                                     pin_memory=True, device="cpu", device_capacity_tokens=size, start_layer=0, end_layer=1,
-                                     pool_label="side2", host_token_capacity=64)
+                                     pin_memory=True, device="cpu", device_capacity_tokens=64, start_layer=0,
+                                     end_layer=1, pool_label="side2", host_token_capacity=64)
     buffers = [device_pool.k_buffer, device_pool.v_buffer]
     host_pool.can_use_write_back_jit = False  # a side pool without the staged path
     pools["side2"] = (device_pool, host_pool, buffers)

@@ -1,35 +1,41 @@
 """The sglang call of a standalone reproducer for ``sglang-pool``: real device and host pools, an optional
-HostPoolGroup, the controller's index placement, then ``backup_from_device_all_layer`` /
-``load_to_device_per_layer``, as ``kernels/sglang_pool.py`` drives them. The pools get the case's bytes copied
-in before the transfer and copied back into the case's storages after it, so the script compares the same
-storages as for every other backend.
+HostPoolGroup, the controller's index placement, then the pool transfer calls. Everything handed to sglang is
+printed from kernels/sglang_pool_calls.py, the definitions ``kernels/sglang_pool.py`` runs. The pools get the
+case's bytes copied in before the transfer and copied back into the case's storages after it, so the script
+compares the same storages as for every other backend.
 """
 
 from __future__ import annotations
 
-from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype, PoolSpec
+from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.kernels.sglang_pool_calls import (
+    BUFFER_INFO,
+    Placement,
+    PoolConstruction,
+    placement,
+    pool_construction,
+    pool_transfers,
+)
 from hicache_fuzz.oracles.contract import Platform
-
-_SGLANG_DTYPES = {KVDtype.BF16: "torch.bfloat16", KVDtype.FP16: "torch.float16", KVDtype.FP32: "torch.float32",
-                  KVDtype.FP8: "torch.float8_e4m3fn"}
 
 
 def pool_call(case: Case, platform: Platform) -> str:
-    size = case.device_rows - case.page_size
+    built = [(spec.name, pool_construction(case, spec)) for spec in case.pools]
+    classes: dict[str, set[str]] = {}
+    for _, made in built:
+        for constructor in (made.device_pool, made.host_pool):
+            classes.setdefault(constructor.module, set()).add(constructor.cls)
     lines = [
         "from types import MethodType, SimpleNamespace",
         "",
         "from sglang.srt.managers.cache_controller import HiCacheController",
-        "from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool",
         "from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry",
-        "from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost",
-        "from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost",
+        *(f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(classes.items())),
         "",
-        f"size = {size}  # device pool rows = size + page_size (rows [0, page_size) are the padding page)",
         "pools = {}  # name: (device pool, host pool, the device pool's per-layer buffers per K/V)",
     ]
-    for spec in case.pools:
-        lines += _pool_lines(case, spec)
+    for name, made in built:
+        lines += _pool_lines(name, made)
     lines += [
         "",
         "",
@@ -63,28 +69,13 @@ def pool_call(case: Case, platform: Platform) -> str:
         'controller = SimpleNamespace(io_backend="kernel", mem_pool_host=facade, device=DEVICE)',
         "controller.move_indices = MethodType(HiCacheController.move_indices, controller)",
         "controller._move_op_indices = MethodType(HiCacheController._move_op_indices, controller)",
+        *_placement_lines(placement(case)),
+        "try:",
+        "    for (device_pool, host_pool, _), (h, d) in zip(pools.values(), placed):",
     ]
-    controller = case.tuning_value("controller", "hybrid")
-    if case.direction is Direction.LOAD_BACK:
-        lines.append("placed = [controller.move_indices(host_idx, dev_idx) for _ in pools]")
-    elif controller == "base":
-        lines += ["op = SimpleNamespace(host_indices=host_idx, device_indices=dev_idx, pool_transfers=None)",
-                  "placed = [HiCacheController._move_write_operation(controller, op)[:2] for _ in pools]"]
-    else:
-        lines += ["# the hybrid controller: pools on the staged path keep CPU host indices, the others get moved ones",
-                  'staged = [getattr(h, "can_use_write_back_jit", False) for _, h, _ in pools.values()]']
-        if case.layout is HostLayout.PAGE_FIRST:
-            lines += ["placed = [(host_idx.cpu(), dev_idx) if flag and any(staged) else "
-                      "controller.move_indices(host_idx, dev_idx) for flag in staged]"]
-        else:
-            lines.append("placed = [controller.move_indices(host_idx, dev_idx) for _ in pools]")
-    lines += ["try:",
-              "    for (device_pool, host_pool, _), (h, d) in zip(pools.values(), placed):"]
-    if case.direction is Direction.WRITE_BACK:
-        lines.append('        host_pool.backup_from_device_all_layer(device_pool, h, d, "kernel")')
-    else:
-        lines += [f"        for layer in {list(case.moved_layers)}:",
-                  '            host_pool.load_to_device_per_layer(device_pool, h, d, layer, "kernel")']
+    for method, layer in pool_transfers(case):
+        layer_arg = "" if layer is None else f"{layer}, "
+        lines.append(f'        host_pool.{method}(device_pool, h, d, {layer_arg}"kernel")')
     lines += ["finally:",
               '    if DEVICE.type == "cuda":',
               "        torch.cuda.synchronize()",
@@ -95,32 +86,23 @@ def pool_call(case: Case, platform: Platform) -> str:
     return "\n".join(lines)
 
 
-def _pool_lines(case: Case, spec: PoolSpec) -> list[str]:
+def _placement_lines(rule: Placement) -> list[str]:
+    if rule is Placement.MOVE_ALL:
+        return ["placed = [controller.move_indices(host_idx, dev_idx) for _ in pools]"]
+    if rule is Placement.BASE_WRITE:
+        return ["op = SimpleNamespace(host_indices=host_idx, device_indices=dev_idx, pool_transfers=None)",
+                "placed = [HiCacheController._move_write_operation(controller, op)[:2] for _ in pools]"]
+    return ["# the hybrid controller: pools on the staged path keep CPU host indices, the others get moved ones",
+            'staged = [getattr(h, "can_use_write_back_jit", False) for _, h, _ in pools.values()]',
+            "placed = [(host_idx.cpu(), dev_idx) if flag and any(staged) else "
+            "controller.move_indices(host_idx, dev_idx) for flag in staged]"]
+
+
+def _pool_lines(name: str, made: PoolConstruction) -> list[str]:
     """The script lines that build one of the case's device pools and its host pool."""
-    ps, layers = case.page_size, case.layers
-    lines: list[str] = []
-    dtype = _SGLANG_DTYPES[spec.dtype]
-    indent = " " * 33
-    info = "device_pool.get_device_pool_infos()[0].buffer_info"
-    host_args = [f'{info}, 2.0, 0, {ps}, "{case.layout.value}",',
-                 f'{indent}pin_memory=True, device="cpu", device_capacity_tokens=size, start_layer=0, '
-                 f"end_layer={layers - 1},"]
-    if spec.attention is Attention.MLA:
-        rope = 64 if spec.head_dim > 64 else 0
-        lines += [f"device_pool = MLATokenToKVPool(size, {ps}, {dtype}, {spec.head_dim - rope}, {rope}, {layers}, "
-                  "str(DEVICE), False)",
-                  "host_pool = MLATokenToKVPoolHost(" + host_args[0], host_args[1],
-                  f'{indent}target_layer_num={layers}, pool_label="{spec.name}", '
-                  f"host_token_capacity={case.host_slots})",
-                  "buffers = [device_pool.kv_buffer]"]
-    else:
-        lines += [f"device_pool = MHATokenToKVPool(size, {ps}, {dtype}, {spec.heads}, {spec.head_dim}, {layers}, "
-                  "str(DEVICE), False,",
-                  "                               enable_alt_stream=False)",
-                  "host_pool = MHATokenToKVPoolHost(" + host_args[0], host_args[1],
-                  f'{indent}pool_label="{spec.name}", host_token_capacity={case.host_slots})',
-                  "buffers = [device_pool.k_buffer, device_pool.v_buffer]"]
-    if not spec.write_back_jit:
+    lines = [*made.device_pool.source("device_pool"), *made.host_pool.source("host_pool", BUFFER_INFO),
+             "buffers = [" + ", ".join(f"device_pool.{attribute}" for attribute in made.components) + "]"]
+    if not made.write_back_jit:
         lines.append("host_pool.can_use_write_back_jit = False  # a side pool without the staged path")
-    lines.append(f'pools["{spec.name}"] = (device_pool, host_pool, buffers)')
+    lines.append(f'pools["{name}"] = (device_pool, host_pool, buffers)')
     return lines

@@ -31,6 +31,7 @@ from hicache_fuzz.harness.model.case import (
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels import sglang_pool
+from hicache_fuzz.kernels import sglang_pool_calls as pool_calls
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.oracles.contract import EntryPoint, Platform, Verdict, predict
 
@@ -490,13 +491,16 @@ def test_pool_load_back_also_loads_the_layers_just_outside_the_pool_and_expects_
     sglang's guard skips them; an off-by-one guard lets `layers` through and the case fails (the survivor
     13cd2b6186b7 of the mutation run, reports/mutate/README.md)."""
     case = pool_case(GROUP[:1], "base", Direction.LOAD_BACK)
-    assert sglang_pool.foreign_layers(case) == (-1, case.layers)
-    assert all(not 0 <= layer < case.layers for layer in sglang_pool.foreign_layers(case))
+    transfers = pool_calls.pool_transfers(case)
+    foreign = [("load_to_device_per_layer", -1), ("load_to_device_per_layer", case.layers)]
+    assert transfers == [("load_to_device_per_layer", layer) for layer in case.moved_layers] + foreign
     guarded = _GuardedHostPool(case.layers)
-    sglang_pool._load_foreign_layers(case, None, guarded, None, None)
+    for method, layer in foreign:
+        sglang_pool.transfer(guarded, method, layer, None, None, None)
     assert guarded.layer_rows == [[] for _ in range(case.layers)]
     with pytest.raises(IndexError):
-        sglang_pool._load_foreign_layers(case, None, _GuardedHostPool(case.layers, off_by_one=True), None, None)
+        for method, layer in foreign:
+            sglang_pool.transfer(_GuardedHostPool(case.layers, off_by_one=True), method, layer, None, None, None)
 
 
 class _AllocatingHostPool:

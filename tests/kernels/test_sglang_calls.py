@@ -1,6 +1,7 @@
-"""The kernel backends' sglang calls (kernels/sglang_call.py) are one definition that both runs and prints.
+"""The sglang backends' calls (kernels/sglang_call.py, kernels/sglang_pool_calls.py) are one definition that both
+runs and prints.
 
-Run: every kernel backend's own ``run`` (its ``sglang_calls`` evaluated on the case's storages) on the CPU, with
+Run: every such backend's own ``run`` (the calls evaluated on the case's storages) on the CPU, with
 the fake sglang (tests/fake_sglang, the contract's semantics in torch) as the module it calls, moves exactly the
 bytes the oracle expects. Printed: the standalone scripts of the same cases, which print those calls, pass
 against the same fake (tests/campaign/test_standalone.py). So a change to an argument shows in both.
@@ -18,7 +19,7 @@ import torch
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.pipeline.runner import run_case
-from hicache_fuzz.kernels import sglang_aot
+from hicache_fuzz.kernels import sglang_aot, sglang_pool
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Backend, Plan
 from hicache_fuzz.kernels.buffers import Materialized
@@ -29,7 +30,7 @@ from tests.campaign.test_standalone import SYNTHETIC
 from tests.kernels._hicache_helpers import fake_sglang  # noqa: F401  (a fixture)
 
 CUDA = Platform("cuda", (9, 0))
-KERNEL_CASES = {name: body for name, body in SYNTHETIC.items() if body["backend"] != "sglang-pool"}
+KERNEL_CASES = dict(SYNTHETIC)  # every backend with a standalone script, sglang-pool's pool objects included
 
 
 class OnTheCpu(Backend):
@@ -60,6 +61,7 @@ def fake_modules(fake_sglang: None, monkeypatch: pytest.MonkeyPatch) -> Iterator
     fake = importlib.import_module(common.HICACHE_MODULE)
     monkeypatch.setattr(common, "hicache", lambda: fake)
     monkeypatch.setattr(sglang_aot, "aot_status", lambda: (True, "the fake sgl_kernel"))
+    monkeypatch.setattr(sglang_pool, "_MODS", None)  # the pool modules are loaded from the fake, and dropped after
     yield
 
 
