@@ -76,15 +76,19 @@ class Constructor:
         under the first argument."""
         parts = [*leading, *(_source(a) for a in self.args), *(f"{key}={_source(a)}" for key, a in self.kwargs)]
         opening = f"{target} = {self.cls}("
-        lines, line = [], opening
+        if not parts:
+            return [opening + ")"]
+        lines: list[str] = []
+        line = opening
         for i, part in enumerate(parts):
             piece = part + (")" if i == len(parts) - 1 else ",")
-            if line != opening and not line.endswith(" ") and len(line) + 1 + len(piece) > width:
+            if line == opening:
+                line += piece
+            elif len(line) + 1 + len(piece) > width:
                 lines.append(line)
-                line = " " * len(opening)
-            elif line != opening:
-                line += " "
-            line += piece
+                line = " " * len(opening) + piece
+            else:
+                line += " " + piece
         return [*lines, line]
 
 

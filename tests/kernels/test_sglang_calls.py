@@ -25,6 +25,7 @@ from hicache_fuzz.kernels.base import Availability, Backend, Plan
 from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.kernels.sglang_call import HOST_INDICES, DeviceLayer, HostLayer, HostTensor, LayerTable, SglangCall
+from hicache_fuzz.kernels.sglang_pool_calls import pool_construction
 from hicache_fuzz.oracles.contract import Platform
 from tests.campaign.test_standalone import SYNTHETIC
 from tests.kernels._hicache_helpers import fake_sglang  # noqa: F401  (a fixture)
@@ -111,3 +112,24 @@ def test_a_call_prints_and_runs_the_same_arguments() -> None:
     assert args[2] is buffers.host_indices and args[3] is None
     assert kwargs["table"].tolist() == [pool.device_layer("k", 0).data_ptr(), pool.device_layer("k", 1).data_ptr()]
     assert kwargs["size"] == 7
+
+
+def test_a_pool_constructor_calls_and_prints_the_same_arguments() -> None:
+    case = Case.from_dict(KERNEL_CASES["pool-mla-lf-load"])
+    made = pool_construction(case, case.pools[0])
+    seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def cls(*args: Any, **kwargs: Any) -> None:
+        seen.append((args, kwargs))
+
+    made.host_pool.call(cls, torch.device("cpu"), "INFO")
+    made.device_pool.call(cls, torch.device("cpu"))
+    (host_args, host_kwargs), (device_args, _) = seen
+    assert host_args[0] == "INFO" and device_args[2] is torch.bfloat16 and "cpu" in device_args
+    source = "\n".join(made.host_pool.source("host_pool", "INFO", width=60))
+    assert all(len(line) <= 60 for line in source.splitlines()[:-1])
+    # the printed call, evaluated, passes what the backend passes
+    printed: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    namespace = {made.host_pool.cls: lambda *a, **k: printed.append((a, k)), "INFO": "INFO"}
+    exec(source, namespace)
+    assert printed == [(host_args, host_kwargs)]
