@@ -233,7 +233,7 @@ def finish_campaign(report: CampaignReport, json_path: str | None) -> int:
 def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
     """The fuzz subcommand with --workers other than 1 (the seed is printed already)."""
     from hicache_fuzz.harness.campaign.options import parse_shard
-    from hicache_fuzz.harness.reporting.merge import describe
+    from hicache_fuzz.harness.reporting.merge import describe, merged_startup
 
     check_budget(args)
     parse_shard(args.shard)
@@ -255,6 +255,8 @@ def run_parallel_fuzz(args: argparse.Namespace, seed: int) -> int:
     per_device = f"{workers / len(devices):g} per GPU on {', '.join(devices)}" if devices else "on the CPU"
     print(f"platform: {kind}; {workers} workers ({per_device}); corpus {options.corpus}", flush=True)
     outcome = run_parallel(base, workers, kind, devices, run_dir)
+    if outcome.merged:  # the shards' first result, counted from this process's launch (their spawn included)
+        outcome.merged["startup"] = merged_startup(outcome.merged["merged_from"], process_started_unix())
     for problem in outcome.problems:
         print(f"hicache-fuzz: {problem}", file=sys.stderr)
     if outcome.merged:

@@ -9,7 +9,10 @@ The merged report has the campaign report's keys, so whatever reads one reads th
 * ``cases`` and ``failures_total`` are summed; ``seconds`` is the longest input (inputs are assumed to have
   run side by side) and ``cases_per_second`` the sum of the inputs' rates (their aggregate throughput);
 * ``seed`` is the common seed (None when inputs used several, listed in ``seeds``); ``next_index`` is None,
-  because each shard resumes at its own index: see ``merged_from``, one entry per input campaign.
+  because each shard resumes at its own index: see ``merged_from``, one entry per input campaign;
+* ``startup`` is the campaigns' start-up together: the first result of any of them, in seconds after the
+  earliest launch they recorded (``fuzz --workers N`` measures from its own launch, the shards' spawn
+  included); each campaign's own record stays in its ``merged_from`` entry.
 
 Merging merged reports works (their ``merged_from`` entries are carried over), so per-node merges can be
 merged again. Two inputs that ran the same case indices of the same seed on the same backend (for instance
@@ -275,8 +278,26 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
         "coverage_gaps": {b: gaps for b in backends if (gaps := coverage.gaps(b))},
         "coverage_exemptions": {b: dict(e) for b, e in sorted(coverage.exemptions.items())},
         "overlaps": overlaps,
+        "startup": merged_startup(entries),
         "merged_from": entries,
     }
+
+
+def merged_startup(entries: Sequence[Mapping[str, Any]], launched_unix: float | None = None) -> dict[str, Any] | None:
+    """The first result of any campaign (its engine's ``first_result_unix``), in seconds after `launched_unix`
+    (the launch of the process that started them all) or else after the earliest launch a campaign recorded in
+    its ``startup``. None when no launch is known."""
+    def number(record: Any, key: str) -> float | None:
+        value = record.get(key) if isinstance(record, Mapping) else None
+        return float(value) if isinstance(value, int | float) and value > 0 else None
+
+    launches = [t for e in entries if (t := number(e.get("startup"), "launched_unix")) is not None]
+    launch = launched_unix if launched_unix is not None else min(launches, default=None)
+    if launch is None:
+        return None
+    firsts = [t for e in entries if (t := number(e.get("engine"), "first_result_unix")) is not None]
+    return {"launched_unix": round(launch, 3), "first_result_s": round(min(firsts) - launch, 3) if firsts else None,
+            "campaigns": len(entries)}
 
 
 def _merge_failure(failures: dict[str, dict[str, Any]], failure: Mapping[str, Any], seed: Any) -> None:
@@ -418,6 +439,9 @@ def describe(report: Mapping[str, Any]) -> str:
     lines = [f"seed(s) {seeds}, shards {', '.join(report.get('shards') or [])}: {report['cases']} cases "
              f"from {len(report.get('merged_from', []))} campaigns, "
              f"{report['cases_per_second']:,.1f} cases/s together"]
+    startup = report.get("startup")
+    if isinstance(startup, Mapping) and startup.get("first_result_s") is not None:
+        lines.append(f"  first result {startup['first_result_s']:.1f} s after launch")
     for backend, counts in sorted(report["outcomes"].items()):
         lines.append(f"  {backend}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     failures = report["unique_failures"]

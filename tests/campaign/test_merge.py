@@ -15,7 +15,15 @@ from hicache_fuzz.harness.model import exit_codes
 from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
-from hicache_fuzz.harness.reporting.merge import MergeError, corpus_files, merge_corpora, merge_reports, report_files
+from hicache_fuzz.harness.reporting.merge import (
+    MergeError,
+    corpus_files,
+    describe,
+    merge_corpora,
+    merge_reports,
+    merged_startup,
+    report_files,
+)
 from hicache_fuzz.kernels.registry import load_registry
 
 SMALL = CaseSpace(byte_budget=64 << 10)
@@ -64,6 +72,20 @@ def test_merged_reports_merge_again() -> None:
     nested = merge_reports([merge_reports(parts[:2], ["0", "1"]), merge_reports(parts[2:], ["2", "3"])], ["x", "y"])
     for key in ("cases", "outcomes", "unique_failures", "shards", "cases_per_second", "merged_from"):
         assert nested[key] == flat[key], key
+
+
+def test_the_merged_start_up_is_the_first_result_of_any_campaign_after_the_earliest_launch() -> None:
+    a = report("0/2", 10, 1.0, 0, 20, [])
+    b = report("1/2", 10, 1.0, 1, 21, [])
+    a.update(startup={"launched_unix": 1000.0, "first_result_s": 9.0}, engine={"first_result_unix": 1009.0})
+    b.update(startup={"launched_unix": 1002.0, "first_result_s": 5.0}, engine={"first_result_unix": 1007.0})
+    merged = merge_reports([a, b])
+    assert merged["startup"] == {"launched_unix": 1000.0, "first_result_s": 7.0, "campaigns": 2}
+    assert merged["merged_from"][1]["startup"]["first_result_s"] == 5.0  # each campaign's own record is kept
+    assert merge_reports([merged])["startup"] == merged["startup"]  # and merges again
+    assert merged_startup(merged["merged_from"], launched_unix=995.0)["first_result_s"] == 12.0
+    assert merge_reports([report("0/1", 1, 1.0, 0, 1, [])])["startup"] is None  # no launch recorded: unknown
+    assert "first result 7.0 s after launch" in describe(merged)
 
 
 @pytest.mark.parametrize(("first", "second", "overlap"), [

@@ -121,5 +121,6 @@ def test_fuzz_workers_cli_runs_the_unsharded_case_set(tmp_path: Path) -> None:
     assert sorted(merged["case_ids"]) == sorted(campaign(9, (1, 2)).case_ids)
     assert merged["cases"] == 9
     assert all(entry["startup_seconds"] > 0 for entry in merged["merged_from"])
+    assert merged["startup"]["first_result_s"] > 0  # from this process's launch to the first shard's result
 
 
