@@ -17,18 +17,13 @@ A tensor reference names its pool and K/V component; the script's ``typed(raw, p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from hicache_fuzz.harness.model.case import Attention, HostLayout, PoolSpec
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
-
-
-class TensorArg(Protocol):
-    def value(self, buffers: Materialized) -> Any: ...
-    def source(self) -> str: ...
 
 
 def _pool(buffers: Materialized, name: str) -> PoolBuffers:
