@@ -21,7 +21,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +116,22 @@ def _interleaved(per_backend: list[list[Callable[[], object]]]) -> list[Callable
     for position in range(max((len(jobs) for jobs in per_backend), default=0)):
         out.extend(jobs[position] for jobs in per_backend if position < len(jobs))
     return out
+
+
+def row_jobs(backends: Iterable[Any], platform: Any, space: Any,
+             rows: Mapping[str, Sequence[int]]) -> list[Callable[[], object]]:
+    """The module builds of the named rows (backend name -> row bytes) of the available backends among `backends`,
+    one backend after another in turn: what a campaign's first cases load. A handful of modules, all started at
+    once by the builder's threads, so their order within a backend does not matter."""
+    per_backend = []
+    for backend in backends:
+        wanted = tuple(dict.fromkeys(rows.get(backend.name, ())))
+        if not wanted or not backend.probe(platform).available:
+            continue
+        own = backend.case_space(space.narrowed(backend=backend.name), platform)
+        per_backend.append(backend.compile_jobs(
+            own.narrowed(row_bytes=wanted, row_bytes_growth=(), grow_every=0, head_dims=own.head_dims), platform))
+    return _interleaved(per_backend)
 
 
 def prebuild_jobs(backends: Iterable[Any], platform: Any, space: Any) -> tuple[list[Callable[[], object]], int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +24,7 @@ from hicache_fuzz.harness.engine.feed import (
     ScaleTier,
     Slot,
     known_crash_features,
+    rows_by_backend,
 )
 from hicache_fuzz.harness.engine.feed_process import ProcessFeed
 from hicache_fuzz.harness.engine.scheduler import BatchScheduler, Submitted
@@ -259,7 +260,13 @@ class _CampaignRun:
                                  prefetch=not config.dry_run and executor.prebuild is None)
         settings = config.engine.resolve(platform, backends, executor)  # the options, resolved once
         self.feed, self.feed_kind = _make_feed(config, settings, index, backends, self.growth, platform)
+        self.early: deque[Slot] = deque()  # slots taken from the feed before the first worker was ready
         if self.feed_kind == "process":
+            if executor.prebuild is not None:
+                # The JIT builder builds what the first batches load before anything else (after a kernel change
+                # the first results wait for those builds); the slots are generated while the worker starts.
+                self.early.extend(_take_full(self.feed, FIRST_BATCH_CASES + self.feed.batch))
+                executor.prebuild.prioritize(rows_by_backend(self.early))
             executor.start()  # wait for the first worker while the feed process starts, not after it
         if self.feed.variants:  # variants run on the storages of the case before them
             executor.enable_storage_reuse()
@@ -309,7 +316,8 @@ class _CampaignRun:
             if scheduler.scale_aside:
                 scheduler.submit_aside(scale_slot)
                 scale_slot = None
-        return self._submit_batch(_take_full(feed, limit), scale_slot)
+        early = [self.early.popleft() for _ in range(min(limit, len(self.early)))]
+        return self._submit_batch(early + _take_full(feed, limit - len(early)), scale_slot)
 
     def _submit_batch(self, slots: list[Slot], scale_slot: Slot | None) -> bool:
         if not slots and scale_slot is None:

@@ -196,6 +196,18 @@ class Slot:
     variant: int = 0  # 0: the generated case; k > 0: its index variant k
 
 
+def rows_by_backend(slots: Iterable[Slot]) -> dict[str, list[int]]:
+    """The row sizes (bytes) the cases of `slots` move, by backend, in the order they first appear: the JIT
+    modules those cases load (pipeline/prebuild.py builds them first)."""
+    rows: dict[str, dict[int, None]] = {}
+    for slot in slots:
+        wanted = rows.setdefault(slot.backend.name, {})
+        for pool in slot.case.pools:
+            for component in pool.components:
+                wanted[pool.row_bytes(component)] = None
+    return {name: list(wanted) for name, wanted in rows.items()}
+
+
 @dataclass(frozen=True)
 class CrashFeatures:
     backend: str

@@ -4,7 +4,10 @@ was built instead of building it again. CPU only, with the fake JIT backend of t
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -103,6 +106,61 @@ def test_prebuild_jobs_put_the_starting_menus_first_one_backend_after_another() 
         job()
     assert menus == 3
     assert asked == ["a1", "b3", "a2", "a5", "b6", "b7"]
+
+
+def test_row_jobs_build_the_named_rows_of_available_backends_one_backend_after_another() -> None:
+    asked: list[str] = []
+
+    class Absent(_Recording):
+        def probe(self, platform: Platform) -> Availability:
+            return Availability(False, "not here")
+
+    backends = [_Recording("a", (1, 2), (5,), asked), _Recording("b", (3,), (6, 7), asked),
+                Absent("c", (4,), (), asked)]
+    rows = {"b": [7, 3, 7], "a": [5], "c": [4], "d": [9]}
+    jobs = compile_books.row_jobs(backends, Platform("cpu"), CaseSpace(), rows)
+    for job in jobs:
+        job()
+    assert asked == ["a5", "b7", "b3"]  # a growth row too when a first case drew it; nothing of c or d
+
+
+def test_the_builder_builds_the_rows_the_campaign_names_before_its_menus(jit_cache: Path, tmp_path: Path) -> None:
+    first_rows = tmp_path / "first.json"
+    first_rows.write_text(json.dumps({"rows": {"test-jit": [1024]}}))
+    record = tmp_path / "prebuild.json"
+    done = subprocess.run([sys.executable, "-m", "hicache_fuzz.harness.pipeline.prebuild", "--platform", "cpu",
+                           "--backend", "test-jit", "--backend-plugin", PLUGIN, "--out", str(record),
+                           "--first-rows", str(first_rows)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    builds = [row for _, what, row in log_lines(jit_cache) if what == "build"]
+    assert builds[0] == 1024 and sorted(builds) == [128, 256, 512, 1024]  # named first, then menus and growth
+    written = json.loads(record.read_text())
+    assert written["first_modules"] == 1 and written["done"] and written["first_seconds"] is not None
+
+
+def test_a_campaign_names_its_first_cases_rows_to_its_builder(jit_cache: Path, tmp_path: Path) -> None:
+    from hicache_fuzz.harness.campaign.loop import FIRST_BATCH_CASES, CampaignConfig, run_campaign
+    from hicache_fuzz.harness.engine.feed import DEFAULT_BATCH, EngineOptions
+
+    machine = require("cpu")
+    registry = load_registry([PLUGIN])
+    backend = registry.get("test-jit")
+    options = ExecutionOptions(platform="cpu", backend_plugins=[PLUGIN], isolate="yes", worker_processes=2,
+                               prebuild="yes")
+    pool = executor_for([backend], registry, machine, options, tmp_path / "journal", warm_up=True)
+    ran: list[Case] = []
+    early = FIRST_BATCH_CASES + DEFAULT_BATCH * 2  # the first batch and one pool batch (two members)
+    try:
+        config = CampaignConfig(backends=["test-jit"], seed=3, space=CaseSpace(), max_cases=early + 40,
+                                engine=EngineOptions(feed="process", batches_ahead=1))
+        report = run_campaign(config, [backend], machine.platform, pool,
+                              on_result=lambda case, result, report: ran.append(case))
+        named = json.loads((tmp_path / "journal" / "prebuild-first.json").read_text())["rows"]
+    finally:
+        close_executors([pool])
+    assert report.cases == early + 40
+    rows_in_order = [p.row_bytes(c) for case in ran[:early] for p in case.pools for c in p.components]
+    assert named == {"test-jit": list(dict.fromkeys(rows_in_order))}
 
 
 def test_a_refusal_is_compiled_by_one_process_and_replayed_by_one_that_waited(tmp_path: Path) -> None:
