@@ -21,8 +21,8 @@ import hashlib
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,19 +79,34 @@ def warm_up(backends: Iterable[Any], platform: Any, space: Any, workers: int | N
     return run_jobs(jobs, workers)
 
 
-def run_jobs(jobs: list[Callable[[], object]], workers: int | None = None) -> float:
+def run_jobs(jobs: list[Callable[[], object]], workers: int | None = None,
+             urgent: Callable[[], list[Callable[[], object]]] | None = None) -> float:
     """Run module builds in parallel threads (nvcc runs out of process); wall seconds. A failed build is
-    remembered by the backend's memo and surfaces when a case needs that module."""
+    remembered by the backend's memo and surfaces when a case needs that module. `urgent` is asked before each
+    job is taken: the jobs it returns go to the front of the queue (it returns each job once)."""
     if not jobs:
         return 0.0
     started = time.perf_counter()
+    queue = deque(jobs)
+    lock = threading.Lock()
 
-    def run(job: Callable[[], object]) -> None:
-        with contextlib.suppress(Exception):
-            job()
+    def serve() -> None:
+        while True:
+            with lock:
+                if urgent is not None:
+                    queue.extendleft(reversed(urgent()))
+                if not queue:
+                    return
+                job = queue.popleft()
+            with contextlib.suppress(Exception):
+                job()
 
-    with ThreadPoolExecutor(max_workers=workers or min(16, len(jobs))) as pool:
-        list(pool.map(run, jobs))
+    threads = [threading.Thread(target=serve, name=f"hicache-fuzz-build-{n}")
+               for n in range(max(1, min(workers or 16, len(jobs))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     return time.perf_counter() - started
 
 

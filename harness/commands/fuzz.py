@@ -311,8 +311,9 @@ def prebuild_text(startup: dict[str, Any]) -> str:
     modules = startup.get("prebuild_modules")
     if not modules:
         return ""
-    first, first_s = startup.get("prebuild_first_modules"), startup.get("prebuild_first_s")
-    firsts = f" (the first cases' {first} first, in {first_s:.1f} s)" if first and first_s is not None else ""
+    first, first_s = startup.get("prebuild_first_modules"), startup.get("prebuild_first_built_s")
+    firsts = (f" (the first cases' {first} first, built {first_s:.1f} s into it)" if first and first_s is not None
+              else "")
     if startup.get("prebuild_s") is not None:
         return f", JIT prebuild {modules} modules in {startup['prebuild_s']:.1f} s{firsts}"
     menu_s = startup.get("prebuild_menu_s")

@@ -7,13 +7,14 @@ could end as a HANG, kill the worker and its nvcc, and be started again by the n
 restarted worker that met a refusal. The builder is launched with the campaign's first worker (``executor_for``),
 imports the backends, lists their modules (``compile_books.prebuild_jobs``: the starting menus first, one backend
 after another, then the growth stages) and builds them in parallel threads, one per usable core (each build is
-its own nvcc process). The rows of the campaign's first cases come before all of them: the campaign generates its
-first batch while its first worker starts and names their rows (``Prebuild.prioritize``, a JSON file beside the
-record), so that after a kernel change the modules the first results wait for are the first built. A worker that
-needs a module the builder is on waits for it on the module's lock (sglang's build lock;
-``compile_books.module_lock`` for refusals) and loads the result. The workers do not warm up then: they load what
-their cases need. The builder writes what it did to ``<journal>/prebuild.json`` (the first cases' modules, the
-starting menus and everything: count and seconds of each), which the start-up record reads.
+its own nvcc process). The rows of the campaign's first cases jump the queue: the campaign generates its first
+batches while its first worker starts and names their rows (``Prebuild.prioritize``, a JSON file beside the
+record), and the builder's threads take those modules next, so that after a kernel change the modules the first
+results wait for are built first. A worker that needs a module the builder is on waits for it on the module's
+lock (sglang's build lock; ``compile_books.module_lock`` for refusals) and loads the result. The workers do not
+warm up then: they load what their cases need. The builder writes what it did to ``<journal>/prebuild.json`` (the
+starting menus and everything: count and seconds; the first cases' modules: count, and the builder's seconds when
+their rows were named and when their builds ended), which the start-up record reads.
 
 ``python -m hicache_fuzz.harness.pipeline.prebuild --platform KIND --backend NAME ... --out FILE``.
 """
@@ -26,8 +27,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +96,9 @@ def startup_fields(prebuild: Prebuild | None) -> dict[str, Any]:
         return {}
     record = prebuild.record()
     return {"prebuild_modules": record.get("modules"), "prebuild_s": record.get("seconds"),
-            "prebuild_first_modules": record.get("first_modules"), "prebuild_first_s": record.get("first_seconds"),
+            "prebuild_first_modules": record.get("first_modules"),
+            "prebuild_first_named_s": record.get("first_named_s"),
+            "prebuild_first_built_s": record.get("first_built_s"),
             "prebuild_menu_modules": record.get("menu_modules"), "prebuild_menu_s": record.get("menu_seconds"),
             "prebuild_threads": record.get("threads"), "prebuild_done": bool(record.get("done"))}
 
@@ -105,10 +109,10 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def _first_rows(path: Path | None) -> dict[str, list[int]]:
-    """The rows the campaign named (Prebuild.prioritize); {} when it has not (yet) or the file is not such a list."""
-    if path is None:
-        return {}
+def _first_rows(path: Path | None) -> dict[str, list[int]] | None:
+    """The rows the campaign named (Prebuild.prioritize); None while it has not, {} for a file not such a list."""
+    if path is None or not path.exists():
+        return None
     try:
         rows = json.loads(path.read_text()).get("rows", {})
     except (OSError, ValueError, AttributeError):
@@ -117,6 +121,50 @@ def _first_rows(path: Path | None) -> dict[str, list[int]]:
         return {}
     return {str(name): [int(row) for row in wanted if isinstance(row, int) and row > 0]
             for name, wanted in rows.items() if isinstance(wanted, list)}
+
+
+class FirstCases:
+    """The modules of the campaign's first cases, handed to the build queue once their rows are named, whenever
+    that is (the campaign names them while its first worker starts; the builder may have started building
+    before): ``run_jobs(..., urgent=first_cases)``. Records when the rows came and when their builds ended."""
+
+    def __init__(self, path: Path | None, jobs_of: Callable[[dict[str, list[int]]], list[Callable[[], object]]],
+                 began: float) -> None:
+        self.path, self.jobs_of, self.began = path, jobs_of, began
+        self.modules: int | None = None  # None: not named yet
+        self.named_s: float | None = None  # builder seconds when the rows were read
+        self.built_s: float | None = None  # builder seconds when the last of their builds ended
+        self._left = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> list[Callable[[], object]]:
+        if self.modules is not None:
+            return []
+        rows = _first_rows(self.path)
+        if rows is None:
+            return []
+        jobs = self.jobs_of(rows)
+        self.modules, self.named_s, self._left = len(jobs), self._now(), len(jobs)
+        if not jobs:
+            self.built_s = self.named_s
+        return [self._counted(job) for job in jobs]
+
+    def _counted(self, job: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            try:
+                return job()
+            finally:
+                with self._lock:
+                    self._left -= 1
+                    if self._left == 0:
+                        self.built_s = self._now()
+        return run
+
+    def _now(self) -> float:
+        return round(time.perf_counter() - self.began, 3)
+
+    def fields(self) -> dict[str, Any]:
+        return {"first_modules": self.modules, "first_named_s": self.named_s, "first_built_s": self.built_s}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,20 +189,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     space = CaseSpace(menu_seed=args.menu_seed)
     jobs, menu_count = prebuild_jobs(backends, machine.platform, space)
     threads = platform_mod.usable_cores()
-    # Modules built here again below only load (one build per module: the backends' memo and sglang's cache).
-    first = row_jobs(backends, machine.platform, space, _first_rows(args.first_rows))
-    record: dict[str, Any] = {"modules": len(jobs), "menu_modules": menu_count, "first_modules": len(first),
-                              "threads": threads, "import_seconds": round(time.perf_counter() - began, 3),
-                              "done": False}
-    _write(args.out, record)
-    record["first_seconds"] = round(run_jobs(first, threads), 3)
+    # Modules built again after the first cases' only load (one build per module: the backends' memo and sglang's
+    # cache), so the first cases' jobs may simply go first.
+    first = FirstCases(args.first_rows, lambda rows: row_jobs(backends, machine.platform, space, rows), began)
+    record: dict[str, Any] = {"modules": len(jobs), "menu_modules": menu_count, "threads": threads,
+                              "import_seconds": round(time.perf_counter() - began, 3), "done": False}
     _write(args.out, record)
     # The starting menus, all of them before any growth stage (the first batches draw from them).
-    menu_seconds = run_jobs(jobs[:menu_count], threads)
-    record["menu_seconds"] = round(menu_seconds, 3)
+    menu_seconds = run_jobs(jobs[:menu_count], threads, urgent=first)
+    record.update(menu_seconds=round(menu_seconds, 3), **first.fields())
     _write(args.out, record)
-    rest = run_jobs(jobs[menu_count:], threads)
-    record.update(seconds=round(menu_seconds + rest, 3), done=True)
+    rest = run_jobs(jobs[menu_count:], threads, urgent=first)
+    record.update(seconds=round(menu_seconds + rest, 3), done=True, **first.fields())
     _write(args.out, record)
     return 0
 

@@ -41,5 +41,5 @@ def test_the_start_up_line_names_a_builder_that_had_not_finished() -> None:
                                                      "prebuild_menu_s": 40.5})
     assert prebuild_text({"prebuild_modules": 0}) == ""
     assert prebuild_text({"prebuild_modules": 233, "prebuild_s": 90.0, "prebuild_first_modules": 9,
-                          "prebuild_first_s": 12.25}) == (
-        ", JIT prebuild 233 modules in 90.0 s (the first cases' 9 first, in 12.2 s)")
+                          "prebuild_first_built_s": 12.25}) == (
+        ", JIT prebuild 233 modules in 90.0 s (the first cases' 9 first, built 12.2 s into it)")

@@ -124,6 +124,34 @@ def test_row_jobs_build_the_named_rows_of_available_backends_one_backend_after_a
     assert asked == ["a5", "b7", "b3"]  # a growth row too when a first case drew it; nothing of c or d
 
 
+def test_jobs_named_while_the_builder_is_building_go_next() -> None:
+    done: list[str] = []
+    polls = []
+
+    def urgent() -> list:  # type: ignore[type-arg]
+        polls.append(1)
+        return [lambda: done.append("first case")] if len(polls) == 3 else []
+
+    compile_books.run_jobs([lambda n=n: done.append(f"menu {n}") for n in range(4)], workers=1, urgent=urgent)
+    assert done == ["menu 0", "menu 1", "first case", "menu 2", "menu 3"]
+
+
+def test_the_first_cases_rows_are_read_once_whenever_they_come(tmp_path: Path) -> None:
+    from hicache_fuzz.harness.pipeline.prebuild import FirstCases
+
+    path = tmp_path / "first.json"
+    asked: list[dict[str, list[int]]] = []
+    first = FirstCases(path, lambda rows: asked.append(rows) or [lambda: None, lambda: None], time.perf_counter())
+    assert first() == [] and first.fields()["first_modules"] is None  # not named yet
+    path.write_text(json.dumps({"rows": {"sglang-jit": [512, 96]}}))
+    jobs = first()
+    assert asked == [{"sglang-jit": [512, 96]}] and len(jobs) == 2 and first() == []  # read once
+    for job in jobs:
+        job()
+    fields = first.fields()
+    assert fields["first_modules"] == 2 and fields["first_built_s"] >= fields["first_named_s"] >= 0
+
+
 def test_the_builder_builds_the_rows_the_campaign_names_before_its_menus(jit_cache: Path, tmp_path: Path) -> None:
     first_rows = tmp_path / "first.json"
     first_rows.write_text(json.dumps({"rows": {"test-jit": [1024]}}))
@@ -135,7 +163,8 @@ def test_the_builder_builds_the_rows_the_campaign_names_before_its_menus(jit_cac
     builds = [row for _, what, row in log_lines(jit_cache) if what == "build"]
     assert builds[0] == 1024 and sorted(builds) == [128, 256, 512, 1024]  # named first, then menus and growth
     written = json.loads(record.read_text())
-    assert written["first_modules"] == 1 and written["done"] and written["first_seconds"] is not None
+    assert written["first_modules"] == 1 and written["done"]
+    assert written["first_built_s"] >= written["first_named_s"] >= written["import_seconds"]
 
 
 def test_a_campaign_names_its_first_cases_rows_to_its_builder(jit_cache: Path, tmp_path: Path) -> None:
