@@ -9,7 +9,8 @@ The state (:func:`machine_state`) is read without importing sglang: the platform
 description: name, CUDA/HIP version, capability), the GPU driver's version, torch's version and build, sglang's
 and sgl_kernel's installed versions, sglang's git commit where it is a checkout, and the path, size and mtime of
 every file of the sglang and sgl_kernel packages and of this harness's ``kernels/`` folder (the probes' own
-code), plus the AOT build folder's. A backend's key adds its name, its class and its module file's size and
+code), plus the AOT build folder's, the JIT kernel sources excepted (``KERNEL_SOURCE_SUFFIXES``: compiled when a
+case needs them, never read by a probe). A backend's key adds its name, its class and its module file's size and
 mtime (a plugin's code). Any change gives another key, so the old entry is never read again.
 
 An entry is trusted only as far as it can be checked: one that cannot be read, is not the JSON written here, or
@@ -47,6 +48,11 @@ MAX_ENTRY_BYTES = 64 * 1024
 # Packages whose files the probes' answers depend on (found without importing them).
 WATCHED_PACKAGES = ("sglang", "sgl_kernel")
 DRIVER_FILES = ("/proc/driver/nvidia/version", "/sys/module/amdgpu/version")
+# Kernel sources that sglang's JIT compiles when a case first needs a module, never at import: no probe reads
+# them, so a kernel change (what every kernel PR brings) keeps the probes' answers, and a campaign after it does
+# not import sglang in its parent to probe again. A probe answer they did change would still be caught by the
+# workers' own probes (contradictions).
+KERNEL_SOURCE_SUFFIXES = (".cuh", ".cu", ".h", ".hpp", ".hip", ".inc")
 
 
 class ProbeRaised(Exception):
@@ -62,12 +68,15 @@ def enabled() -> bool:
 
 
 def _files_digest(folder: Path) -> str:
-    """sha256 over the relative path, size and mtime of every file under `folder` (no contents read)."""
+    """sha256 over the relative path, size and mtime of every file under `folder` (no contents read) but the
+    kernel sources (KERNEL_SOURCE_SUFFIXES)."""
     digest = hashlib.sha256()
     entries: list[tuple[str, int, int]] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
         for name in files:
+            if name.endswith(KERNEL_SOURCE_SUFFIXES):
+                continue
             path = os.path.join(root, name)
             try:
                 stat = os.stat(path)

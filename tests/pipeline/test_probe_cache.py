@@ -69,10 +69,11 @@ def test_second_probe_hits_the_cache(cache: Path) -> None:
 
 def test_a_changed_machine_state_misses(cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     machine, backend = require("cpu"), registry().get("test-probe-count")
-    # an sglang package on the path: a changed kernel source (its mtime and size) is another state
+    # an sglang package on the path: a changed Python file (its mtime and size) is another state
     package = tmp_path / "site" / "sglang"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
+    module = package / "__init__.py"
+    module.write_text("")
     kernel = package / "transfer.cuh"
     kernel.write_text("template <int N> struct K {};")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
@@ -81,7 +82,11 @@ def test_a_changed_machine_state_misses(cache: Path, monkeypatch: pytest.MonkeyP
     assert probe_cache.probe(backend, machine).source == "measured"
     probe_cache.forget_state()
     assert probe_cache.probe(backend, machine).source == "cached"
+    # a kernel source is compiled when a case needs it, never read by a probe: a kernel change keeps the answers
     kernel.write_text("template <int N> struct K { int x; };")
+    probe_cache.forget_state()
+    assert probe_cache.probe(backend, machine).source == "cached"
+    module.write_text("VERSION = 2\n")
     probe_cache.forget_state()
     assert probe_cache.probe(backend, machine).source == "measured"
     monkeypatch.setattr(probe_cache, "_torch_build", lambda: "another torch")
