@@ -263,9 +263,9 @@ class _CampaignRun:
         self.early: deque[Slot] = deque()  # slots taken from the feed before the first worker was ready
         if self.feed_kind == "process":
             if executor.prebuild is not None:
-                # The JIT builder builds what the first batch loads before anything else (after a kernel change
-                # the first result waits for those builds: a handful of modules; the first two batches' rows were
-                # 77 modules on a GPU). The first batches are generated while the worker starts.
+                # The JIT builder builds what the first batch loads before anything else: after a kernel change
+                # the first result waits for those builds, a handful of modules (more batches would name many).
+                # The first batches are generated while the worker starts.
                 self.early.extend(_take_full(self.feed, FIRST_BATCH_CASES + self.feed.batch))
                 executor.prebuild.prioritize(rows_by_backend(list(self.early)[:FIRST_BATCH_CASES]))
             executor.start()  # wait for the first worker while the feed process starts, not after it
