@@ -266,7 +266,9 @@ class _CampaignRun:
                 # The JIT builder builds what the first batch loads before anything else: after a kernel change
                 # the first result waits for those builds, a handful of modules (more batches would name many).
                 # The first batches are generated while the worker starts.
-                self.early.extend(_take_full(self.feed, FIRST_BATCH_CASES + self.feed.batch))
+                early = FIRST_BATCH_CASES + self.feed.batch
+                self.early.extend(_take_full(self.feed, early if config.max_cases is None
+                                             else min(early, config.max_cases)))
                 executor.prebuild.prioritize(rows_by_backend(list(self.early)[:FIRST_BATCH_CASES]))
             executor.start()  # wait for the first worker while the feed process starts, not after it
         if self.feed.variants:  # variants run on the storages of the case before them

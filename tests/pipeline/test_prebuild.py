@@ -167,9 +167,10 @@ def test_the_builder_builds_the_rows_the_campaign_names_before_its_menus(jit_cac
     assert written["first_built_s"] >= written["first_named_s"] >= written["import_seconds"]
 
 
-def test_a_campaign_names_its_first_cases_rows_to_its_builder(jit_cache: Path, tmp_path: Path) -> None:
-    from hicache_fuzz.harness.campaign.loop import FIRST_BATCH_CASES, CampaignConfig, run_campaign
-    from hicache_fuzz.harness.engine.feed import DEFAULT_BATCH, EngineOptions
+def _campaign_with_builder(tmp_path: Path, max_cases: int) -> tuple[list[Case], dict[str, list[int]]]:
+    """The cases a process-fed pool campaign with a JIT builder ran, and the rows it named to the builder."""
+    from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
+    from hicache_fuzz.harness.engine.feed import EngineOptions
 
     machine = require("cpu")
     registry = load_registry([PLUGIN])
@@ -178,19 +179,35 @@ def test_a_campaign_names_its_first_cases_rows_to_its_builder(jit_cache: Path, t
                                prebuild="yes")
     pool = executor_for([backend], registry, machine, options, tmp_path / "journal", warm_up=True)
     ran: list[Case] = []
-    early = FIRST_BATCH_CASES + DEFAULT_BATCH * 2  # the first batch and one pool batch (two members)
     try:
-        config = CampaignConfig(backends=["test-jit"], seed=3, space=CaseSpace(), max_cases=early + 40,
+        config = CampaignConfig(backends=["test-jit"], seed=3, space=CaseSpace(), max_cases=max_cases,
                                 engine=EngineOptions(feed="process", batches_ahead=1))
         report = run_campaign(config, [backend], machine.platform, pool,
                               on_result=lambda case, result, report: ran.append(case))
         named = json.loads((tmp_path / "journal" / "prebuild-first.json").read_text())["rows"]
     finally:
         close_executors([pool])
-    assert report.cases == early + 40
-    first_batch = ran[:FIRST_BATCH_CASES]  # what the first result waits for; the next batch is only generated early
-    rows_in_order = [p.row_bytes(c) for case in first_batch for p in case.pools for c in p.components]
-    assert named == {"test-jit": list(dict.fromkeys(rows_in_order))}
+    assert report.cases == max_cases == len(ran)
+    return ran, named
+
+
+def _rows_in_order(cases: list[Case]) -> list[int]:
+    return list(dict.fromkeys(p.row_bytes(c) for case in cases for p in case.pools for c in p.components))
+
+
+def test_a_campaign_names_its_first_batchs_rows_to_its_builder(jit_cache: Path, tmp_path: Path) -> None:
+    from hicache_fuzz.harness.campaign.loop import FIRST_BATCH_CASES
+    from hicache_fuzz.harness.engine.feed import DEFAULT_BATCH
+
+    early = FIRST_BATCH_CASES + DEFAULT_BATCH * 2  # the first batch and one pool batch (two members)
+    ran, named = _campaign_with_builder(tmp_path, early + 40)
+    # what the first result waits for; the next batch is only generated early
+    assert named == {"test-jit": _rows_in_order(ran[:FIRST_BATCH_CASES])}
+
+
+def test_a_short_campaign_generates_no_more_than_it_runs_for_its_builder(jit_cache: Path, tmp_path: Path) -> None:
+    ran, named = _campaign_with_builder(tmp_path, 5)  # a gate's campaign: a few cases per backend
+    assert named == {"test-jit": _rows_in_order(ran)}
 
 
 def test_a_refusal_is_compiled_by_one_process_and_replayed_by_one_that_waited(tmp_path: Path) -> None:
