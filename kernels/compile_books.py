@@ -133,6 +133,12 @@ def _interleaved(per_backend: list[list[Callable[[], object]]]) -> list[Callable
     return out
 
 
+def _rows_jobs(backend: Any, space: Any, platform: Any, rows: Sequence[int]) -> list[Callable[[], object]]:
+    """`backend`'s module builds for exactly `rows` of its campaign space `space` (no growth stage)."""
+    return list(backend.compile_jobs(space.narrowed(row_bytes=tuple(rows), row_bytes_growth=(), grow_every=0,
+                                                    head_dims=space.head_dims), platform))
+
+
 def row_jobs(backends: Iterable[Any], platform: Any, space: Any,
              rows: Mapping[str, Sequence[int]]) -> list[Callable[[], object]]:
     """The module builds of the named rows (backend name -> row bytes) of the available backends among `backends`,
@@ -141,11 +147,9 @@ def row_jobs(backends: Iterable[Any], platform: Any, space: Any,
     per_backend = []
     for backend in backends:
         wanted = tuple(dict.fromkeys(rows.get(backend.name, ())))
-        if not wanted or not backend.probe(platform).available:
-            continue
-        own = backend.case_space(space.narrowed(backend=backend.name), platform)
-        per_backend.append(backend.compile_jobs(
-            own.narrowed(row_bytes=wanted, row_bytes_growth=(), grow_every=0, head_dims=own.head_dims), platform))
+        if wanted and backend.probe(platform).available:
+            own = backend.case_space(space.narrowed(backend=backend.name), platform)
+            per_backend.append(_rows_jobs(backend, own, platform, wanted))
     return _interleaved(per_backend)
 
 
@@ -156,15 +160,12 @@ def prebuild_jobs(backends: Iterable[Any], platform: Any, space: Any) -> tuple[l
     Returns the jobs and how many of them are the starting menus'."""
     available = [b for b in backends if b.probe(platform).available]
     spaces = [b.case_space(space.narrowed(backend=b.name), platform) for b in available]
-    menus = _interleaved([b.compile_jobs(s.narrowed(row_bytes_growth=(), grow_every=0, head_dims=s.head_dims),
-                                         platform)
-                          for b, s in zip(available, spaces, strict=True)])
+    menus = _interleaved([_rows_jobs(b, s, platform, s.row_bytes) for b, s in zip(available, spaces, strict=True)])
     stages = max((len(s.row_bytes_growth) for s in spaces), default=0)
     grown: list[Callable[[], object]] = []
     for stage in range(stages):
         grown += _interleaved([
-            b.compile_jobs(s.narrowed(row_bytes=(s.row_bytes_growth[stage],), row_bytes_growth=(), grow_every=0,
-                                      head_dims=s.head_dims), platform)
+            _rows_jobs(b, s, platform, (s.row_bytes_growth[stage],))
             for b, s in zip(available, spaces, strict=True)
             if stage < len(s.row_bytes_growth) and s.row_bytes_growth[stage] not in s.row_bytes])
     return menus + grown, len(menus)

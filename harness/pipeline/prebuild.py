@@ -58,8 +58,9 @@ class Prebuild:
                 env=dict(os.environ if env is None else env))
 
     def prioritize(self, rows: Mapping[str, Sequence[int]]) -> None:
-        """Build the modules of these rows (backend name -> row bytes, in the order the campaign needs them) before
-        the menus. Read once, when the builder has listed its modules; a list written later changes nothing."""
+        """Build the modules of these rows (backend name -> row bytes) next: the builder's threads look for the list
+        before each build they take and read it once; a list written after the builder has finished changes
+        nothing."""
         _write(self.first_rows_path, {"rows": {name: [int(row) for row in wanted] for name, wanted in rows.items()}})
 
     def record(self) -> dict[str, Any]:
