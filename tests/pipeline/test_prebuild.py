@@ -158,7 +158,9 @@ def test_the_builder_builds_the_rows_the_campaign_names_before_its_menus(jit_cac
     record = tmp_path / "prebuild.json"
     done = subprocess.run([sys.executable, "-m", "hicache_fuzz.harness.pipeline.prebuild", "--platform", "cpu",
                            "--backend", "test-jit", "--backend-plugin", PLUGIN, "--out", str(record),
-                           "--first-rows", str(first_rows)], capture_output=True, text=True, timeout=120)
+                           "--first-rows", str(first_rows)], capture_output=True, text=True, timeout=120,
+                          # one core, so one build thread: builds end in the order they were taken
+                          preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
     assert done.returncode == 0, done.stderr
     builds = [row for _, what, row in log_lines(jit_cache) if what == "build"]
     assert builds[0] == 1024 and sorted(builds) == [128, 256, 512, 1024]  # named first, then menus and growth
