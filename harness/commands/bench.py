@@ -3,7 +3,8 @@
 CPU (``--cpu``): the per-case pipeline on small cases on one core with its stage split, verified bytes/s on
 large cases, and time-to-kill of every bug-zoo mutant (through ``selftest``). GPU (``--gpu``): cases/s of the
 pipeline against the sglang JIT backends and kernel bandwidth next to the pinned copy ceiling. The
-measurements are :mod:`hicache_fuzz.harness.commands.bench_measure` (imported when the command runs); this
+measurements are :mod:`hicache_fuzz.harness.commands.bench_measure` and
+:mod:`hicache_fuzz.harness.commands.bench_bandwidth` (imported when the command runs); this
 module is the command: options, the report, the targets and the tables. ``--campaign-report`` adds the
 compile share of a GPU campaign (a ``fuzz --json`` report) to the targets.
 """
@@ -163,13 +164,15 @@ def _checkpoint(report: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 def _run_gpu(args: argparse.Namespace, machine: Machine, registry: Registry, report: dict[str, Any]) -> None:
-    from hicache_fuzz.harness.commands.bench_measure import (
+    from hicache_fuzz.harness.commands.bench_bandwidth import (
         BANDWIDTH_BACKENDS,
+        measure_bandwidth,
+        measure_copy_ceiling,
+    )
+    from hicache_fuzz.harness.commands.bench_measure import (
         GPU_PIPELINE_BACKENDS,
         GPU_SMALL_SPACE,
         SMALL_SPACE,
-        measure_bandwidth,
-        measure_copy_ceiling,
         measure_pipeline,
     )
 

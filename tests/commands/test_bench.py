@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hicache_fuzz.harness.commands import bench_measure
+from hicache_fuzz.harness.commands import bench_bandwidth, bench_measure
 from hicache_fuzz.harness.commands.cli import main
 from hicache_fuzz.harness.model.case import Direction, HostLayout
 from hicache_fuzz.harness.model.platform import require
@@ -39,10 +39,10 @@ def test_bench_cpu_writes_json_with_stages_and_zoo(tmp_path: Path) -> None:
 def test_bandwidth_cases_are_valid_reference_transfers() -> None:
     machine = require("cpu")
     reference = load_registry().get("reference")
-    for _, pool in bench_measure.BANDWIDTH_GEOMETRIES:
-        case = bench_measure.bandwidth_case(pool, 2, Direction.LOAD_BACK, HostLayout.PAGE_FIRST, "reference", 1)
-        assert len(case.host_indices) == bench_measure.BANDWIDTH_PAGES * bench_measure.BANDWIDTH_PAGE_SIZE
-        assert bench_measure._accepted_variant(case, reference, machine) is not None
+    for _, pool in bench_bandwidth.BANDWIDTH_GEOMETRIES:
+        case = bench_bandwidth.bandwidth_case(pool, 2, Direction.LOAD_BACK, HostLayout.PAGE_FIRST, "reference", 1)
+        assert len(case.host_indices) == bench_bandwidth.BANDWIDTH_PAGES * bench_bandwidth.BANDWIDTH_PAGE_SIZE
+        assert bench_bandwidth._accepted_variant(case, reference, machine) is not None
         row_bytes = sum(pool.row_bytes(c) for c in pool.components)
         assert bench_measure.moved_bytes(case) == len(case.host_indices) * 2 * row_bytes
 
