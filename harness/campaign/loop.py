@@ -227,6 +227,7 @@ def run_campaign(config: CampaignConfig, backends: list[Backend], platform: Plat
             if run.scheduler.idle:
                 break
             run.record(run.scheduler.take_finished())
+        run.ended = run.clock()  # the campaign's time ends with its last result, not with the feed's teardown
     finally:
         run.feed.close()
     return run.finish()
@@ -287,6 +288,7 @@ class _CampaignRun:
         self.scheduler = BatchScheduler(executor, ahead, known_crash_features(known_files(config.known_signatures)))
         self.done = False  # nothing more is submitted
         self.halt = False  # nothing more is recorded either (a stop at a failure, a corpus that cannot be written)
+        self.ended: float | None = None  # the clock at the last result
 
     def submit_next(self) -> bool:
         """Submit the next batch if the budget and the queue allow; True when another may be submitted before
@@ -392,7 +394,7 @@ class _CampaignRun:
             report.case_ids.append(case.case_id)
         self.outcome_counts[backend.name][result.outcome.value] += 1
         report.coverage.add(case, result, backend.coverage_labels(case))
-        self.stats.add(case, result, slot.scale_number is not None, generated=slot.variant == 0)
+        self.stats.add(case, result, slot.scale_number is not None, generated=slot.variant == 0, index=slot.index)
         if result.path:
             self.path_counts[backend.name][result.path] += 1
         if slot.scale_number is None:
@@ -416,7 +418,7 @@ class _CampaignRun:
         self.timeline(report.cases, self.failures_seen, force=True)
         report.timeline = self.timeline.samples
         report.menu_growth = {name: rows for name, rows in self.growth.grown.items() if rows}
-        report.seconds = self.clock() - self.started
+        report.seconds = (self.clock() if self.ended is None else self.ended) - self.started
         report.outcomes = {b: dict(c) for b, c in self.outcome_counts.items()}
         report.paths = {b: dict(c) for b, c in self.path_counts.items()}
         report.failures = list(self.classes.values())

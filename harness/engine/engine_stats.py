@@ -12,6 +12,9 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
   bookkeeping, reproducers), ``calibrate`` (mix profiles), ``scale_generate``, and the worker's own per-stage
   clock (``worker_*``: predict, materialize, backend, oracle, compare, classify);
 * ``backend_ms_per_case``: the worker's run_case time per ordinary case, per backend (where time goes);
+* ``slowest_cases``: the SLOWEST_KEPT ordinary cases with the longest run_case time (seconds, backend, case id,
+  campaign index): a batch is recorded when its slowest group is done, so one case of seconds stalls the whole
+  pool, and these name it (the seed and the index regenerate the case);
 * ``engine.variants_per_case`` and ``engine.storages_reused``: index variants after each generated case, and
   the cases that ran on storages kept from the case before them (engine/variants.py, pipeline/reuse.py);
 * ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`);
@@ -23,6 +26,7 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -36,6 +40,7 @@ from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, register_chunk_bytes
 from hicache_fuzz.oracles import layouts
 
+SLOWEST_KEPT = 5
 BYTE_COMPARED = frozenset({Outcome.PASS, Outcome.MISMATCH, Outcome.UNEXPECTED_PATH})
 NOT_RUN = frozenset({Outcome.UNSUPPORTED, Outcome.UNDEFINED})
 _VARIETY_FIELDS = tuple(f.name for f in fields(Case) if f.name not in ("backend", "note"))
@@ -68,8 +73,9 @@ class EngineStats:
     first_result_unix: float = 0.0  # wall clock of the first result (start-up to first case, from outside)
     per_backend: dict[str, list[float]] = field(default_factory=dict)  # backend -> [cases, seconds in run_case]
     distinct: set[int] = field(default_factory=set)  # variety_key of the generated cases that ran
+    slowest: list[tuple[float, str, str, int]] = field(default_factory=list)  # a min-heap of SLOWEST_KEPT
 
-    def add(self, case: Case, result: Result, scale_case: bool, generated: bool = True) -> None:
+    def add(self, case: Case, result: Result, scale_case: bool, generated: bool = True, index: int = -1) -> None:
         """Count `result`; `generated` is False for an index variant (harness/engine/variants.py)."""
         if not self.first_result_unix:
             self.first_result_unix = time.time()
@@ -79,6 +85,11 @@ class EngineStats:
             row = self.per_backend.setdefault(result.backend, [0, 0.0])
             row[0] += 1
             row[1] += result.seconds
+            entry = (result.seconds, result.backend, case.case_id, index)
+            if len(self.slowest) < SLOWEST_KEPT:
+                heapq.heappush(self.slowest, entry)
+            elif entry[0] > self.slowest[0][0]:
+                heapq.heapreplace(self.slowest, entry)
         compared = result.outcome in BYTE_COMPARED and bool(case.host_indices)
         if compared:
             self.byte_compared += 1
@@ -142,6 +153,8 @@ class EngineStats:
             "backend_ms_per_case": {name: round(1000 * spent / count, 3) for name, (count, spent)
                                     in sorted(self.per_backend.items()) if count},
             "scale": self.reach.to_dict(register_chunk_bytes()),
+            "slowest_cases": [{"seconds": round(seconds, 3), "backend": backend, "case_id": case_id, "index": index}
+                              for seconds, backend, case_id, index in sorted(self.slowest, reverse=True)],
         }
 
 
@@ -189,6 +202,10 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"  stalls (under {STALL_SHARE:.0%} of the campaign's rate): {len(stalls)}, "
                      f"{sum(end - start for start, end in stalls):.1f} s in all, longest "
                      f"{longest[1] - longest[0]:.1f} s from {longest[0]:.1f} s")
+    slowest = report.get("slowest_cases") or []
+    if slowest:
+        lines.append("  slowest cases: " + ", ".join(f"{row['seconds']:.2f} s {row['backend']} {row['case_id']} "
+                                                     f"(index {row['index']})" for row in slowest[:3]))
     sharing = report["engine"].get("gpu_sharing")
     if sharing:
         lines.append(f"  gpu sharing: {sharing['mode']} ({sharing['reason']})"

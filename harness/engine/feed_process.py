@@ -48,6 +48,7 @@ from hicache_fuzz.oracles.contract import Platform
 
 START_TIMEOUT_S = 120.0  # the child imports torch and the harness before its first batch
 BATCH_TIMEOUT_S = 300.0  # a batch of generation; longer means the child is stuck
+CLOSE_GRACE_S = 0.5  # the campaign is over: the children get this long, together, to exit before they are killed
 
 
 class FeedProcessError(RuntimeError):
@@ -122,10 +123,15 @@ class _Child:
         self.connection.send("more")
         self.slots.extend(packed)
 
-    def close(self) -> None:
+    def ask_to_stop(self) -> None:
         with contextlib.suppress(OSError, ValueError):  # the child is gone already
             self.connection.send("stop")
-        self.process.join(timeout=5)
+
+    def close(self, grace: float) -> None:
+        """Wait up to `grace` seconds for the child to exit, then kill it. A child is usually blocked sending the
+        batch it generated ahead into a pipe nobody reads any more, and so never reads "stop": what it holds is
+        worth nothing, and waiting for it would only add to the campaign's wall time."""
+        self.process.join(timeout=grace)
         if self.process.is_alive():
             self.process.kill()
             self.process.join(timeout=5)
@@ -236,4 +242,7 @@ class ProcessFeed:
 
     def close(self) -> None:
         for child in self._children:
-            child.close()
+            child.ask_to_stop()
+        deadline = time.perf_counter() + CLOSE_GRACE_S
+        for child in self._children:
+            child.close(max(0.0, deadline - time.perf_counter()))

@@ -145,3 +145,26 @@ def test_the_campaign_generates_whole_indices_itself_until_the_feed_process_is_r
     described = [(s.backend.name, s.index, s.case, s.last_of_index, s.variant) for s in rest][: 37 * 7]
     assert described == _described(_feeds(CaseFeed), 7)
     assert 0 < feed.local_slots < len(described), "the child took over"
+
+
+def test_closing_the_feed_does_not_wait_for_children_blocked_on_a_batch_nobody_reads() -> None:
+    """Each child has been asked for its next batch and sends it into a pipe the parent no longer reads, so it never
+    reads "stop": close() kills it after a short grace instead of waiting (a campaign's wall time, not its work)."""
+    import time
+
+    registry = load_registry()
+    backends = [registry.get("reference")]
+    # batches of 2,000 slots: far more than a pipe's buffer holds, as a GPU campaign's are
+    feed = ProcessFeed(7, 0, (0, 1), backends, {"reference": CaseSpace()}, CPU, None, 2000, None, 3, None,
+                       processes=2)
+    deadline = time.monotonic() + 60
+    while feed._local is not None and time.monotonic() < deadline:
+        feed.take(2000)  # until the children have taken over (each then has a batch requested)
+    for _ in range(3):
+        feed.take(2000)
+    assert feed._local is None, "the children took over"
+    time.sleep(1.0)  # each child generates its requested batch and blocks sending it
+    started = time.monotonic()
+    feed.close()
+    assert time.monotonic() - started < 3.0
+    assert all(not child.process.is_alive() for child in feed._children)
