@@ -308,17 +308,15 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
         # The isolating worker imports sglang (~12 s) and loads the JIT modules prepare compiled (warm_up), in
         # its own process: launch it now, so that it overlaps the probes below (which import sglang here too),
         # and wait for it before the campaign's clock, and its cases/s, start.
-        worker = WorkerExecutor(job.backends, job.plugins, machine.platform.kind, job.case_timeout, job.journal,
-                                startup_timeout_s=600, warm_up=job.warm_up,
-                                spares=GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0)
-        worker.spawn_early()
-        executor = worker
+        executor = WorkerExecutor(job.backends, job.plugins, machine.platform.kind, job.case_timeout, job.journal,
+                                  startup_timeout_s=600, warm_up=job.warm_up,
+                                  spares=GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0)
     else:
         executor = InProcessExecutor(registry, machine)
+    executor.spawn_early()
     try:
         backends = [available_backend(registry, name, machine) for name in job.backends]
-        if isolate:
-            worker.start()
+        executor.start()
         startup_seconds = time.perf_counter() - started
         max_cases = (None if job.runs_total is None else worker_case_budget(
             job.runs_total, len(backends), job.shard, job.worker, job.workers, job.start_index))
@@ -339,9 +337,10 @@ def run_shard(job: ShardJob) -> dict[str, Any]:
         data["stopped_by"] = stop.signal_name
     data.update(device=job.device, device_description=machine.description, pid=os.getpid(),
                 startup_seconds=round(startup_seconds, 3))
-    if isinstance(executor, WorkerExecutor):
-        data.update(compile_seconds=round(executor.compile_seconds, 3), worker_restarts=executor.restarts,
-                    spare_takeovers=executor.spares_used)
+    workers = executor.worker_figures()
+    if workers is not None:
+        data.update(compile_seconds=round(workers.compile_seconds, 3), worker_restarts=workers.restarts,
+                    spare_takeovers=workers.spares_used)
     return data
 
 

@@ -63,9 +63,8 @@ def replay_entries(entries: list[CorpusEntry], registry: Registry, machine: Mach
     installed = [registry.get(name) for name in names if name in registry.backends]
     options = dataclasses.replace(options, worker_processes=1)  # cases run one at a time: one worker serves them
     early = executor_for(installed, registry, machine, options, journal_dir) if installed else None
-    spawn_early = getattr(early, "spawn_early", None)
-    if spawn_early is not None:
-        spawn_early()
+    if early is not None:
+        early.spawn_early()
     try:
         skip_reasons = {name: unavailable_reason(registry, name, machine) for name in names}
     except BaseException:

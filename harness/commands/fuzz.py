@@ -26,9 +26,16 @@ from hicache_fuzz.harness.commands.fuzz_options import campaign_options, check_b
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, EXIT_UNAVAILABLE, Unavailable, UsageError
 
 if TYPE_CHECKING:
+    from hicache_fuzz.harness.campaign.baseline import Baseline
     from hicache_fuzz.harness.campaign.loop import CampaignReport
+    from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.model.case import Case
     from hicache_fuzz.harness.model.outcome import Result
+    from hicache_fuzz.harness.model.platform import Machine
+    from hicache_fuzz.harness.pipeline.executor_base import Executor, WorkerFigures
+    from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
+    from hicache_fuzz.kernels.base import Backend
+    from hicache_fuzz.kernels.registry import Registry
 
 # Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
 OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
@@ -47,17 +54,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--baseline replays a campaign's failures: run it with --workers 1")
         print(f"hicache-fuzz: seed {seed}", flush=True)
         return run_parallel_fuzz(args, seed)
-    from hicache_fuzz.harness.campaign.options import run_from_options
-    from hicache_fuzz.harness.pipeline.setup import (
-        auto_backends,
-        available_backend,
-        executor_for,
-        machine_for,
-        probing_record,
-        real_kernel_backends,
-        registry_for,
-        startup_details,
-    )
+    return run_one_campaign(args, seed)
+
+
+def run_one_campaign(args: argparse.Namespace, seed: int) -> int:
+    """The fuzz subcommand with --workers 1: one campaign in this process, its cases run by one executor (in
+    process, a worker process or a pool of them); the report, judged on the baseline where one is given."""
+    from hicache_fuzz.harness.pipeline.setup import machine_for, probing_record, registry_for, startup_details
 
     launched = process_started_unix()
     # the JIT builder builds the rotating rows this seed draws (jit-warm --seed builds the same list)
@@ -70,42 +73,94 @@ def run(args: argparse.Namespace) -> int:
     corpus = options.corpus
     assert corpus is not None  # fuzz always has a corpus folder
     journal = corpus / ".journal"
-    baseline = None
-    known = options.known_signatures
-    if getattr(args, "baseline", None):  # probed before the campaign: a baseline that cannot run is exit 2 or 3
-        from hicache_fuzz.harness.campaign.baseline import resolve_baseline
+    known = options.known_signatures  # kept: with a baseline the campaign runs without them (_resolve_baseline)
+    baseline = _resolve_baseline(args, options, corpus)
+    early = _launch_early(args, registry, machine, execution, journal)
+    backends = _campaign_backends(args, registry, machine, early)
+    probed = time.time()
+    print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
+          f"shard {options.shard[0]}/{options.shard[1]}; corpus {corpus}", flush=True)
+    executor = _campaign_executor(early, backends, registry, machine, execution, journal)
+    report, ready, wall = _run_campaign(args, options, backends, machine, executor)
+    workers = executor.worker_figures()
+    if workers is not None:  # worker executors report JIT compile and worker start-up time
+        report.extra.update(worker_fields(workers, backends, wall))
+    report.extra["startup"] = startup_record(launched, probed, ready, report.extra.get("engine", {}),
+                                             workers.hello if workers is not None else {})
+    report.extra["startup"].update(probing=probing_record(), **startup_details(executor))
+    if baseline is not None:
+        from hicache_fuzz.harness.campaign.baseline import judge_campaign
 
-        baseline = resolve_baseline(args.baseline, corpus / ".baseline")
-        print(f"baseline: {baseline.describe()}", flush=True)
-        # Every failure is saved (one reproducer per variant) and judged afterwards: the baseline decides, the
-        # known corpus only where the baseline could not replay (campaign/baseline.py judge_failure).
-        options.known_signatures = {}
-    early = None
-    if not args.backend and machine.platform.kind != "cpu":
-        # Launch the worker for every real-kernel backend now: its imports and JIT module loads (most of a GPU
-        # campaign's start-up) overlap with the probes below, which import sglang in this process too. The
-        # worker probes for itself; backends found unavailable here simply get no cases.
-        early = executor_for(real_kernel_backends(registry), registry, machine, execution, journal, warm_up=True)
-        spawn_early = getattr(early, "spawn_early", None)
-        if spawn_early is not None:
-            spawn_early()
+        judge_campaign(report, baseline, known, execution.platform, list(execution.backend_plugins),
+                       execution.case_timeout, corpus / ".baseline")
+    _name_failure_statuses(report, known)
+    print_campaign(report)
+    return finish_campaign(report, args.json)
+
+
+def _resolve_baseline(args: argparse.Namespace, options: CampaignOptions, corpus: Path) -> Baseline | None:
+    """The --baseline to judge the campaign's failures on, probed before the campaign (a baseline that cannot run
+    is exit 2 or 3); None without one. With a baseline every failure is saved (one reproducer per variant) and
+    judged afterwards: the baseline decides, the known corpus only where the baseline could not replay
+    (campaign/baseline.py judge_failure), so the campaign itself runs without known signatures."""
+    if not getattr(args, "baseline", None):
+        return None
+    from hicache_fuzz.harness.campaign.baseline import resolve_baseline
+
+    baseline = resolve_baseline(args.baseline, corpus / ".baseline")
+    print(f"baseline: {baseline.describe()}", flush=True)
+    options.known_signatures = {}
+    return baseline
+
+
+def _launch_early(args: argparse.Namespace, registry: Registry, machine: Machine, execution: ExecutionOptions,
+                  journal: Path) -> Executor | None:
+    """Without --backend on a GPU, the executor for every real-kernel backend, its worker launched now: its imports
+    and JIT module loads (most of a GPU campaign's start-up) overlap with the parent's probes, which import sglang
+    in this process too. The worker probes for itself; backends found unavailable here simply get no cases."""
+    if args.backend or machine.platform.kind == "cpu":
+        return None
+    from hicache_fuzz.harness.pipeline.setup import executor_for, real_kernel_backends
+
+    early = executor_for(real_kernel_backends(registry), registry, machine, execution, journal, warm_up=True)
+    early.spawn_early()
+    return early
+
+
+def _campaign_backends(args: argparse.Namespace, registry: Registry, machine: Machine,
+                       early: Executor | None) -> list[Backend]:
+    """The --backend ones (each must be available), else the best present; the early executor is closed when
+    probing them raises."""
+    from hicache_fuzz.harness.pipeline.setup import auto_backends, available_backend
+
     try:
-        backends = [available_backend(registry, n, machine) for n in args.backend] or auto_backends(registry,
-                                                                                                      machine)
+        return [available_backend(registry, n, machine) for n in args.backend] or auto_backends(registry, machine)
     except BaseException:
         if early is not None:
             early.close()
         raise
-    probed = time.time()
-    print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
-          f"shard {options.shard[0]}/{options.shard[1]}; corpus {corpus}", flush=True)
+
+
+def _campaign_executor(early: Executor | None, backends: list[Backend], registry: Registry, machine: Machine,
+                       execution: ExecutionOptions, journal: Path) -> Executor:
+    """The early executor where every backend the campaign runs is one of its real-kernel backends, else a new
+    one for `backends` (the early one closed)."""
+    from hicache_fuzz.harness.pipeline.setup import executor_for, real_kernel_backends
+
     if early is not None and {b.name for b in backends} <= {b.name for b in real_kernel_backends(registry)}:
-        executor = early
-    else:
-        if early is not None:  # no real backend is available after all: the CPU reference runs instead
-            early.close()
-        # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
-        executor = executor_for(backends, registry, machine, execution, journal, warm_up=True)
+        return early
+    if early is not None:  # no real backend is available after all: the CPU reference runs instead
+        early.close()
+    # warm_up: the worker compiles each backend's row-size menu up front, in parallel (JIT backends only)
+    return executor_for(backends, registry, machine, execution, journal, warm_up=True)
+
+
+def _run_campaign(args: argparse.Namespace, options: CampaignOptions, backends: list[Backend], machine: Machine,
+                  executor: Executor) -> tuple[CampaignReport, float, float]:
+    """Run the campaign on `executor` (closed afterwards) with the progress line, the report checkpoint and the
+    stop signals: its report, when the executor was ready (the wall clock) and the wall seconds from its start."""
+    from hicache_fuzz.harness.campaign.options import run_from_options
+
     progress = Progress(not args.no_progress, args.max_total_time)
     checkpoint = Checkpoint(args.json)
     stop = StopOnSignal()
@@ -116,9 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
     wall_started = time.perf_counter()
     try:
-        start = getattr(executor, "start", None)
-        if start is not None:  # worker start-up and JIT warm-up happen before the campaign clock starts
-            start()
+        executor.start()  # worker start-up and JIT warm-up happen before the campaign clock starts
         ready = time.time()
         report = run_from_options(options, backends, machine.platform, executor, on_result, stop.requested)
     finally:
@@ -129,27 +182,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"hicache-fuzz: stopped by {stop.signal_name} after the case in flight; report complete so far",
               flush=True)
         report.extra["stopped_by"] = stop.signal_name
-    if hasattr(executor, "compile_seconds"):  # worker executors report JIT compile and worker start-up time
-        wall = time.perf_counter() - wall_started
-        report.extra.update(compile_seconds=round(executor.compile_seconds, 3),
-                            worker_startup_seconds=round(executor.startup_seconds, 3),
-                            worker_restarts=executor.restarts, spare_takeovers=executor.spares_used,
-                            spare_startup_seconds_in_background=round(executor.background_startup_seconds, 3),
-                            compiled_in_cases=compiled_in_cases(executor.compiled_in_cases),
-                            prefetch_compile_seconds=round(background_compile_seconds(backends), 3),
-                            wall_seconds=round(wall, 3),
-                            compile_share_of_wall=round(executor.compile_seconds / wall, 4) if wall else 0.0)
-    report.extra["startup"] = startup_record(launched, probed, ready, report.extra.get("engine", {}),
-                                             getattr(executor, "hello", {}))
-    report.extra["startup"].update(probing=probing_record(), **startup_details(executor))
-    if baseline is not None:
-        from hicache_fuzz.harness.campaign.baseline import judge_campaign
+    return report, ready, time.perf_counter() - wall_started
 
-        judge_campaign(report, baseline, known, execution.platform, list(execution.backend_plugins),
-                       execution.case_timeout, corpus / ".baseline")
-    _name_failure_statuses(report, known)
-    print_campaign(report)
-    return finish_campaign(report, args.json)
+
+def worker_fields(workers: WorkerFigures, backends: list[Backend], wall: float) -> dict[str, Any]:
+    """The report's fields of a campaign whose cases ran in worker processes: JIT compile and worker start-up
+    time, restarts, and the compile share of the wall seconds."""
+    return {"compile_seconds": round(workers.compile_seconds, 3),
+            "worker_startup_seconds": round(workers.startup_seconds, 3),
+            "worker_restarts": workers.restarts, "spare_takeovers": workers.spares_used,
+            "spare_startup_seconds_in_background": round(workers.background_startup_seconds, 3),
+            "compiled_in_cases": compiled_in_cases(workers.compiled_in_cases),
+            "prefetch_compile_seconds": round(background_compile_seconds(backends), 3),
+            "wall_seconds": round(wall, 3),
+            "compile_share_of_wall": round(workers.compile_seconds / wall, 4) if wall else 0.0}
 
 
 def _name_failure_statuses(report: CampaignReport, known: dict[str, Any]) -> None:

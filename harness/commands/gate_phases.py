@@ -168,14 +168,15 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
                                     dict(sorted(report.outcomes.get(backend.name, {}).items())), failures,
                                     known_found, digest, report.first_index, round(report.seconds, 3)))
     finally:
-        if timings is not None and hasattr(executor, "compile_seconds"):
+        workers = executor.worker_figures()
+        if timings is not None and workers is not None:
             # Parts of the campaign phase (worker executors only): JIT compiles inside cases and waiting for
             # workers to start; what a cold JIT cache costs, and what a kept cache saves.
-            timings["campaign_jit_compile"] = executor.compile_seconds
-            timings["campaign_worker_startup"] = executor.startup_seconds
+            timings["campaign_jit_compile"] = workers.compile_seconds
+            timings["campaign_worker_startup"] = workers.startup_seconds
         executor.close()
-        if sharing_out is not None and (sharing := getattr(executor, "sharing", None)) is not None:
-            sharing_out.append(sharing.to_dict())  # after close: the daemon's end is part of the record
+        if sharing_out is not None and executor.sharing is not None:
+            sharing_out.append(executor.sharing.to_dict())  # after close: the daemon's end is part of the record
     return rows
 
 

@@ -17,6 +17,9 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
   pool, and these name it (the seed and the index regenerate the case);
 * ``engine.variants_per_case`` and ``engine.storages_reused``: index variants after each generated case, and
   the cases that ran on storages kept from the case before them (engine/variants.py, pipeline/reuse.py);
+* what the executor counted comes from its declared ``run_figures()`` (pipeline/executor_base.py): the worker's
+  stage clock, ``engine.batch_losses``, ``engine.cases_replayed_alone``, ``engine.storages_reused``,
+  ``engine.worker_processes``; ``engine.gpu_sharing`` and ``engine.cpu_only`` from its ``sharing`` and ``machine``;
 * ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`);
 * ``distinct_cases`` and ``distinct_cases_per_second``: generated cases that ran, each counted once however many
   backends ran it (:func:`variety_key`), index variants not counted: the campaign's variety, beside its volume
@@ -37,6 +40,7 @@ from hicache_fuzz.harness.engine.mix import Mix
 from hicache_fuzz.harness.engine.scale import ScaleReach
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, register_chunk_bytes
 from hicache_fuzz.oracles import layouts
 
@@ -105,8 +109,10 @@ class EngineStats:
         else:
             self.classes[result.outcome.value] += 1
 
-    def to_dict(self, seconds: float, feed: Any, scale: Any, executor: Any, batches_ahead: int = 0) -> dict[str, Any]:
+    def to_dict(self, seconds: float, feed: Any, scale: Any, executor: Executor,
+                batches_ahead: int = 0) -> dict[str, Any]:
         cases = sum(self.classes.values())
+        ran = executor.run_figures()
         stages = {
             "generate": feed.clock.generate_seconds,
             "wait": feed.clock.wait_seconds,
@@ -115,7 +121,7 @@ class EngineStats:
             "calibrate": feed.clock.calibrate_seconds,
             "scale_generate": feed.clock.scale_generate_seconds,
         }
-        for stage, spent in getattr(executor, "stage_seconds", {}).items():
+        for stage, spent in ran.stage_seconds.items():
             stages[f"worker_{stage}"] = spent
         self.reach.scale_cases = self.scale_cases
         self.reach.scale_seconds = scale.seconds if scale is not None else 0.0
@@ -126,19 +132,19 @@ class EngineStats:
                 "mix_target": self.mix.to_dict() if self.mix is not None else None,
                 "mix_reached": {k: round(v / cases, 4) for k, v in sorted(self.classes.items())} if cases else {},
                 "scale_tier": None if scale is None else {"share": scale.share, "skipped": scale.skipped[:20]},
-                "batch_losses": getattr(executor, "batch_losses", 0),
-                "cases_replayed_alone": getattr(executor, "replayed", 0),
+                "batch_losses": ran.batch_losses,
+                "cases_replayed_alone": ran.cases_replayed_alone,
                 "first_result_unix": round(self.first_result_unix, 3),
-                "worker_processes": int(getattr(executor, "size", 1)),
+                "worker_processes": ran.worker_processes,
                 "variants_per_case": getattr(feed, "variants", 0),  # the most any backend got
                 "variants_by_backend": dict(getattr(feed, "variants_by_backend", {})),
                 # K per backend: it ran every K-th campaign index (EngineOptions.backend_every)
                 "backend_every": dict(getattr(feed, "every", {})),
                 "batches_ahead": batches_ahead,
-                "storages_reused": getattr(executor, "storages_reused", 0),
-                "gpu_sharing": sharing.to_dict() if (sharing := getattr(executor, "sharing", None)) else None,
+                "storages_reused": ran.storages_reused,
+                "gpu_sharing": executor.sharing.to_dict() if executor.sharing is not None else None,
                 # the console leaves out what only a GPU run has (host registration, index variants, reuse)
-                "cpu_only": getattr(getattr(getattr(executor, "machine", None), "device", None), "type", "") == "cpu",
+                "cpu_only": executor.machine is not None and executor.machine.device.type == "cpu",
             },
             "distinct_cases": len(self.distinct),
             "distinct_cases_per_second": round(len(self.distinct) / seconds, 1) if seconds > 0 else 0.0,

@@ -2,8 +2,9 @@
 
 :class:`InProcessExecutor` calls the runner directly: right for the CPU reference and the bug zoo, whose
 failures are Python exceptions. Backends that can take the process down (real GPU kernels: illegal
-addresses, aborts) go through :class:`hicache_fuzz.harness.pipeline.worker.WorkerExecutor`, which has the same
-methods and runs cases in a persistent child process, a batch per round trip.
+addresses, aborts) go through :class:`hicache_fuzz.harness.pipeline.worker.WorkerExecutor`, which runs cases in a
+persistent child process, a batch per round trip. Both derive from
+:class:`~hicache_fuzz.harness.pipeline.executor_base.Executor`, which declares what a campaign may ask of them.
 
 In process on a GPU (``--isolate no``), device errors a backend raises or leaves pending are cleared after the
 case and become its CRASH result (the runner probes the context after every backend call); the campaign goes
@@ -14,73 +15,22 @@ with :class:`DeviceContextLost` naming the case that lost it: only a fresh proce
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.exit_codes import Unavailable
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.harness.pipeline import probe_cache
-from hicache_fuzz.harness.pipeline.executor_base import Executor
+from hicache_fuzz.harness.pipeline.executor_base import Executor, RunFigures, SubmittedBatch
 from hicache_fuzz.harness.pipeline.reuse import StorageReuse
 from hicache_fuzz.harness.pipeline.runner import DEVICE_CRASH_PREFIX, DeviceContextLost, run_case
-from hicache_fuzz.harness.pipeline.worker import WorkerError
 from hicache_fuzz.kernels.buffers import HostMemory
 from hicache_fuzz.kernels.registry import Registry
 
 
-def run_batch(executor: Executor, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
-    """The executor's batch entry point where it has one, else one case at a time.
-
-    The first `lone_first` cases are the scale tier's: each runs as a batch of its own on the executor's first
-    worker (the one process that keeps the tier's multi-GiB arenas). A worker pool runs them there while its
-    other workers take the rest of the batch (WorkerPool.runs_lone_cases_aside); any other executor runs them
-    first, one by one, then the rest."""
-    batch = getattr(executor, "run_batch", None)
-    if batch is None:
-        return [executor.run(case) for case in cases]
-    if not lone_first:
-        return list(batch(cases))
-    if getattr(executor, "runs_lone_cases_aside", False):
-        return list(batch(cases, lone_first=lone_first))
-    results: list[Result] = []
-    for case in cases[:lone_first]:
-        results += batch([case])
-    rest = cases[lone_first:]
-    if not rest:
-        return results
-    try:
-        return results + list(batch(rest))
-    except WorkerError as exc:  # keep the lone cases' results in front of what the batch produced
-        raise WorkerError(str(exc), partial_results=results + list(exc.partial_results)) from None
-
-
-class SubmittedBatch(Protocol):
-    def result(self) -> list[Result]: ...
-    def done(self) -> bool: ...
-
-
-class _Finished:
-    """A batch run at submission (executors that run one batch at a time): its results or its exception."""
-
-    def __init__(self, executor: Executor, cases: Sequence[Case], lone_first: int) -> None:
-        self._results: list[Result] = []
-        self._error: BaseException | None = None
-        try:
-            self._results = run_batch(executor, cases, lone_first)
-        except Exception as exc:
-            self._error = exc
-
-    def result(self) -> list[Result]:
-        if self._error is not None:
-            raise self._error
-        return self._results
-
-    def done(self) -> bool:
-        return True
-
-
 class _SubmitFailed:
+    """A submission that raised: its handle raises the same error from ``result()``."""
+
     def __init__(self, error: BaseException) -> None:
         self._error = error
 
@@ -92,21 +42,21 @@ class _SubmitFailed:
 
 
 def submit_batch(executor: Executor, cases: Sequence[Case], lone_first: int = 0) -> SubmittedBatch:
-    """Start `cases` and return a handle whose ``result()`` gives what ``run_batch`` would (or raises what it
-    would). A worker pool queues the batch and returns at once, so the caller can submit the next batch before
-    it records this one (the pool's members then never wait at a batch boundary); any other executor runs the
-    batch here, before returning."""
-    submit = getattr(executor, "submit_batch", None)
-    if submit is None:
-        return _Finished(executor, cases, lone_first)
+    """``executor.submit_batch(cases, lone_first)``, where a submission that raises (e.g. the first worker of a
+    pool cannot start) raises from the handle's ``result()``, where ``run_batch`` would raise it. A worker pool
+    queues the batch and returns at once, so the caller can submit the next batch before it records this one (the
+    pool's members then never wait at a batch boundary); any other executor runs the batch before returning."""
     try:
-        handle: SubmittedBatch = submit(cases, lone_first=lone_first)
-    except Exception as exc:  # e.g. the first worker cannot start: raised where run_batch would raise it
+        return executor.submit_batch(cases, lone_first)
+    except Exception as exc:
         return _SubmitFailed(exc)
-    return handle
 
 
 class InProcessExecutor(Executor):
+    """Runs each case in this process, on `machine`'s device."""
+
+    machine: Machine  # always set: the cases run on this process's device
+
     def __init__(self, registry: Registry, machine: Machine) -> None:
         self.registry = registry
         self.machine = machine
@@ -145,6 +95,10 @@ class InProcessExecutor(Executor):
             result.error = DEVICE_CRASH_PREFIX + str(lost)
             result.summary = f"sticky device error (context lost): {str(lost).splitlines()[0]}"
             return result
+
+    def run_figures(self) -> RunFigures:
+        return RunFigures(stage_seconds=dict(self.stage_seconds), storages_reused=self.storages_reused,
+                          worker_processes=self.size)
 
     def close(self) -> None:
         pass

@@ -2,12 +2,13 @@
 
 One worker process runs a case at a time; on a GPU most of a case's time is Python (materialize, the backend's
 argument plumbing, the compare's launches), not the device, so one campaign runs several workers on the same
-GPU. :class:`WorkerPool` has the executor API of :class:`WorkerExecutor` (``run``, ``run_batch``, ``start``,
-``close``, the counters the campaign report reads). ``run_batch`` cuts the batch into groups of consecutive
-cases of one geometry (a generated case and its index variants, which reuse storages and must stay on one
-worker, in order), and each member takes the next group as soon as it is free: the members stay busy whatever a
-group costs. Each member keeps its own journal entries, crash handling and replay (a lost group costs that
-group, replayed case by case as in WorkerExecutor); the results are put back in case order.
+GPU. :class:`WorkerPool` is an executor (pipeline/executor_base.py) as :class:`WorkerExecutor` is (``run``,
+``run_batch``, ``submit_batch``, ``start``, ``close``; its run and worker figures are its members' together).
+``run_batch`` cuts the batch into groups of consecutive cases of one geometry (a generated case and its index
+variants, which reuse storages and must stay on one worker, in order), and each member takes the next group as
+soon as it is free: the members stay busy whatever a group costs. Each member keeps its own journal entries,
+crash handling and replay (a lost group costs that group, replayed case by case as in WorkerExecutor); the
+results are put back in case order.
 
 Scale-tier cases (``run_batch(..., lone_first=k)``: the first k cases) run one at a time on the first member,
 the one process that keeps the tier's multi-GiB arenas, while the other members take the batch's groups; the
@@ -38,7 +39,7 @@ from typing import Any
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import usable_cores
-from hicache_fuzz.harness.pipeline.executor_base import Executor
+from hicache_fuzz.harness.pipeline.executor_base import Executor, RunFigures, WorkerFigures
 from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharing, start_gpu_sharing
 from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 from hicache_fuzz.harness.pipeline.reuse import geometry_key
@@ -325,64 +326,31 @@ class WorkerPool(Executor):
     def size(self) -> int:
         return len(self.members)
 
-    @property
-    def hello(self) -> dict[str, Any]:
-        return self.members[0].hello
+    def run_figures(self) -> RunFigures:
+        members = [member.run_figures() for member in self.members]
+        stages: dict[str, float] = {}
+        for figures in members:
+            for stage, seconds in figures.stage_seconds.items():
+                stages[stage] = stages.get(stage, 0.0) + seconds
+        return RunFigures(stage_seconds=stages, batch_losses=sum(f.batch_losses for f in members),
+                          cases_replayed_alone=sum(f.cases_replayed_alone for f in members),
+                          storages_reused=sum(f.storages_reused for f in members), worker_processes=self.size)
 
-    @property
-    def parent_imports_at_ready(self) -> list[str] | None:
-        return self.members[0].parent_imports_at_ready
-
-    @property
-    def stage_seconds(self) -> dict[str, float]:
-        total: dict[str, float] = {}
-        for member in self.members:
-            for stage, seconds in member.stage_seconds.items():
-                total[stage] = total.get(stage, 0.0) + seconds
-        return total
-
-    @property
-    def compiled_in_cases(self) -> dict[str, tuple[int, float]]:
-        total: dict[str, tuple[int, float]] = {}
-        for member in self.members:
-            for key, (count, seconds) in member.compiled_in_cases.items():
-                before = total.get(key, (0, 0.0))
-                total[key] = (before[0] + count, before[1] + seconds)
-        return total
-
-    def _sum(self, name: str) -> Any:
-        return sum(getattr(member, name) for member in self.members)
-
-    @property
-    def compile_seconds(self) -> float:
-        return float(self._sum("compile_seconds"))
-
-    @property
-    def startup_seconds(self) -> float:
-        """What the campaign waited for: the first member (the others start while cases run), and its restarts."""
-        return self.members[0].startup_seconds
-
-    @property
-    def background_startup_seconds(self) -> float:
-        """Members 1.. starting while cases ran, and every member's spares."""
-        return float(self._sum("background_startup_seconds")) + sum(m.startup_seconds for m in self.members[1:])
-
-    @property
-    def restarts(self) -> int:
-        return int(self._sum("restarts"))
-
-    @property
-    def spares_used(self) -> int:
-        return int(self._sum("spares_used"))
-
-    @property
-    def batch_losses(self) -> int:
-        return int(self._sum("batch_losses"))
-
-    @property
-    def replayed(self) -> int:
-        return int(self._sum("replayed"))
-
-    @property
-    def storages_reused(self) -> int:
-        return int(self._sum("storages_reused"))
+    def worker_figures(self) -> WorkerFigures:
+        """The members' figures summed, but for start-up: the campaign waited for the first member only (and its
+        restarts); members 1.. start while cases run, so their start-up counts in the background, with every
+        member's spares. The greeting is the first member's."""
+        members = [member.worker_figures() for member in self.members]
+        compiled: dict[str, tuple[int, float]] = {}
+        for figures in members:
+            for key, (count, seconds) in figures.compiled_in_cases.items():
+                before = compiled.get(key, (0, 0.0))
+                compiled[key] = (before[0] + count, before[1] + seconds)
+        first = members[0]
+        return WorkerFigures(
+            compile_seconds=sum(f.compile_seconds for f in members),
+            startup_seconds=first.startup_seconds,
+            background_startup_seconds=(sum(f.background_startup_seconds for f in members)
+                                        + sum(f.startup_seconds for f in members[1:])),
+            restarts=sum(f.restarts for f in members), spares_used=sum(f.spares_used for f in members),
+            compiled_in_cases=compiled, hello=first.hello, parent_imports_at_ready=first.parent_imports_at_ready)

@@ -15,12 +15,12 @@ import torch
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
-from hicache_fuzz.harness.pipeline.compare import compare_storages, storages_equal
+from hicache_fuzz.harness.pipeline.compare import DiffReport, compare_storages, storages_equal
 from hicache_fuzz.harness.pipeline.materialize import materialize
 from hicache_fuzz.harness.pipeline.reuse import StorageReuse
-from hicache_fuzz.kernels.base import Backend
-from hicache_fuzz.kernels.buffers import GUARD_BYTES, HostMemory
-from hicache_fuzz.oracles.contract import Platform, Verdict, predict
+from hicache_fuzz.kernels.base import Backend, Plan
+from hicache_fuzz.kernels.buffers import GUARD_BYTES, HostMemory, Materialized
+from hicache_fuzz.oracles.contract import Platform, Prediction, Verdict, predict
 from hicache_fuzz.oracles.sequence import Step, apply_sequence, step_case
 from hicache_fuzz.oracles.transfer import Semantics, addressed_destination_bytes
 
@@ -70,20 +70,10 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
          memory: HostMemory | None, clock: _StageClock, reuse: StorageReuse | None) -> tuple[Result, bool]:
     """The result, and whether the case ran on reused storages."""
     base = Result(case.case_id, backend.name, Outcome.UNSUPPORTED)
-    reason = backend.unsupported_reason(case, platform)
-    if reason is not None:
-        base.summary = reason
-        clock.lap("classify")
+    planned = _plan(case, backend, platform, base, clock)
+    if planned is None:  # unsupported here, or undefined by the contract: `base` says which, nothing ran
         return base, False
-    plan = backend.plan(case, platform)
-    prediction = predict(case, plan.entry, platform)
-    base.expected_path, base.prediction = plan.path, prediction.describe()
-    clock.lap("predict")
-    if prediction.verdict is Verdict.UNDEFINED:
-        base.outcome, base.summary = Outcome.UNDEFINED, prediction.describe()
-        clock.lap("classify")
-        return base, False
-
+    plan, prediction = planned
     # Everything is compared where the device storages live (the CPU when simulated): "before" is a copy,
     # "after" is the storage itself where it lives there, so only host storages cross to a GPU.
     try:
@@ -100,12 +90,7 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
         except (MemoryError, RuntimeError) as exc:
             return _not_allocated(base, exc, clock), reused
         clock.lap("materialize")
-        try:
-            base.path = backend.run(buffers)
-            raised = None
-        except Exception as exc:  # the backend's refusal (or failure) is data, not a harness error
-            raised = exc
-            base.error = f"{type(exc).__name__}: {exc}".strip()[:2000]
+        raised = _call_backend(backend, buffers, base)
         # A device error raised by the backend, or left pending by it (a launch sglang made with a zero-size
         # grid fails the *next* launch check), is a crash of this case. Non-sticky ones are cleared here and
         # the process goes on; a sticky one raises DeviceContextLost (the worker then exits).
@@ -118,39 +103,19 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
         after = buffers.current_on(device)
         keep = reuse is not None
         clock.lap("backend")
-
-        if raised is not None:
-            changed = not storages_equal(before, after)
-            clock.lap("compare")
-            base.diff = {"bytes_changed_before_rejection": changed}
-            if prediction.verdict is Verdict.REJECT:
-                base.outcome = Outcome.REJECTED_AS_PREDICTED
-                base.summary = f"rejected as predicted ({prediction.describe()})"
-            else:
-                base.outcome = Outcome.WRONGLY_REJECTED
-                base.summary = f"valid input rejected: {base.error}"
-            clock.lap("classify")
+        if raised is not None or prediction.verdict is Verdict.REJECT:
+            _judge_rejection(base, raised is not None, prediction, before, after, clock)
             return base, reused
-        if prediction.verdict is Verdict.REJECT:
-            base.outcome = Outcome.WRONGLY_ACCEPTED
-            base.summary = f"accepted input the contract rejects: {'; '.join(prediction.reasons)}"
-            clock.lap("classify")
-            return base, reused
-
         expected_steps: list[tuple[Step, dict[str, torch.Tensor]]] | None = [] if buffers.step_images else None
         expected = _expected_raw(case, before, prediction.semantics, expected_steps)
         clock.lap("oracle")
-        report = None
         if expected_steps is not None:
             step_failure = _first_step_mismatch(case, expected_steps, buffers.step_images, prediction.semantics)
             if step_failure is not None:
                 base.outcome, base.summary, base.diff = step_failure
                 clock.lap("compare")
                 return base, reused
-        if not storages_equal(expected, after):
-            # Only a mismatch pays for the addressed-byte map and the locator (on CPU copies).
-            addressed = addressed_destination_bytes(case, prediction.semantics)
-            report = compare_storages(case, _on_cpu(expected), _on_cpu(after), addressed)
+        report = _whole_storage_diff(case, expected, after, prediction.semantics)
         clock.lap("compare")
     finally:
         if scratch is not None:
@@ -159,16 +124,82 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
             reuse.keep(buffers)
         else:
             buffers.release()
+    _classify(base, plan.path, report, clock)
+    return base, reused
 
+
+def _plan(case: Case, backend: Backend, platform: Platform, base: Result,
+          clock: _StageClock) -> tuple[Plan, Prediction] | None:
+    """The backend's plan for `case` and the contract's prediction, both recorded in `base`; None when the case
+    does not run: the backend does not support it here, or the contract leaves it undefined (`base` says which)."""
+    reason = backend.unsupported_reason(case, platform)
+    if reason is not None:
+        base.summary = reason
+        clock.lap("classify")
+        return None
+    plan = backend.plan(case, platform)
+    prediction = predict(case, plan.entry, platform)
+    base.expected_path, base.prediction = plan.path, prediction.describe()
+    clock.lap("predict")
+    if prediction.verdict is Verdict.UNDEFINED:
+        base.outcome, base.summary = Outcome.UNDEFINED, prediction.describe()
+        clock.lap("classify")
+        return None
+    return plan, prediction
+
+
+def _call_backend(backend: Backend, buffers: Materialized, base: Result) -> Exception | None:
+    """Run `backend` on `buffers`, recording the path it took in `base`. What it raises is its refusal (or its
+    failure): data, not a harness error; it is recorded as `base.error` and returned."""
+    try:
+        base.path = backend.run(buffers)
+    except Exception as exc:
+        base.error = f"{type(exc).__name__}: {exc}".strip()[:2000]
+        return exc
+    return None
+
+
+def _judge_rejection(base: Result, raised: bool, prediction: Prediction, before: dict[str, torch.Tensor],
+                     after: dict[str, torch.Tensor], clock: _StageClock) -> None:
+    """Classify a case the backend refused (`raised`: rejected as predicted, or a valid input wrongly rejected;
+    either way whether it changed bytes before refusing) or one the contract rejects that ran (wrongly
+    accepted)."""
+    if raised:
+        changed = not storages_equal(before, after)
+        clock.lap("compare")
+        base.diff = {"bytes_changed_before_rejection": changed}
+        if prediction.verdict is Verdict.REJECT:
+            base.outcome = Outcome.REJECTED_AS_PREDICTED
+            base.summary = f"rejected as predicted ({prediction.describe()})"
+        else:
+            base.outcome = Outcome.WRONGLY_REJECTED
+            base.summary = f"valid input rejected: {base.error}"
+    else:
+        base.outcome = Outcome.WRONGLY_ACCEPTED
+        base.summary = f"accepted input the contract rejects: {'; '.join(prediction.reasons)}"
+    clock.lap("classify")
+
+
+def _whole_storage_diff(case: Case, expected: dict[str, torch.Tensor], after: dict[str, torch.Tensor],
+                        semantics: Semantics) -> DiffReport | None:
+    """None when every storage equals the oracle's byte for byte, else where they differ. Only a mismatch pays
+    for the addressed-byte map and the locator (on CPU copies)."""
+    if storages_equal(expected, after):
+        return None
+    addressed = addressed_destination_bytes(case, semantics)
+    return compare_storages(case, _on_cpu(expected), _on_cpu(after), addressed)
+
+
+def _classify(base: Result, planned_path: str, report: DiffReport | None, clock: _StageClock) -> None:
+    """The outcome of a transfer that ran to the end: a mismatch, the planned path not taken, or a pass."""
     if report is not None and not report.equal:
         base.outcome, base.diff, base.summary = Outcome.MISMATCH, report.to_dict(), report.summary()
-    elif base.path != plan.path:
+    elif base.path != planned_path:
         base.outcome = Outcome.UNEXPECTED_PATH
-        base.summary = f"expected path {plan.path!r} but {base.path!r} ran (bytes correct)"
+        base.summary = f"expected path {planned_path!r} but {base.path!r} ran (bytes correct)"
     else:
         base.outcome, base.summary = Outcome.PASS, "all storages byte-identical"
     clock.lap("classify")
-    return base, reused
 
 
 NOT_RUN = "not run:"  # summary prefix of a case this machine could not run at all (replay counts it skipped)

@@ -146,10 +146,10 @@ def startup_details(executor: Executor) -> dict[str, object]:
     packages the workers import this process had imported when its first worker was ready (none is the aim)."""
     from hicache_fuzz.harness.pipeline.prebuild import startup_fields
 
-    details: dict[str, object] = dict(startup_fields(getattr(executor, "prebuild", None)))
-    imported = getattr(executor, "parent_imports_at_ready", None)
-    if imported is not None:
-        details["parent_imports_at_ready"] = imported
+    details: dict[str, object] = dict(startup_fields(executor.prebuild))
+    workers = executor.worker_figures()
+    if workers is not None and workers.parent_imports_at_ready is not None:
+        details["parent_imports_at_ready"] = workers.parent_imports_at_ready
     return details
 
 

@@ -1,6 +1,6 @@
 """Crash isolation: run cases in a persistent worker process; a dead or stuck worker becomes a result.
 
-:class:`WorkerExecutor` has the API of the in-process executor (``run(case) -> Result``, ``close()``).
+:class:`WorkerExecutor` is an :class:`~hicache_fuzz.harness.pipeline.executor_base.Executor`, as the in-process one is.
 It starts ``python -m hicache_fuzz.harness.pipeline.worker_main`` and talks JSON lines over pipes: one request line per
 case, one response line per result. The worker's own stdout is redirected to its stderr before any backend
 is imported (sglang and nvcc print), so the protocol channel stays clean; stderr goes to
@@ -49,7 +49,7 @@ from typing import Any
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.pipeline import probe_cache
-from hicache_fuzz.harness.pipeline.executor_base import Executor
+from hicache_fuzz.harness.pipeline.executor_base import Executor, RunFigures, WorkerFigures
 from hicache_fuzz.harness.pipeline.gpu_sharing import Collateral, GpuSharing, spreads
 from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 
@@ -174,7 +174,24 @@ class WorkerExecutor(Executor):
             raise RuntimeError(f"worker failed on case {case.case_id}: {reply['error']}")
         return Result.from_dict(reply["result"])
 
-    def run_batch(self, cases: Sequence[Case]) -> list[Result]:
+    def run_batch(self, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
+        """Results of `cases`, in order. The first `lone_first` (the scale tier's) run first, each as a batch of
+        its own, then the rest in one round trip (see _round_trip); a WorkerError from the rest carries the lone
+        cases' results in front of what that round trip produced."""
+        results: list[Result] = []
+        for case in cases[:lone_first]:
+            results += self._round_trip([case])
+        rest = cases[lone_first:]
+        if not lone_first:
+            return self._round_trip(rest)
+        if not rest:
+            return results
+        try:
+            return results + self._round_trip(rest)
+        except WorkerError as exc:  # keep the lone cases' results in front of what the batch produced
+            raise WorkerError(str(exc), partial_results=results + list(exc.partial_results)) from None
+
+    def _round_trip(self, cases: Sequence[Case]) -> list[Result]:
         """Run `cases` in one round trip; results in order. The whole batch is journaled (one JSON-lines file)
         before it is sent. If the worker dies or hangs at case k, cases before k keep their results and cases
         k.. are replayed one at a time in a fresh worker (a spare), each with its own journal entry, so the
@@ -247,6 +264,17 @@ class WorkerExecutor(Executor):
                 alone.diff = {"saved_batch": str(self.journal / "crashes" / batch_file.name)}
             results.append(alone)
         return results
+
+    def run_figures(self) -> RunFigures:
+        return RunFigures(stage_seconds=dict(self.stage_seconds), batch_losses=self.batch_losses,
+                          cases_replayed_alone=self.replayed, storages_reused=self.storages_reused,
+                          worker_processes=self.size)
+
+    def worker_figures(self) -> WorkerFigures:
+        return WorkerFigures(compile_seconds=self.compile_seconds, startup_seconds=self.startup_seconds,
+                             background_startup_seconds=self.background_startup_seconds, restarts=self.restarts,
+                             spares_used=self.spares_used, compiled_in_cases=dict(self.compiled_in_cases),
+                             hello=self.hello, parent_imports_at_ready=self.parent_imports_at_ready)
 
     def _account(self, reply: dict[str, Any]) -> None:
         self.compile_seconds += float(reply.get("compile_s", 0.0))

@@ -8,6 +8,7 @@ from hicache_fuzz.harness.engine.scale import ScaleReach
 from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.harness.pipeline.executor_base import Executor
 
 
 class _Clock:
@@ -28,7 +29,7 @@ def test_the_report_keeps_the_slowest_ordinary_cases_longest_first() -> None:
                   index=index)
     scale = case_for_index(3, 99, CaseSpace())
     stats.add(scale, Result(scale.case_id, "reference", Outcome.PASS, seconds=60.0), scale_case=True, index=99)
-    report = stats.to_dict(10.0, _Feed(), None, object())
+    report = stats.to_dict(10.0, _Feed(), None, Executor())  # the base: an executor that counted nothing
     slowest = report["slowest_cases"]
     assert [row["seconds"] for row in slowest] == sorted(timings, reverse=True)[:SLOWEST_KEPT]
     assert slowest[0]["index"] == 4
