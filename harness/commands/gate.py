@@ -41,6 +41,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hicache_fuzz.harness.commands.arg_types import finite_positive_float, output_path, positive_int
 from hicache_fuzz.harness.commands.common import write_json_report
@@ -48,6 +49,16 @@ from hicache_fuzz.harness.commands.gate_report import GateReport, junit_cases, o
 from hicache_fuzz.harness.generation.space_file import add_space_arguments, space_from_args
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError, final_exit_code
 from hicache_fuzz.harness.reporting.junit import write_junit
+
+if TYPE_CHECKING:
+    from hicache_fuzz.harness.campaign.baseline import Baseline
+    from hicache_fuzz.harness.campaign.options import CampaignOptions
+    from hicache_fuzz.harness.findings.corpus import CorpusEntry
+    from hicache_fuzz.harness.findings.known import KnownMap
+    from hicache_fuzz.harness.model.platform import Machine
+    from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
+    from hicache_fuzz.kernels.base import Backend
+    from hicache_fuzz.kernels.registry import Registry
 
 # A fixed default so that a PR gate is derandomized (as Hypothesis and ClusterFuzz advise for PR CI); the nightly
 # campaign is where random seeds belong.
@@ -143,29 +154,69 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
+@dataclasses.dataclass
+class _GateSetup:
+    """What the gate runs, settled before its first phase: the platform, the corpus, the campaign, the
+    baseline and where artifacts go."""
+
+    machine: Machine
+    registry: Registry
+    corpus_dirs: list[Path]
+    entries: list[CorpusEntry]
+    backends: list[Backend]
+    cases_per_backend: int
+    campaign: CampaignOptions
+    execution: ExecutionOptions
+    artifacts: Path
+    baseline: Baseline | None
+    # The corpus's expected failures. With --baseline the campaign runs without them (`campaign` carries none,
+    # so every failure is saved) and they are applied when its failures are judged on the baseline.
+    known: KnownMap
+
+
 def run(args: argparse.Namespace) -> int:
     run_started = time.perf_counter()
+    _check_counts(args)
+    print(f"hicache-fuzz gate: seed {args.seed}", flush=True)
+    setup = _set_up(args)
+    report = GateReport(setup.machine.platform.kind, setup.machine.description, args.seed, args.budget_seconds,
+                        setup.cases_per_backend, command_line(args), args.allow_skip_isa,
+                        [str(folder) for folder in setup.corpus_dirs])
+    # Phase times (never in the verdict): setup = imports, platform probe, corpus load, before the phases.
+    report.seconds["setup"] = time.perf_counter() - run_started
+    print(f"platform: {setup.machine.description}; corpus: {len(setup.entries)} entries; campaign: "
+          f"{', '.join(b.name for b in setup.backends)} x {setup.cases_per_backend} cases", flush=True)
+    print(f"artifacts: {setup.artifacts.resolve()} ({', '.join(ARTIFACT_SUBFOLDERS)}); reports: "
+          f"{_outputs(args)}", flush=True)
+    _run_phases(args, setup, report)
+    for isa_row in report.isa:
+        print(f"[3/3] ISA {isa_row.name}: {isa_row.status} {one_line(isa_row.reason, 200)}", flush=True)
+    # Wall clock of the whole run; campaign_* entries are parts of the campaign phase, not added again.
+    report.seconds["total"] = time.perf_counter() - run_started
+    written = _write_reports(args, report)
+    _print_closing(args, report, setup.artifacts)
+    # green, but an output is not where it was asked (the message says where): exit 3; findings still win
+    return final_exit_code(report.exit_code, written)
+
+
+def _check_counts(args: argparse.Namespace) -> None:
     if args.budget_seconds <= 0:
         raise UsageError("--budget-seconds must be positive")
     if args.cases_per_backend is not None and args.cases_per_backend < 1:
         raise UsageError("--cases-per-backend must be >= 1")
-    from hicache_fuzz.harness.campaign.options import CampaignOptions
-    from hicache_fuzz.harness.commands.gate_phases import campaign_backends, run_fuzz_phases, run_isa_checks
-    from hicache_fuzz.harness.findings.corpus import load_corpus
-    from hicache_fuzz.harness.findings.known import detect_environment, known_bugs
-    from hicache_fuzz.harness.model.progress import ProgressLine
-    from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, machine_for, registry_for
-    from hicache_fuzz.harness.pipeline.worker import WorkerError
 
-    print(f"hicache-fuzz gate: seed {args.seed}", flush=True)
+
+def _set_up(args: argparse.Namespace) -> _GateSetup:
+    """The platform, corpus, campaign and baseline, each checked before any phase runs: an absent platform
+    is exit 3, a missing corpus folder or a bad baseline exit 2 or 3. Clears the gate's artifact folders."""
+    from hicache_fuzz.harness.campaign.options import CampaignOptions
+    from hicache_fuzz.harness.commands.gate_phases import campaign_backends
+    from hicache_fuzz.harness.findings.known import detect_environment, known_bugs
+    from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, machine_for, registry_for
+
     machine = machine_for(args.platform)  # Unavailable (exit 3) for an absent platform, before any work
     registry = registry_for(args.backend_plugin)
-    corpus_dirs = args.corpus or [DEFAULT_CORPUS]
-    for folder in args.corpus or []:
-        if not folder.exists():
-            raise UsageError(f"corpus folder {folder} does not exist")
-    # The default corpus/ may be absent (git keeps no empty folders); the report then shows 0 entries.
-    entries = load_corpus(d for d in corpus_dirs if d.exists())
+    corpus_dirs, entries = _load_corpus(args)
     environment = detect_environment(machine)
     backends = campaign_backends(registry, machine, args.backend)
     cases_per_backend = args.cases_per_backend or planned_cases_per_backend(
@@ -181,42 +232,58 @@ def run(args: argparse.Namespace) -> int:
     for sub in ARTIFACT_SUBFOLDERS:
         shutil.rmtree(artifacts / sub, ignore_errors=True)
     artifacts.mkdir(parents=True, exist_ok=True)
-    baseline = None
-    if getattr(args, "baseline", None):  # probed before any work: a baseline that cannot run is exit 2 or 3
-        from hicache_fuzz.harness.campaign.baseline import resolve_baseline
-
-        baseline = resolve_baseline(args.baseline, artifacts / "baseline")
-        print(f"baseline: {baseline.describe()}", flush=True)
+    baseline = _resolve_baseline(args, artifacts)
     known = campaign.known_signatures
     if baseline is not None:  # every failure saved per variant, then judged on the baseline (gate_phases.py)
         campaign = dataclasses.replace(campaign, known_signatures={})
+    return _GateSetup(machine, registry, corpus_dirs, entries, backends, cases_per_backend, campaign, execution,
+                     artifacts, baseline, known)
 
-    report = GateReport(machine.platform.kind, machine.description, args.seed, args.budget_seconds,
-                        cases_per_backend, command_line(args), args.allow_skip_isa,
-                        [str(folder) for folder in corpus_dirs])
-    # Phase times (never in the verdict): setup = imports, platform probe, corpus load, before the phases.
-    report.seconds["setup"] = time.perf_counter() - run_started
-    print(f"platform: {machine.description}; corpus: {len(entries)} entries; campaign: "
-          f"{', '.join(b.name for b in backends)} x {cases_per_backend} cases", flush=True)
-    print(f"artifacts: {artifacts.resolve()} ({', '.join(ARTIFACT_SUBFOLDERS)}); reports: "
-          f"{_outputs(args)}", flush=True)
+
+def _load_corpus(args: argparse.Namespace) -> tuple[list[Path], list[CorpusEntry]]:
+    """The corpus folders replayed and their entries; a --corpus folder that does not exist is exit 2."""
+    from hicache_fuzz.harness.findings.corpus import load_corpus
+
+    corpus_dirs = args.corpus or [DEFAULT_CORPUS]
+    for folder in args.corpus or []:
+        if not folder.exists():
+            raise UsageError(f"corpus folder {folder} does not exist")
+    # The default corpus/ may be absent (git keeps no empty folders); the report then shows 0 entries.
+    return corpus_dirs, load_corpus(d for d in corpus_dirs if d.exists())
+
+
+def _resolve_baseline(args: argparse.Namespace, artifacts: Path) -> Baseline | None:
+    if not getattr(args, "baseline", None):
+        return None
+    # probed before any work: a baseline that cannot run is exit 2 or 3
+    from hicache_fuzz.harness.campaign.baseline import resolve_baseline
+
+    baseline = resolve_baseline(args.baseline, artifacts / "baseline")
+    print(f"baseline: {baseline.describe()}", flush=True)
+    return baseline
+
+
+def _run_phases(args: argparse.Namespace, setup: _GateSetup, report: GateReport) -> None:
+    """Corpus replay and campaign, then the ISA checks, under one progress line; results go into `report`."""
+    from hicache_fuzz.harness.commands.gate_phases import run_fuzz_phases, run_isa_checks
+    from hicache_fuzz.harness.model.progress import ProgressLine
+    from hicache_fuzz.harness.pipeline.worker import WorkerError
 
     progress = ProgressLine(not args.no_progress)
     try:
-        run_fuzz_phases(report, entries, backends, registry, machine, campaign, args.budget_seconds, execution,
-                        artifacts, progress, baseline, known)
+        run_fuzz_phases(report, setup.entries, setup.backends, setup.registry, setup.machine, setup.campaign,
+                        args.budget_seconds, setup.execution, setup.artifacts, progress, setup.baseline, setup.known)
         phase_started = time.perf_counter()
-        report.isa = run_isa_checks(machine.platform.kind, args, artifacts, progress)
+        report.isa = run_isa_checks(setup.machine.platform.kind, args, setup.artifacts, progress)
         report.seconds["isa"] = time.perf_counter() - phase_started
     except WorkerError as error:  # a worker that cannot start is the platform failing us, not a finding
         raise Unavailable(f"worker process could not start: {error}") from None
     finally:
         progress.close()
-    for isa_row in report.isa:
-        print(f"[3/3] ISA {isa_row.name}: {isa_row.status} {one_line(isa_row.reason, 200)}", flush=True)
-    # Wall clock of the whole run; campaign_* entries are parts of the campaign phase, not added again.
-    report.seconds["total"] = time.perf_counter() - run_started
 
+
+def _write_reports(args: argparse.Namespace, report: GateReport) -> bool:
+    """--json, --markdown and --junit; False when one could not be written where it was asked."""
     written = write_json_report(report.to_dict(), args.json)  # elsewhere if it must: never lost
     try:
         if args.markdown:
@@ -227,6 +294,11 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"hicache-fuzz gate: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         written = False
+    return written
+
+
+def _print_closing(args: argparse.Namespace, report: GateReport, artifacts: Path) -> None:
+    """The findings, the skips that keep the gate from being green, what was left under --artifacts, the verdict."""
     for line in report.findings():
         print(f"FINDING {one_line(line, 300)}")
     for skipped_row in report.isa_skipped_unallowed():
@@ -237,8 +309,6 @@ def run(args: argparse.Namespace) -> int:
           + (f" (e.g. {', '.join(kept[:3])})" if kept else "") + f"; reports: {_outputs(args)}", flush=True)
     print(f"gate: {report.status.upper()} (exit {report.exit_code}) in {report.seconds['total']:.1f} s",
           flush=True)
-    # green, but an output is not where it was asked (the message says where): exit 3; findings still win
-    return final_exit_code(report.exit_code, written)
 
 
 def _outputs(args: argparse.Namespace) -> str:

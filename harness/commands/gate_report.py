@@ -184,94 +184,154 @@ def _sharing_lines(sharing: dict[str, Any] | None) -> list[str]:
 
 def render_markdown(report: GateReport) -> str:
     """A summary for a PR comment: verdict, one table row per check, then findings and skips."""
-    from hicache_fuzz.harness.findings.trigger import describe as describe_trigger
+    lines = _heading_lines(report) + _check_table_lines(report) + _run_lines(report)
+    lines += _findings_lines(report) + _skipped_lines(report) + _known_lines(report)
+    lines += _pre_existing_lines(report) + _flaky_lines(report) + _fixed_lines(report) + _expected_lines(report)
+    return "\n".join(lines) + "\n"
 
+
+def _heading_lines(report: GateReport) -> list[str]:
+    """The verdict, the command that reproduces it, and what the budget became."""
     verdict_word = {"pass": "PASS", "fail": "FAIL", "incomplete": "INCOMPLETE"}[report.status]
-    lines = [f"## HiCache fuzz gate ({report.platform}): **{verdict_word}**", ""]
-    lines += [f"`{report.command}`", "",
-              f"seed {report.seed}, budget {report.budget_seconds:g} s -> {report.cases_per_backend} cases "
-              f"per backend, exit code {report.exit_code}; {report.machine}", ""]
-    lines += ["| check | result | passed | failed | known | flaky | fixed | skipped | details |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    return [f"## HiCache fuzz gate ({report.platform}): **{verdict_word}**", "",
+            f"`{report.command}`", "",
+            f"seed {report.seed}, budget {report.budget_seconds:g} s -> {report.cases_per_backend} cases "
+            f"per backend, exit code {report.exit_code}; {report.machine}", ""]
+
+
+def _check_table_lines(report: GateReport) -> list[str]:
+    """One row for the corpus replay, one per campaign backend, one per ISA target."""
+    lines = ["| check | result | passed | failed | known | flaky | fixed | skipped | details |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines.append(_replay_table_row(report))
+    lines += [_campaign_table_row(row) for row in report.campaign]
+    lines += [_isa_table_row(isa_row) for isa_row in report.isa]
+    return lines
+
+
+def _replay_table_row(report: GateReport) -> str:
     counts = Counter(r.status for r in report.replay)
     replay_failed = counts[FAILED] + counts[UNEXPECTED_PASS]
     replay_result = "FAIL" if replay_failed else ("PASS" if report.replay else "EMPTY")
-    lines.append(f"| corpus replay | {replay_result} | {counts[PASSED]} | {replay_failed} "
-                 f"| {counts[EXPECTED]} | {counts[FLAKY]} | {counts[FIXED]} | {counts[SKIPPED]} "
-                 f"| {len(report.replay)} entries from {', '.join(report.corpus_dirs)} |")
-    for row in report.campaign:
-        result = {PASSED: "PASS", FAILED: "FAIL", BUDGET_EXCEEDED: "FAIL (budget exceeded)"}[row.status]
-        failing_cases = sum(f["count"] for f in row.failures)
-        known_cases = sum(f["count"] for f in row.known_failures)
-        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items())) or "no cases"
-        flaky_cases = sum(f["count"] for f in row.flaky)
-        lines.append(f"| campaign `{row.backend}` | {result} "
-                     f"| {row.cases - failing_cases - known_cases - flaky_cases} "
-                     f"| {failing_cases} | {known_cases} | {flaky_cases} | 0 | {row.planned_cases - row.cases} "
-                     f"| {row.cases}/{row.planned_cases} cases: {outcomes}; {len(row.failures)} new bugs, "
-                     f"{len(row.known_failures)} known, {len(row.flaky)} flaky |")
-    for isa_row in report.isa:
-        result = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "SKIPPED"}[isa_row.status]
-        detail = (one_line(isa_row.reason, 160) if isa_row.status == SKIPPED
-                  else f"sglang {isa_row.sglang_version}: {isa_row.kernels} kernel instantiations, "
-                       f"{isa_row.failing} failing")
-        lines.append(f"| ISA {isa_row.name} | {result} | {int(isa_row.status == PASSED)} "
-                     f"| {int(isa_row.status == FAILED)} | 0 | 0 | 0 | {int(isa_row.status == SKIPPED)} | {detail} |")
+    return (f"| corpus replay | {replay_result} | {counts[PASSED]} | {replay_failed} "
+            f"| {counts[EXPECTED]} | {counts[FLAKY]} | {counts[FIXED]} | {counts[SKIPPED]} "
+            f"| {len(report.replay)} entries from {', '.join(report.corpus_dirs)} |")
+
+
+def _campaign_table_row(row: CampaignRow) -> str:
+    # passed = every case run that is neither a new failure, a known one nor a flaky one
+    result = {PASSED: "PASS", FAILED: "FAIL", BUDGET_EXCEEDED: "FAIL (budget exceeded)"}[row.status]
+    failing_cases = sum(f["count"] for f in row.failures)
+    known_cases = sum(f["count"] for f in row.known_failures)
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items())) or "no cases"
+    flaky_cases = sum(f["count"] for f in row.flaky)
+    return (f"| campaign `{row.backend}` | {result} "
+            f"| {row.cases - failing_cases - known_cases - flaky_cases} "
+            f"| {failing_cases} | {known_cases} | {flaky_cases} | 0 | {row.planned_cases - row.cases} "
+            f"| {row.cases}/{row.planned_cases} cases: {outcomes}; {len(row.failures)} new bugs, "
+            f"{len(row.known_failures)} known, {len(row.flaky)} flaky |")
+
+
+def _isa_table_row(isa_row: IsaRow) -> str:
+    result = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "SKIPPED"}[isa_row.status]
+    detail = (one_line(isa_row.reason, 160) if isa_row.status == SKIPPED
+              else f"sglang {isa_row.sglang_version}: {isa_row.kernels} kernel instantiations, "
+                   f"{isa_row.failing} failing")
+    return (f"| ISA {isa_row.name} | {result} | {int(isa_row.status == PASSED)} "
+            f"| {int(isa_row.status == FAILED)} | 0 | 0 | 0 | {int(isa_row.status == SKIPPED)} | {detail} |")
+
+
+def _run_lines(report: GateReport) -> list[str]:
+    """How the run went: phase times, GPU sharing, the baseline replay."""
     timing = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in report.seconds.items())
-    lines += ["", f"Wall time: {timing}."]
+    lines = ["", f"Wall time: {timing}."]
     lines += _sharing_lines(report.gpu_sharing)
     if report.baseline is not None:
         lines += ["", f"Baseline: {report.baseline['baseline']}: {report.baseline['cases']} reproducers replayed in "
                       f"{report.baseline['seconds']:.0f} s" + (f" ({one_line(report.baseline['error'], 200)})"
                                                                if report.baseline.get("error") else "") + "."]
+    return lines
+
+
+def _findings_lines(report: GateReport) -> list[str]:
+    """The findings, then the reproducer files to rerun them from."""
     findings = report.findings()
-    if findings:
-        lines += ["", "### Findings", ""]
-        lines += [f"- {one_line(line, 300)}" for line in findings]
-        reproducers = [r.artifact for r in report.replay if r.artifact]
-        reproducers += [f["file"] for row in report.campaign for f in row.failures if f.get("file")]
-        if reproducers:
-            lines += ["", "Reproducers (uploaded as artifacts; rerun with `hicache-fuzz replay FILE`):", ""]
-            lines += [f"- `{path}`" for path in reproducers]
+    if not findings:
+        return []
+    lines = ["", "### Findings", ""]
+    lines += [f"- {one_line(line, 300)}" for line in findings]
+    reproducers = [r.artifact for r in report.replay if r.artifact]
+    reproducers += [f["file"] for row in report.campaign for f in row.failures if f.get("file")]
+    if reproducers:
+        lines += ["", "Reproducers (uploaded as artifacts; rerun with `hicache-fuzz replay FILE`):", ""]
+        lines += [f"- `{path}`" for path in reproducers]
+    return lines
+
+
+def _skipped_lines(report: GateReport) -> list[str]:
+    """Skipped corpus entries and ISA targets, and whether the skips keep the gate from being green."""
     skipped = [r for r in report.replay if r.status == SKIPPED]
+    if not skipped and not any(r.status == SKIPPED for r in report.isa):
+        return []
+    lines = ["", "### Skipped", ""]
+    # Grouped by reason: a GPU-only seed corpus on a CPU runner is ~150 entries with one reason.
+    by_reason = Counter(r.reason for r in skipped)
+    lines += [f"- {count} corpus entr{'y' if count == 1 else 'ies'}: {one_line(reason, 200)}"
+              for reason, count in sorted(by_reason.items())]
+    lines += [f"- ISA {r.name}: {one_line(r.reason, 200)}" for r in report.isa if r.status == SKIPPED]
     unallowed = report.isa_skipped_unallowed()
-    if skipped or any(r.status == SKIPPED for r in report.isa):
-        lines += ["", "### Skipped", ""]
-        # Grouped by reason: a GPU-only seed corpus on a CPU runner is ~150 entries with one reason.
-        by_reason = Counter(r.reason for r in skipped)
-        lines += [f"- {count} corpus entr{'y' if count == 1 else 'ies'}: {one_line(reason, 200)}"
-                  for reason, count in sorted(by_reason.items())]
-        lines += [f"- ISA {r.name}: {one_line(r.reason, 200)}" for r in report.isa if r.status == SKIPPED]
-        if unallowed:
-            lines += ["", f"{len(unallowed)} ISA check(s) skipped without `--allow-skip-isa`: "
-                          "the gate is not green."]
+    if unallowed:
+        lines += ["", f"{len(unallowed)} ISA check(s) skipped without `--allow-skip-isa`: "
+                      "the gate is not green."]
+    return lines
+
+
+def _known_lines(report: GateReport) -> list[str]:
+    from hicache_fuzz.harness.findings.trigger import describe as describe_trigger
+
     known = [(row.backend, f) for row in report.campaign for f in row.known_failures]
-    if known:
-        lines += ["", f"### Known failures met by the campaign ({len(known)})", ""]
-        lines += [f"- [{backend}] `{f['signature']}` x{f['count']}: known from `{f['known']}`, trigger "
-                  f"{describe_trigger(f.get('trigger', {}))}" for backend, f in known]
+    if not known:
+        return []
+    return ["", f"### Known failures met by the campaign ({len(known)})", "",
+            *[f"- [{backend}] `{f['signature']}` x{f['count']}: known from `{f['known']}`, trigger "
+              f"{describe_trigger(f.get('trigger', {}))}" for backend, f in known]]
+
+
+def _pre_existing_lines(report: GateReport) -> list[str]:
     pre_existing = [(row.backend, f) for row in report.campaign for f in row.pre_existing]
-    if pre_existing:
-        lines += ["", f"### Pre-existing: fail the same way on the baseline ({len(pre_existing)})", ""]
-        lines += [f"- [{backend}] `{f['signature']}` x{f['count']}: {one_line(f['summary'], 160)}"
-                  for backend, f in pre_existing]
+    if not pre_existing:
+        return []
+    return ["", f"### Pre-existing: fail the same way on the baseline ({len(pre_existing)})", "",
+            *[f"- [{backend}] `{f['signature']}` x{f['count']}: {one_line(f['summary'], 160)}"
+              for backend, f in pre_existing]]
+
+
+def _flaky_lines(report: GateReport) -> list[str]:
     flaky = [(f"campaign {row.backend}", f"`{f['signature']}` x{f['count']}: {one_line(f['summary'], 160)}")
              for row in report.campaign for f in row.flaky]
     flaky += [(f"corpus {r.file}", one_line(r.reason, 160)) for r in report.replay if r.status == FLAKY]
-    if flaky:
-        lines += ["", f"### Flaky: failed, then passed when re-run alone ({len(flaky)})", ""]
-        lines += [f"- {where}: {what}" for where, what in flaky]
+    if not flaky:
+        return []
+    return ["", f"### Flaky: failed, then passed when re-run alone ({len(flaky)})", "",
+            *[f"- {where}: {what}" for where, what in flaky]]
+
+
+def _fixed_lines(report: GateReport) -> list[str]:
     fixed = [r for r in report.replay if r.status == FIXED]
-    if fixed:
-        lines += ["", f"### Fixed: expected failures that no longer fail ({len(fixed)})", "",
-                  "Set their `\"expect\"` to `\"pass\"` (or narrow their `\"scope\"`) in the corpus.", ""]
-        lines += [f"- `{r.file}` [{r.backend}]: {r.expected}" for r in fixed]
+    if not fixed:
+        return []
+    return ["", f"### Fixed: expected failures that no longer fail ({len(fixed)})", "",
+            "Set their `\"expect\"` to `\"pass\"` (or narrow their `\"scope\"`) in the corpus.", "",
+            *[f"- `{r.file}` [{r.backend}]: {r.expected}" for r in fixed]]
+
+
+def _expected_lines(report: GateReport) -> list[str]:
     expected = [r for r in report.replay if r.status == EXPECTED]
-    if expected:
-        lines += ["", f"<details><summary>Expected failures reproduced ({len(expected)})</summary>", ""]
-        lines += [f"- `{r.file}` [{r.backend}]: {r.signature}" for r in expected]
-        lines += ["", "</details>"]
-    return "\n".join(lines) + "\n"
+    if not expected:
+        return []
+    return ["", f"<details><summary>Expected failures reproduced ({len(expected)})</summary>", "",
+            *[f"- `{r.file}` [{r.backend}]: {r.signature}" for r in expected],
+            "", "</details>"]
 
 
 def one_line(text: str, limit: int) -> str:

@@ -25,6 +25,7 @@ from hicache_fuzz.harness.commands.common import add_common, add_isolation, exec
 from hicache_fuzz.harness.model.exit_codes import EXIT_CLEAN, EXIT_FAILURES, UsageError, final_exit_code
 
 if TYPE_CHECKING:
+    from hicache_fuzz.harness.campaign.loop import CampaignReport
     from hicache_fuzz.harness.campaign.options import CampaignOptions
     from hicache_fuzz.harness.model.platform import Machine
     from hicache_fuzz.harness.pipeline.executor import Executor
@@ -155,15 +156,60 @@ def run(args: argparse.Namespace) -> int:
     return final_exit_code(int(report["exit_code"]), written)
 
 
+@dataclass
+class _Selftest:
+    """What the selftest's campaigns share: the machine, the backends and the two campaigns' options."""
+
+    machine: Machine
+    registry: Registry
+    execution: ExecutionOptions
+    mutants: list[Backend]
+    reference: Backend
+    mutant_campaign: CampaignOptions  # per mutant, up to its first failure
+    reference_campaign: CampaignOptions  # the reference's own, which must be clean
+
+
 def run_selftest(options: SelftestOptions, execution: ExecutionOptions) -> dict[str, Any]:
     """Run the selftest, printing its table as it goes; returns the report (what --json writes)."""
+    _check_options(options)
+    selftest = _set_up(options, execution)
+    width = _print_header(options, selftest)
+    rows, reference_report = _run_campaigns(selftest, width)
+    summary = _kill_summary(rows)
+    _print_kills(rows, summary)
+    reference_clean = reference_report is None or not reference_report.failures
+    reference_data = _reference_data(reference_report)
+    ok = not summary["survivors"] and reference_clean
+    exit_code = EXIT_CLEAN if ok else EXIT_FAILURES
+    print("selftest passed" if ok else "selftest FAILED", flush=True)
+    return {
+        "seed": options.seed,
+        "platform": selftest.machine.description,
+        "command": "hicache-fuzz " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["selftest"] else "",
+        "budget": {"max_cases_per_mutant": options.max_cases_per_mutant,
+                   "max_seconds_per_mutant": options.max_seconds_per_mutant,
+                   "reference_cases": options.reference_cases,
+                   "byte_budget": selftest.mutant_campaign.space().byte_budget},
+        "mutants": [asdict(r) for r in rows],
+        "summary": summary,
+        "reference": reference_data,
+        "passed": ok,
+        "exit_code": exit_code,
+    }
+
+
+def _check_options(options: SelftestOptions) -> None:
     for option in ("max_cases_per_mutant", "max_seconds_per_mutant"):
         if getattr(options, option) <= 0:
             raise UsageError(f"--{option.replace('_', '-')} must be positive")
     if options.reference_cases < 0:
         raise UsageError("--reference-cases must be >= 0")
-    from hicache_fuzz.harness.campaign.options import CampaignOptions, run_from_options
-    from hicache_fuzz.harness.pipeline.setup import executor_for, machine_for, registry_for
+
+
+def _set_up(options: SelftestOptions, execution: ExecutionOptions) -> _Selftest:
+    """The machine, the mutants (none registered is exit 2), the reference and the campaigns' options."""
+    from hicache_fuzz.harness.campaign.options import CampaignOptions
+    from hicache_fuzz.harness.pipeline.setup import machine_for, registry_for
 
     machine = machine_for(execution.platform)
     registry = registry_for(execution.backend_plugins)
@@ -174,38 +220,55 @@ def run_selftest(options: SelftestOptions, execution: ExecutionOptions) -> dict[
                                       options.corpus, byte_budget=options.byte_budget, stop_on_first_failure=True)
     reference_campaign = CampaignOptions(options.seed, options.reference_cases, None, options.corpus,
                                          byte_budget=options.byte_budget)
-    reference = registry.get("reference")
+    return _Selftest(machine, registry, execution, mutants, registry.get("reference"), mutant_campaign,
+                     reference_campaign)
 
+
+def _print_header(options: SelftestOptions, selftest: _Selftest) -> int:
+    """The seed, the budgets and the table's heading; returns the width of the mutant column."""
     print(f"hicache-fuzz selftest: seed {options.seed}", flush=True)
-    print(f"platform: {machine.description}; {len(mutants)} mutants; budget per mutant "
+    print(f"platform: {selftest.machine.description}; {len(selftest.mutants)} mutants; budget per mutant "
           f"{options.max_cases_per_mutant} cases / {options.max_seconds_per_mutant:g} s; reference "
           f"{options.reference_cases} cases", flush=True)
-    width = max(len(m.name) for m in mutants)
+    width = max(len(m.name) for m in selftest.mutants)
     print(f"  {'mutant':<{width}}  {'killed':<6} {'cases':>6} {'seconds':>8}  {'class':<8} outcome / signature")
+    return width
+
+
+def _run_campaigns(selftest: _Selftest, width: int) -> tuple[list[MutantRow], CampaignReport | None]:
+    """Each mutant's campaign, its row printed as it ends, then the reference's own (None for 0 cases)."""
+    from hicache_fuzz.harness.campaign.options import run_from_options
+    from hicache_fuzz.harness.pipeline.setup import executor_for
+
+    registry, machine, execution = selftest.registry, selftest.machine, selftest.execution
     # Worker executors (--isolate) journal the case in flight; selftest keeps no journal beyond the run.
     journals = tempfile.TemporaryDirectory(prefix="hicache-fuzz-selftest-")
-    reference_executor = executor_for([reference], registry, machine, execution, Path(journals.name) / "reference")
+    reference_executor = executor_for([selftest.reference], registry, machine, execution,
+                                      Path(journals.name) / "reference")
     rows: list[MutantRow] = []
     try:
-        for mutant in mutants:
+        for mutant in selftest.mutants:
             executor = executor_for([mutant], registry, machine, execution, Path(journals.name) / mutant.name)
             try:
-                row = _run_mutant(mutant, mutant_campaign, machine, executor, reference_executor)
+                row = _run_mutant(mutant, selftest.mutant_campaign, machine, executor, reference_executor)
             finally:
                 executor.close()
             rows.append(row)
             _print_row(row, width)
 
-        reference_report = run_from_options(reference_campaign, [reference], machine.platform,
-                                            reference_executor) if options.reference_cases else None
+        reference_report = run_from_options(selftest.reference_campaign, [selftest.reference], machine.platform,
+                                            reference_executor) if selftest.reference_campaign.max_cases else None
     finally:
         reference_executor.close()
         journals.cleanup()
+    return rows, reference_report
 
+
+def _kill_summary(rows: list[MutantRow]) -> dict[str, Any]:
+    """How many mutants were killed, the survivors, and the time (and cases) to kill: median and worst."""
     killed = [r for r in rows if r.killed]
-    survivors = [r for r in rows if not r.killed]
-    reference_clean = reference_report is None or not reference_report.failures
-    summary: dict[str, Any] = {"mutants": len(rows), "killed": len(killed), "survivors": [r.mutant for r in survivors]}
+    summary: dict[str, Any] = {"mutants": len(rows), "killed": len(killed),
+                               "survivors": [r.mutant for r in rows if not r.killed]}
     if killed:
         seconds = [r.seconds for r in killed]
         cases = [r.cases for r in killed]
@@ -214,36 +277,29 @@ def run_selftest(options: SelftestOptions, execution: ExecutionOptions) -> dict[
                        worst_seconds_to_kill=round(worst.seconds, 3), worst_mutant=worst.mutant,
                        median_cases_to_kill=statistics.median(cases), worst_cases_to_kill=max(cases),
                        total_seconds=round(sum(r.seconds for r in rows), 3))
-    print(f"killed {len(killed)}/{len(rows)}", end="")
-    if killed:
+    return summary
+
+
+def _print_kills(rows: list[MutantRow], summary: dict[str, Any]) -> None:
+    print(f"killed {summary['killed']}/{len(rows)}", end="")
+    if summary["killed"]:
         print(f"; time to kill: median {summary['median_seconds_to_kill']:.2f} s "
               f"({summary['median_cases_to_kill']:g} cases), worst {summary['worst_seconds_to_kill']:.2f} s "
               f"({summary['worst_mutant']}); worst case count {summary['worst_cases_to_kill']}", end="")
     print()
-    if survivors:
-        print(f"SURVIVED: {', '.join(r.mutant for r in survivors)}")
-    reference_data: dict[str, Any] = {"cases": 0, "clean": True}
-    if reference_report is not None:
-        reference_data = {"cases": reference_report.cases, "seconds": round(reference_report.seconds, 3),
-                          "clean": reference_clean, "outcomes": reference_report.outcomes.get("reference", {}),
-                          "failures": [f.__dict__ for f in reference_report.failures]}
-        state = "clean" if reference_clean else f"NOT CLEAN ({reference_report.failure_count} failures)"
-        print(f"reference: {reference_report.cases} cases in {reference_report.seconds:.1f} s, {state}")
-        for failure in reference_report.failures:
-            print(f"  [{failure.signature}] {failure.summary}")
-    ok = not survivors and reference_clean
-    exit_code = EXIT_CLEAN if ok else EXIT_FAILURES
-    print("selftest passed" if ok else "selftest FAILED", flush=True)
-    return {
-        "seed": options.seed,
-        "platform": machine.description,
-        "command": "hicache-fuzz " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["selftest"] else "",
-        "budget": {"max_cases_per_mutant": options.max_cases_per_mutant,
-                   "max_seconds_per_mutant": options.max_seconds_per_mutant,
-                   "reference_cases": options.reference_cases, "byte_budget": mutant_campaign.space().byte_budget},
-        "mutants": [asdict(r) for r in rows],
-        "summary": summary,
-        "reference": reference_data,
-        "passed": ok,
-        "exit_code": exit_code,
-    }
+    if summary["survivors"]:
+        print(f"SURVIVED: {', '.join(summary['survivors'])}")
+
+
+def _reference_data(reference_report: CampaignReport | None) -> dict[str, Any]:
+    """The reference's campaign as the report gives it, its lines printed (nothing when it ran no case)."""
+    if reference_report is None:
+        return {"cases": 0, "clean": True}
+    reference_clean = not reference_report.failures
+    state = "clean" if reference_clean else f"NOT CLEAN ({reference_report.failure_count} failures)"
+    print(f"reference: {reference_report.cases} cases in {reference_report.seconds:.1f} s, {state}")
+    for failure in reference_report.failures:
+        print(f"  [{failure.signature}] {failure.summary}")
+    return {"cases": reference_report.cases, "seconds": round(reference_report.seconds, 3),
+            "clean": reference_clean, "outcomes": reference_report.outcomes.get("reference", {}),
+            "failures": [f.__dict__ for f in reference_report.failures]}

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
+import dataclasses
 import os
 import pathlib
 import sys
@@ -60,6 +60,8 @@ from hicache_fuzz.harness.isa.listings import (
 from hicache_fuzz.harness.isa.modules import TVM_FFI_INCLUDES, ModuleSpec, modules_for
 from hicache_fuzz.harness.isa.mutants import MUTANTS, Mutant, apply_mutant, mutate_hicache_source
 from hicache_fuzz.harness.isa.options import add_arguments
+from hicache_fuzz.harness.isa.outputs import print_verdict, write_reports
+from hicache_fuzz.harness.isa.plan import plan_or_empty, plan_targets
 from hicache_fuzz.harness.isa.render import render_markdown, render_text
 from hicache_fuzz.harness.isa.source import HOW_TO_GET_SGLANG, SglangSource, resolve_sglang_source
 from hicache_fuzz.harness.isa.symbols import (
@@ -366,47 +368,6 @@ def check_cuda(
 # CLI
 
 
-def _platform_of_arch(arch: str) -> str:
-    if arch.startswith("gfx"):
-        return PLATFORM_ROCM
-    if arch.startswith("sm_"):
-        return PLATFORM_CUDA
-    raise BadInput(f"--arch {arch!r} is neither a ROCm gfx* nor a CUDA sm_* target")
-
-
-def _plan(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """The (platform, arch) pairs to check, in order."""
-    platforms = PLATFORMS if args.platform == "all" else (args.platform,)
-    if args.mutant:
-        mutant_platform = MUTANTS[args.mutant].platform
-        if args.platform == "all":
-            platforms = (mutant_platform,)
-        elif mutant_platform != args.platform:
-            raise BadInput(
-                f"mutant {args.mutant} changes the {mutant_platform} path; use --platform {mutant_platform}"
-            )
-    if not args.arch:
-        return [(platform, arch) for platform in platforms for arch in DEFAULT_ARCHES[platform]]
-    plan = []
-    for arch in args.arch:
-        platform = _platform_of_arch(arch)
-        if platform not in platforms:
-            raise BadInput(f"--arch {arch} is a {platform} target but --platform is {args.platform}")
-        if platform == PLATFORM_ROCM:
-            amdgpu_nontemporal_modifiers(arch)
-        else:
-            cuda_arch_flags(arch)
-        plan.append((platform, arch))
-    return plan
-
-
-def _plan_or_empty(args: argparse.Namespace) -> list[tuple[str, str]]:
-    try:
-        return _plan(args)
-    except BadInput:
-        return []  # reported with exit 2 by the check itself
-
-
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``hicache-fuzz isa``; returns the exit code (see the module docstring)."""
     if args.list_modules:
@@ -420,7 +381,7 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = pathlib.Path(args.cache_dir) if args.cache_dir else isa_fetch.default_cache_dir()
     allow_fetch = not args.no_fetch
     if not allow_fetch:
-        for platform in sorted({platform for platform, _arch in _plan_or_empty(args)}):
+        for platform in sorted({platform for platform, _arch in plan_or_empty(args)}):
             isa_fetch.report_offline(cache_dir, platform, "isa --offline")
     progress = ProgressLine(not getattr(args, "no_progress", False))
     try:
@@ -430,44 +391,28 @@ def run(args: argparse.Namespace) -> int:
         isa_fetch.set_progress(None)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Checks:
+    """What every target of one run shares, found once before anything compiles."""
+
+    plan: list[tuple[str, str]]  # (platform, arch), in the order they are checked
+    source: SglangSource  # the kernels checked: sglang's, or under --mutant a defective copy of them
+    rocm_tools: list[RocmToolchain]  # every usable clang; each ROCm target takes the newest that supports it
+    rocm_notes: list[str]  # why other clangs were not usable, for a target none supports
+    cuda_tools: CudaToolchain | None  # None when the plan has no CUDA target
+    cache_dir: pathlib.Path
+
+
 def _run_checks(
     args: argparse.Namespace, cache_dir: pathlib.Path, allow_fetch: bool, progress: ProgressLine
 ) -> int:
+    """Locate the sources and toolchains, check every target (of a mutant's copy under --mutant), report."""
     isa_fetch.set_progress(lambda text: progress.update(f"isa: {text}", force=True))
     try:
         progress.update("isa: locating sglang's kernel sources and the toolchain", force=True)
-        plan = _plan(args)
-        for platform, _arch in plan:
-            _select_modules(platform, args.module)
-        source = resolve_sglang_source(args.sglang_source, cache_dir)
-        rocm_tools, rocm_notes = (
-            find_rocm_toolchains(
-                cache_dir,
-                allow_fetch,
-                args.clang,
-                args.hip_include,
-                args.tvm_ffi_include,
-                args.rocm_device_lib_path,
-            )
-            if any(platform == PLATFORM_ROCM for platform, _ in plan)
-            else ([], [])
-        )
-        if any(platform == PLATFORM_ROCM for platform, _ in plan) and not rocm_tools:
-            raise ToolchainUnavailable(
-                "no usable clang for ROCm: "
-                + "; ".join(rocm_notes)
-                + "; on Debian/Ubuntu: apt-get update && apt-get install -y --no-install-recommends clang-19 "
-                "(or pass --clang PATH to a clang >= 19 with the AMDGPU backend)"
-            )
-        cuda_tools = (
-            find_cuda_toolchain(cache_dir, allow_fetch, args.nvcc, args.nvdisasm, args.tvm_ffi_include)
-            if any(platform == PLATFORM_CUDA for platform, _ in plan)
-            else None
-        )
+        checks = _locate(args, cache_dir, allow_fetch)
     except BadInput as error:
-        progress.clear()
-        print(f"isa: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(error, progress)
     except (ToolchainUnavailable, SourceUnavailable) as error:
         progress.clear()
         print(f"isa: UNAVAILABLE, nothing was checked: {error}", file=sys.stderr)
@@ -475,91 +420,132 @@ def _run_checks(
             print("isa: (--platform rocm or --platform cuda checks one path alone)", file=sys.stderr)
         return EXIT_UNAVAILABLE
 
-    reports: list[IsaReport] = []
     with tempfile.TemporaryDirectory(prefix="hicache-isa-mutant-") as mutant_dir:
-        try:
-            checked_source = (
-                apply_mutant(source, args.mutant, pathlib.Path(mutant_dir)) if args.mutant else source
-            )
-        except BadInput as error:
-            progress.clear()
-            print(f"isa: {error}", file=sys.stderr)
-            return EXIT_USAGE
-        started = time.monotonic()
-        for number, (platform, arch) in enumerate(plan, start=1):
-            keep_dir = pathlib.Path(args.keep_dir) if args.keep_dir else None
-            target_started = time.monotonic()
+        if args.mutant:
+            try:
+                mutated = apply_mutant(checks.source, args.mutant, pathlib.Path(mutant_dir))
+            except BadInput as error:
+                return _usage_error(error, progress)
+            checks = dataclasses.replace(checks, source=mutated)
+        reports = _check_targets(args, checks, progress)
 
-            def on_module(
-                text: str, number: int = number, arch: str = arch, target_started: float = target_started
-            ) -> None:
-                progress.update(
-                    f"isa: target {number}/{len(plan)} {arch}: {text}, "
-                    f"{eta_of_step(number - 1, len(plan), target_started, started, time.monotonic())}",
-                    force=True,
-                )
-
-            on_module("compiling")
-            if platform == PLATFORM_ROCM:
-                try:
-                    arch_tools = pick_rocm_toolchain(arch, rocm_tools, rocm_notes)
-                except ToolchainUnavailable as error:
-                    report = skipped_report(platform, arch, args.strict, checked_source, str(error))
-                    report.mutant = args.mutant or ""
-                    reports.append(report)
-                    print("\n".join(render_text(report)), flush=True)
-                    continue
-                report = check_rocm(
-                    checked_source, arch, args.strict, modules=args.module, toolchain=arch_tools,
-                    work_dir=keep_dir, jobs=args.jobs, cache_dir=cache_dir, progress=on_module,
-                )  # fmt: skip
-            else:
-                report = check_cuda(
-                    checked_source, arch, args.strict, modules=args.module, toolchain=cuda_tools,
-                    work_dir=keep_dir, jobs=args.jobs, cache_dir=cache_dir, progress=on_module,
-                )  # fmt: skip
-            report.mutant = args.mutant or ""
-            reports.append(report)
-            progress.print("\n".join(render_text(report)))
-
-    passed = all(report.passed for report in reports) and bool(reports)
-    skipped = [report for report in reports if report.skipped]
-    failed = [report for report in reports if not report.passed and not report.skipped]
-    # A skipped target is not a pass: with no failure elsewhere the exit says "unavailable" (3).
-    exit_code = EXIT_CLEAN if passed else (EXIT_FAILURES if failed or not skipped else EXIT_UNAVAILABLE)
-    if skipped and not failed:
-        print(f"isa: NOT CHECKED: {len(skipped)} of {len(reports)} targets skipped (no compiler for them)")
-        for report in skipped:
-            print(f"  {report.platform}/{report.arch}: {report.skipped}")
-    elif not passed:
-        print("isa: FAIL")
-        for report in reports:
-            for failure in report.failures():
-                print(f"  {failure}")
-    else:
-        total = sum(len(report.kernels) for report in reports)
-        print(f"isa: PASS ({total} kernel instantiations over {len(reports)} targets)")
-    own_argv = getattr(args, "argv", None)  # set by main(); under hicache-fuzz's CLI sys.argv has "isa"
-    command = (
-        "hicache-fuzz isa " + " ".join(own_argv)
-        if own_argv is not None
-        else "hicache-fuzz " + " ".join(sys.argv[1:])
-    )
-    if args.json:
-        document = {
-            "tool": "hicache-fuzz isa",
-            "command": command,
-            "passed": passed,
-            "exit_code": exit_code,
-            "skipped_targets": [f"{report.platform}/{report.arch}" for report in skipped],
-            "reports": [report.to_json() for report in reports],
-        }
-        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
-    if args.markdown:
-        pathlib.Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.markdown).write_text(render_markdown(reports, command))
+    exit_code = _exit_code(reports)
+    print_verdict(reports)
+    write_reports(args, reports, exit_code)
     return exit_code
+
+
+def _usage_error(error: BadInput, progress: ProgressLine) -> int:
+    progress.clear()
+    print(f"isa: {error}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _locate(args: argparse.Namespace, cache_dir: pathlib.Path, allow_fetch: bool) -> _Checks:
+    """The plan, sglang's source and the toolchains the plan needs.
+
+    Raises BadInput for a bad target, mutant or module name, ToolchainUnavailable / SourceUnavailable when
+    nothing could be checked.
+    """
+    plan = plan_targets(args)
+    for platform, _arch in plan:
+        _select_modules(platform, args.module)
+    source = resolve_sglang_source(args.sglang_source, cache_dir)
+    platforms = {platform for platform, _arch in plan}
+    rocm_tools, rocm_notes = (
+        find_rocm_toolchains(
+            cache_dir,
+            allow_fetch,
+            args.clang,
+            args.hip_include,
+            args.tvm_ffi_include,
+            args.rocm_device_lib_path,
+        )
+        if PLATFORM_ROCM in platforms
+        else ([], [])
+    )
+    if PLATFORM_ROCM in platforms and not rocm_tools:
+        raise ToolchainUnavailable(
+            "no usable clang for ROCm: "
+            + "; ".join(rocm_notes)
+            + "; on Debian/Ubuntu: apt-get update && apt-get install -y --no-install-recommends clang-19 "
+            "(or pass --clang PATH to a clang >= 19 with the AMDGPU backend)"
+        )
+    cuda_tools = (
+        find_cuda_toolchain(cache_dir, allow_fetch, args.nvcc, args.nvdisasm, args.tvm_ffi_include)
+        if PLATFORM_CUDA in platforms
+        else None
+    )
+    return _Checks(plan, source, rocm_tools, rocm_notes, cuda_tools, cache_dir)
+
+
+def _check_targets(args: argparse.Namespace, checks: _Checks, progress: ProgressLine) -> list[IsaReport]:
+    """Every planned target in order, each report printed as soon as it is done."""
+    reports: list[IsaReport] = []
+    started = time.monotonic()
+    for number, (platform, arch) in enumerate(checks.plan, start=1):
+        on_module = _target_progress(progress, number, len(checks.plan), arch, started)
+        on_module("compiling")
+        reports.append(_check_target(args, checks, platform, arch, on_module, progress))
+    return reports
+
+
+def _target_progress(
+    progress: ProgressLine, number: int, targets: int, arch: str, started: float
+) -> Callable[[str], None]:
+    """The progress callback of target `number` of `targets`: what it is doing, and the ETA of the run."""
+    target_started = time.monotonic()
+
+    def on_module(text: str) -> None:
+        progress.update(
+            f"isa: target {number}/{targets} {arch}: {text}, "
+            f"{eta_of_step(number - 1, targets, target_started, started, time.monotonic())}",
+            force=True,
+        )
+
+    return on_module
+
+
+def _check_target(
+    args: argparse.Namespace,
+    checks: _Checks,
+    platform: str,
+    arch: str,
+    on_module: Callable[[str], None],
+    progress: ProgressLine,
+) -> IsaReport:
+    """Check one target and print its report; a ROCm target that no usable clang supports is skipped."""
+    keep_dir = pathlib.Path(args.keep_dir) if args.keep_dir else None
+    if platform == PLATFORM_ROCM:
+        try:
+            arch_tools = pick_rocm_toolchain(arch, checks.rocm_tools, checks.rocm_notes)
+        except ToolchainUnavailable as error:
+            report = skipped_report(platform, arch, args.strict, checks.source, str(error))
+            report.mutant = args.mutant or ""
+            print("\n".join(render_text(report)), flush=True)
+            return report
+        report = check_rocm(
+            checks.source, arch, args.strict, modules=args.module, toolchain=arch_tools,
+            work_dir=keep_dir, jobs=args.jobs, cache_dir=checks.cache_dir, progress=on_module,
+        )  # fmt: skip
+    else:
+        report = check_cuda(
+            checks.source, arch, args.strict, modules=args.module, toolchain=checks.cuda_tools,
+            work_dir=keep_dir, jobs=args.jobs, cache_dir=checks.cache_dir, progress=on_module,
+        )  # fmt: skip
+    report.mutant = args.mutant or ""
+    progress.print("\n".join(render_text(report)))
+    return report
+
+
+def _exit_code(reports: Sequence[IsaReport]) -> int:
+    """0 when every target was checked and passed; 3 when none failed but some were skipped; else 1 (a failure,
+    or no target at all)."""
+    passed = all(report.passed for report in reports) and bool(reports)
+    failed = any(not report.passed and not report.skipped for report in reports)
+    skipped = any(report.skipped for report in reports)
+    # A skipped target is not a pass: with no failure elsewhere the exit says "unavailable" (3).
+    return EXIT_CLEAN if passed else (EXIT_FAILURES if failed or not skipped else EXIT_UNAVAILABLE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

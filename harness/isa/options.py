@@ -9,7 +9,16 @@ from hicache_fuzz.harness.isa.symbols import PLATFORMS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``hicache-fuzz isa``."""
+    """Options of ``hicache-fuzz isa``, in the order ``--help`` lists them."""
+    _add_target_options(parser)
+    _add_source_and_output_options(parser)
+    _add_selection_options(parser)
+    _add_toolchain_options(parser)
+    _add_cache_and_run_options(parser)
+
+
+def _add_target_options(parser: argparse.ArgumentParser) -> None:
+    """What is compiled for: the platform, the targets, strict mode."""
     parser.add_argument(
         "--platform",
         choices=(*PLATFORMS, "all"),
@@ -30,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ROCm: disable the LLVM passes that re-merge 32-bit accesses, so a scalarized load_nc/store_nc "
         "shows as 32-bit accesses instead of being merged back into dwordx4",
     )
+
+
+def _add_source_and_output_options(parser: argparse.ArgumentParser) -> None:
+    """Where sglang's kernels come from and where the results go."""
     parser.add_argument(
         "--sglang-source",
         metavar="PATH",
@@ -44,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="keep generated units and listings (.s / .sass) in DIR",
     )
+
+
+def _add_selection_options(parser: argparse.ArgumentParser) -> None:
+    """Which modules are checked, and the mutant self-test."""
     parser.add_argument(
         "--module",
         action="append",
@@ -58,6 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="self-test: check a copy of hicache.cuh with this defect; the check must FAIL (exit 1)",
     )
+
+
+def _add_toolchain_options(parser: argparse.ArgumentParser) -> None:
+    """The compilers, disassembler, headers and device libraries, each found by default."""
     parser.add_argument(
         "--clang",
         default=None,
@@ -86,6 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="tvm-ffi header folder, repeatable",
     )
+
+
+def _add_cache_and_run_options(parser: argparse.ArgumentParser) -> None:
+    """The download cache, offline use, parallel compiles and the progress line."""
     parser.add_argument(
         "--cache-dir",
         default=None,
