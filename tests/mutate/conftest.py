@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_mutate import CONTROLLER_TEXT, CUH, CUH_TEXT, PY, PY_TEXT
+from .synthetic import CONTROLLER_TEXT, CUH, CUH_TEXT, PY, PY_TEXT
 
 
 @pytest.fixture

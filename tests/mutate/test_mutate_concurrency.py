@@ -15,7 +15,7 @@ from hicache_fuzz.harness.mutate import runner, sources
 from hicache_fuzz.harness.mutate.targets import CampaignTarget, TargetResult
 from hicache_fuzz.harness.mutate.workspace import tree_digest
 
-from .test_mutate import CUH, SYNC_PRESENT, _run
+from .synthetic import CUH, SYNC_PRESENT, run_mutate
 
 # Each target writes "<mutant> <slot root> <start> <end>" so a test can see which ran at the same time.
 STAMP = ('s=$(python3 -c "import time; print(time.time())"); sleep {sleep}; '
@@ -36,7 +36,7 @@ def test_jobs_per_gpu_runs_mutants_of_one_device_at_once_each_in_its_own_copy(tr
     before = tree_digest(tree)
     out, log = tmp_path / "out", tmp_path / "stamps.txt"
     command = f'{STAMP.format(sleep=1.0, log=log)}; {SYNC_PRESENT}'
-    assert _run("--sglang-src", tree, "--gpus", "1", "--jobs-per-gpu", "3", "--platform", "cuda",
+    assert run_mutate("--sglang-src", tree, "--gpus", "1", "--jobs-per-gpu", "3", "--platform", "cuda",
                 "--file", "*.cuh", "--operator", "drop_statement", "--operator", "mod_and",
                 "--test-cmd", command, "--out", out) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -59,20 +59,20 @@ def test_jobs_per_gpu_with_two_devices_interleaves_and_resumes(tree: Path, tmp_p
     out = tmp_path / "out"
     argv = ["--sglang-src", tree, "--gpus", "0,1", "--jobs-per-gpu", "2", "--platform", "cuda", "--file", "*.cuh",
             "--operator", "drop_statement", "--test-cmd", SYNC_PRESENT, "--out", out]
-    assert _run(*argv) == 0
+    assert run_mutate(*argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["meta"]["slots"] == ["0", "1", "0", "1"]
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("mutants/*.json")}
-    assert _run(*argv, "--reuse-baseline") == 0  # resumed: every mutant is finished, nothing runs again
+    assert run_mutate(*argv, "--reuse-baseline") == 0  # resumed: every mutant is finished, nothing runs again
     assert {p: p.stat().st_mtime_ns for p in out.glob("mutants/*.json")} == stamps
-    assert _run(*argv[:-2], "--jobs-per-gpu", "0", "--out", out) == 2
+    assert run_mutate(*argv[:-2], "--jobs-per-gpu", "0", "--out", out) == 2
 
 
 def test_parallel_targets_run_side_by_side_at_the_same_time(tree: Path, tmp_path: Path) -> None:
     out, log = tmp_path / "out", tmp_path / "stamps.txt"
     first = f'{STAMP.format(sleep=1.0, log=log)}; {SYNC_PRESENT}'
     second = f'{STAMP.format(sleep=1.0, log=log)}; ! grep -q "uint16_t" "$HICACHE_MUTATE_SGLANG_ROOT/{CUH}"'
-    assert _run("--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
+    assert run_mutate("--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
                 "--test-cmd", first, "--test-cmd", second, "--parallel-targets", "--out", out) == 0
     runs = _intervals(log)
     by_mutant: dict[str, list[tuple[str, str, str, float, float]]] = {}
@@ -143,7 +143,7 @@ def test_baseline_failures_option_reaches_the_report(tree: Path, tmp_path: Path)
     out.mkdir()
     (out / "baseline.json").write_text(json.dumps({
         "passed": True, "accepted_failures": {"campaign": {"known": "k", "failures": [{"signature": "sig-a"}]}}}))
-    assert _run("--sglang-src", tree, "--file", "*.cuh", "--operator", "drop_statement", "--test-cmd", "true",
+    assert run_mutate("--sglang-src", tree, "--file", "*.cuh", "--operator", "drop_statement", "--test-cmd", "true",
                 "--out", out, "--report-only") == 0
     assert "`sig-a`" in (out / "summary.md").read_text()
 
@@ -155,13 +155,13 @@ def test_test_cmd_timeout_applies_to_test_commands_only(tree: Path, tmp_path: Pa
 
     out = tmp_path / "out"
     started = time.monotonic()
-    assert _run("--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
+    assert run_mutate("--sglang-src", tree, "--gpus", "0", "--file", "*.cuh", "--operator", "drop_statement",
                 "--test-cmd", f"{SYNC_PRESENT} || sleep 120", "--timeout", "600", "--test-cmd-timeout", "2",
                 "--out", out) == 0
     assert time.monotonic() - started < 60
     target = json.loads((out / "summary.json").read_text())["targets"]["test-cmd"]
     assert [t["description"] for t in target["timeouts"]] == ["drop the synchronisation `__syncthreads(...)`"]
-    assert _run("--sglang-src", tree, "--test-cmd", "true", "--test-cmd-timeout", "0", "--out", out) == 2
+    assert run_mutate("--sglang-src", tree, "--test-cmd", "true", "--test-cmd-timeout", "0", "--out", out) == 2
     import argparse
 
     parser = argparse.ArgumentParser()
