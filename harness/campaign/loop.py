@@ -423,7 +423,7 @@ class _CampaignRun:
         report.paths = {b: dict(c) for b, c in self.path_counts.items()}
         report.failures = list(self.classes.values())
         report.extra.update(self.stats.to_dict(report.seconds, feed, self.scale, self.executor,
-                                              self.scheduler.ahead))
+                                              self.scheduler.ahead, cpu_only=self.platform.kind == "cpu"))
         feed_kind = self.feed_kind
         if isinstance(feed, ProcessFeed):  # how much the campaign generated itself while the children started
             children = "" if feed.processes == 1 else f"{feed.processes} feed processes; "

@@ -19,7 +19,8 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
   the cases that ran on storages kept from the case before them (engine/variants.py, pipeline/reuse.py);
 * what the executor counted comes from its declared ``run_figures()`` (pipeline/executor_base.py): the worker's
   stage clock, ``engine.batch_losses``, ``engine.cases_replayed_alone``, ``engine.storages_reused``,
-  ``engine.worker_processes``; ``engine.gpu_sharing`` and ``engine.cpu_only`` from its ``sharing`` and ``machine``;
+  ``engine.worker_processes``; ``engine.gpu_sharing`` from its ``sharing``; ``engine.cpu_only``: the campaign's
+  platform is the CPU;
 * ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`);
 * ``distinct_cases`` and ``distinct_cases_per_second``: generated cases that ran, each counted once however many
   backends ran it (:func:`variety_key`), index variants not counted: the campaign's variety, beside its volume
@@ -110,7 +111,9 @@ class EngineStats:
             self.classes[result.outcome.value] += 1
 
     def to_dict(self, seconds: float, feed: Any, scale: Any, executor: Executor,
-                batches_ahead: int = 0) -> dict[str, Any]:
+                batches_ahead: int = 0, cpu_only: bool = False) -> dict[str, Any]:
+        """The report's engine fields; `cpu_only`: the campaign runs on the CPU platform (in process or in
+        workers), so the console leaves out what only a GPU run has."""
         cases = sum(self.classes.values())
         ran = executor.run_figures()
         stages = {
@@ -144,7 +147,7 @@ class EngineStats:
                 "storages_reused": ran.storages_reused,
                 "gpu_sharing": executor.sharing.to_dict() if executor.sharing is not None else None,
                 # the console leaves out what only a GPU run has (host registration, index variants, reuse)
-                "cpu_only": executor.machine is not None and executor.machine.device.type == "cpu",
+                "cpu_only": cpu_only,
             },
             "distinct_cases": len(self.distinct),
             "distinct_cases_per_second": round(len(self.distinct) / seconds, 1) if seconds > 0 else 0.0,

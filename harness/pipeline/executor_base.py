@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
-from hicache_fuzz.harness.model.platform import Machine
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharing
@@ -96,9 +95,6 @@ class Executor:
     prebuild: Prebuild | None = None
     # How the worker processes share one GPU (pipeline/gpu_sharing.py): a worker pool's, or a worker's given one.
     sharing: GpuSharing | None = None
-    # The machine whose device runs the cases in this process; None where they run in other processes or not at
-    # all (the engine report's cpu_only reads it).
-    machine: Machine | None = None
 
     @property
     def size(self) -> int:

@@ -107,7 +107,7 @@ def _cases(count: int) -> list[Case]:
 def test_the_defaults_are_those_of_one_case_at_a_time_in_this_process() -> None:
     ex = _OneByOne()
     assert (ex.runs_batches, ex.queues_batches, ex.runs_lone_cases_aside) == (False, False, False)
-    assert (ex.prebuild, ex.sharing, ex.machine, ex.size) == (None, None, None, 1)
+    assert (ex.prebuild, ex.sharing, ex.size) == (None, None, 1)
     cases = _cases(3)
     ids = [c.case_id for c in cases]
     assert [r.case_id for r in ex.run_batch(cases, lone_first=1)] == ids  # lone cases first: in order anyway
@@ -234,7 +234,7 @@ def test_the_dry_run_predictor_counts_nothing_and_has_no_workers() -> None:
     assert ex.runs_batches and ex.runs_lone_cases_aside and not ex.queues_batches
     results = ex.run_batch(_cases(2), lone_first=1)
     assert [r.outcome for r in results] == [Outcome.PASS, Outcome.PASS]
-    assert ex.run_figures() == RunFigures() and ex.worker_figures() is None and ex.machine is None
+    assert ex.run_figures() == RunFigures() and ex.worker_figures() is None
 
 
 class _Figured(Executor):
@@ -243,7 +243,6 @@ class _Figured(Executor):
     def __init__(self, ran: RunFigures, workers: WorkerFigures | None) -> None:
         self._ran, self._workers = ran, workers
         self.sharing = GpuSharing("contexts", "chosen for the test")
-        self.machine = require("cpu")
 
     def run_figures(self) -> RunFigures:
         return self._ran
@@ -257,13 +256,13 @@ def test_the_engine_report_takes_the_executor_fields_from_its_figures() -> None:
                              storages_reused=11, worker_processes=3), None)
     clock = SimpleNamespace(generate_seconds=0.0, wait_seconds=0.0, calibrate_seconds=0.0,
                             scale_generate_seconds=0.0)
-    report = EngineStats(mix=None).to_dict(1.0, SimpleNamespace(clock=clock, batch=64), None, ex)
+    report = EngineStats(mix=None).to_dict(1.0, SimpleNamespace(clock=clock, batch=64), None, ex, cpu_only=True)
     engine = report["engine"]
     assert (engine["batch_losses"], engine["cases_replayed_alone"], engine["storages_reused"],
             engine["worker_processes"]) == (2, 7, 11, 3)
     assert report["stages"]["worker_backend"] == 1.5
     assert engine["gpu_sharing"]["reason"] == "chosen for the test" and engine["cpu_only"] is True
-    ex.sharing, ex.machine = None, None
+    ex.sharing = None
     engine = EngineStats(mix=None).to_dict(1.0, SimpleNamespace(clock=clock, batch=64), None, ex)["engine"]
     assert engine["gpu_sharing"] is None and engine["cpu_only"] is False
 
@@ -279,3 +278,20 @@ def test_the_campaign_report_takes_the_worker_fields_from_worker_figures() -> No
     assert fields["compiled_in_cases"] == [{"module": "m", "processes": 2, "seconds": 0.75}]
     assert startup_details(_Figured(RunFigures(), workers)) == {"parent_imports_at_ready": ["sglang"]}
     assert startup_details(_Figured(RunFigures(), None)) == {}  # no workers, no builder: nothing to add
+
+
+@pytest.mark.parametrize("isolate", ["no", "yes"])
+def test_a_cpu_campaign_reports_cpu_only_in_process_and_in_workers(tmp_path: Path, isolate: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """cpu_only follows the campaign's platform, not where its cases run: a CPU campaign in worker processes
+    has no index variants or host registration to report either."""
+    import json
+
+    from hicache_fuzz.harness.commands.cli import main
+
+    out = tmp_path / "report.json"
+    main(["fuzz", "--platform", "cpu", "--seed", "3", "--runs", "30", "--isolate", isolate, "--no-progress",
+          "--corpus", str(tmp_path / "corpus"), "--json", str(out)])
+    assert json.loads(out.read_text())["engine"]["cpu_only"] is True
+    console = capsys.readouterr().out
+    assert "variety:" in console and "index variants" not in console and "registration chunks" not in console
