@@ -98,3 +98,41 @@ def test_standalone_scripts_writes_a_passing_and_a_broken_script_per_kind(tmp_pa
         whole, broken = ((tmp_path / "s" / f"{kind}{suffix}").read_text() for suffix in (".py", ".broken.py"))
         assert "def test_" in whole and whole != broken
     assert standalone_scripts.main([]) == 2  # no folder: usage error
+
+
+def _installed_copy(site: Path) -> None:
+    """This checkout laid out as `pip install --target` lays out the package (pyproject's package-dir mapping)."""
+    import shutil
+
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "harness" / "_root", site / "hicache_fuzz", ignore=ignore)
+    for folder in ("harness", "oracles", "kernels"):
+        shutil.copytree(ROOT / folder, site / "hicache_fuzz" / folder, ignore=ignore)
+
+
+@pytest.mark.slow
+def test_proof_run_beside_a_baseline_on_the_cpu(tmp_path: Path) -> None:
+    """BASELINE: the same campaigns with another installed hicache-fuzz, after this checkout's, its import checked."""
+    out, site = tmp_path / "out", tmp_path / "baseline-site"
+    out.mkdir()
+    _installed_copy(site)
+    done = _run("proof_run.sh", out, tmp_path, BARE_SECONDS="0", JIT_WARM="0", CAMPAIGN_SECONDS="2", SEEDS="5",
+                FUZZ_ARGS="--backend reference", BASELINE=str(site))
+    rcs = (out / "rcs.txt").read_text()
+    assert done.returncode == 0, rcs + done.stderr
+    assert f"baseline harness from {site}/hicache_fuzz/harness/__init__.py" in rcs
+    assert "campaign-5 rc=0" in rcs and "baseline-campaign-5 rc=0" in rcs
+    assert "== campaign seed 5" in rcs and "== baseline campaign seed 5" in rcs
+    ours, theirs = (json.loads((out / name).read_text()) for name in ("campaign-5.json", "baseline-campaign-5.json"))
+    assert ours["seed"] == theirs["seed"] == 5 and theirs["cases"] > 0
+
+
+@pytest.mark.slow
+def test_proof_run_stops_on_a_baseline_that_imports_from_elsewhere(tmp_path: Path) -> None:
+    out, empty = tmp_path / "out", tmp_path / "not-a-site"
+    out.mkdir()
+    empty.mkdir()
+    done = _run("proof_run.sh", out, tmp_path, BARE_SECONDS="0", JIT_WARM="0", CAMPAIGN_SECONDS="1", SEEDS="5",
+                FUZZ_ARGS="--backend reference", BASELINE=str(empty))
+    assert done.returncode == 3
+    assert "does not import from its own folder" in (out / "rcs.txt").read_text()
