@@ -156,6 +156,47 @@ def test_make_bundle_downloads_exactly_the_wheel_list(tmp_path: Path) -> None:
     assert len((out / "MANIFEST.txt").read_text().splitlines()) == 1 + len(wheel_requirements())
 
 
+def test_make_bundle_builds_a_baseline_wheel_of_a_commit_and_keeps_its_corpus(tmp_path: Path) -> None:
+    """--baseline REV: the harness as committed at REV (git archive, not the working tree) goes to pip wheel, and
+    its corpus/sglang beside the wheel; a python3 stand-in records the calls instead of downloading or building."""
+    fake_bin, calls = tmp_path / "bin", tmp_path / "calls.txt"
+    fake_bin.mkdir()
+    (fake_bin / "python3").write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import sys, pathlib
+        args = sys.argv[1:]
+        with open({str(calls)!r}, "a") as f:
+            f.write(" ".join(args) + "\\n")
+        if "--dest" in args:
+            (pathlib.Path(args[args.index("--dest") + 1]) / "sglang-0.5.23-py3-none-any.whl").write_bytes(b"")
+        if "wheel" in args:
+            source = pathlib.Path(args[-1])
+            assert (source / "pyproject.toml").is_file() and (source / "harness").is_dir(), source
+            wheel_dir = pathlib.Path(args[args.index("--wheel-dir") + 1])
+            (wheel_dir / "hicache_fuzz-0.1.0-py3-none-any.whl").write_bytes(b"")
+        """))
+    (fake_bin / "python3").chmod(0o755)
+    out = tmp_path / "bundle"
+    path = f"{fake_bin}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run(["bash", str(BUNDLE_SCRIPT), "--out", str(out), "--baseline", "HEAD"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PATH": path})
+    assert done.returncode == 0, done.stderr
+    wheel_call = [line for line in calls.read_text().splitlines() if line.startswith("-m pip wheel")]
+    assert len(wheel_call) == 1 and "--no-deps" in wheel_call[0]
+    assert (out / "baseline" / "hicache_fuzz-0.1.0-py3-none-any.whl").is_file()
+    committed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", "HEAD", "corpus/sglang/"],
+                               capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(p.name for p in (out / "baseline" / "corpus-sglang").iterdir()) == sorted(
+        Path(name).name for name in committed)
+    assert "make-bundle.sh: baseline " in done.stdout
+
+
+def test_make_bundle_refuses_a_baseline_that_is_not_a_commit(tmp_path: Path) -> None:
+    done = subprocess.run(["bash", str(BUNDLE_SCRIPT), "--out", str(tmp_path / "b"), "--baseline", "no-such-rev"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--baseline no-such-rev is not a commit" in done.stderr
+
+
 def test_make_bundle_refuses_an_unknown_option() -> None:
     done = subprocess.run(["bash", str(BUNDLE_SCRIPT), "--no-such-option"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown option --no-such-option" in done.stderr
