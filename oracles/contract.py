@@ -285,12 +285,15 @@ def _tma_rules(case: Case, platform: Platform) -> list[str]:
 
 def _staged_rules(case: Case, platform: Platform) -> list[str]:
     page_unified = case.layout is HostLayout.PAGE_UNIFIED
-    if case.n == 0 and not case.device_indices and platform.kind != "cpu":
-        # The Python chunk loop launches nothing for zero pages, so no argument is checked
-        # (hicache.py:440, 805; on a GPU, CPU int32 / pinned indices are accepted when empty).
+    # Zero pages: the chunk loop launches nothing, so the kernel's own index checks never run (on a GPU, CPU
+    # int32 / pinned indices are accepted when empty). The page_first path checks nothing before its loop
+    # (hicache.py:440); the page_unified write-back checks its group row before its loop (hicache.py:809, 816),
+    # so that rule holds for an empty transfer too.
+    empty = case.n == 0 and not case.device_indices and platform.kind != "cpu"
+    if empty and not page_unified:
         return []
-    out = _index_rules(case, host_ok={IndexDevice.CPU, IndexDevice.PINNED}, device_ok=_GPU,
-                       host_dtypes=_INT64, device_dtypes=_BOTH_DTYPES, same_dtype=False)
+    out = [] if empty else _index_rules(case, host_ok={IndexDevice.CPU, IndexDevice.PINNED}, device_ok=_GPU,
+                                        host_dtypes=_INT64, device_dtypes=_BOTH_DTYPES, same_dtype=False)
     if platform.kind == "cpu":
         out.append("the staged write-back needs a CUDA or ROCm device")
     if case.direction is not Direction.WRITE_BACK or case.scope is not Scope.ALL_LAYERS:

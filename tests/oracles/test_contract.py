@@ -82,6 +82,23 @@ def test_staged_needs_cpu_int64_host_indices_and_whole_pages() -> None:
     assert predict(case_with(row_bytes=72, host_index=cpu), EntryPoint.JIT_STAGED, CUDA).verdict is Verdict.REJECT
 
 
+def test_empty_staged_write_back_checks_nothing_but_page_unified_checks_its_group_row() -> None:
+    """Zero pages launch nothing: the page_first path then accepts any index device and dtype and any row, while
+    the page_unified write-back still checks its group row (sglang hicache.py:809, before its chunk loop).
+    A GPU campaign met the second: an empty write-back of a 12-byte group row, rejected by sglang."""
+    device64 = IndexSpec(IndexDtype.INT64, IndexDevice.DEVICE)
+    empty = case_with(row_bytes=72, host_indices=(), device_indices=(), host_index=device64)
+    assert predict(empty, EntryPoint.JIT_STAGED, CUDA).verdict is Verdict.ACCEPT
+    unified = empty.replace(layout=HostLayout.PAGE_UNIFIED)
+    prediction = predict(unified, EntryPoint.JIT_PAGE_UNIFIED, CUDA)
+    assert prediction.verdict is Verdict.REJECT
+    assert "not a multiple of 16" in prediction.describe()
+    assert "host" not in prediction.describe()  # the index rules belong to the launch, which never comes
+    aligned = case_with(row_bytes=80, host_indices=(), device_indices=(), host_index=device64,
+                        layout=HostLayout.PAGE_UNIFIED)
+    assert predict(aligned, EntryPoint.JIT_PAGE_UNIFIED, CUDA).verdict is Verdict.ACCEPT
+
+
 def test_aot_needs_cuda_int64_indices() -> None:
     # the ROCm crash: "Destination indices must be a CUDA tensor"
     cpu_host = case_with(host_index=IndexSpec(IndexDtype.INT64, IndexDevice.CPU))
