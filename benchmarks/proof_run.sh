@@ -31,6 +31,9 @@ rcs="$out/rcs.txt"
 work=$(mktemp -d "${TMPDIR:-/tmp}/proof-run.XXXXXX")
 status=0
 started=$(date +%s)
+# The summaries are this checkout's, also for the baseline's reports: the baseline runs with its own folder first
+# on PYTHONPATH, and an older harness may lack what summarize.py imports.
+own_pythonpath=${PYTHONPATH:-}
 
 step() {  # step NAME COMMAND...: run it, append "NAME rc=N S s (at T s)" to rcs.txt
   local name=$1 t0 rc
@@ -67,9 +70,9 @@ campaigns() {  # campaigns LABEL KNOWN: one campaign per seed with the hicache-f
     tail -c 4000 "$work/${label}campaign-$seed.log" > "$out/${label}campaign-$seed.log"
     if [ -f "$work/${label}campaign-$seed.json" ]; then
       echo "== ${label:+${label%-} }campaign seed $seed" >> "$rcs"
-      "$py" "$here/summarize.py" campaign "$work/${label}campaign-$seed.json" --bare "$out/bare-before.json" \
+      PYTHONPATH="$own_pythonpath" "$py" "$here/summarize.py" campaign "$work/${label}campaign-$seed.json" --bare "$out/bare-before.json" \
         --launched "$launched" >> "$rcs" 2>&1
-      "$py" "$here/summarize.py" slim "$work/${label}campaign-$seed.json" "$out/${label}campaign-$seed.json" \
+      PYTHONPATH="$own_pythonpath" "$py" "$here/summarize.py" slim "$work/${label}campaign-$seed.json" "$out/${label}campaign-$seed.json" \
         >> "$rcs" 2>&1
     fi
   done

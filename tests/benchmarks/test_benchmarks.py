@@ -116,6 +116,10 @@ def test_proof_run_beside_a_baseline_on_the_cpu(tmp_path: Path) -> None:
     out, site = tmp_path / "out", tmp_path / "baseline-site"
     out.mkdir()
     _installed_copy(site)
+    # The baseline's summary lines differ from ours, as an older harness's may (or it may lack them): the
+    # summaries in rcs.txt must come from this checkout's harness all the same.
+    with (site / "hicache_fuzz" / "harness" / "engine" / "engine_stats.py").open("a") as stats:
+        stats.write("\n\ndef summary_lines(report):\n    return ['summary by the baseline harness']\n")
     done = _run("proof_run.sh", out, tmp_path, BARE_SECONDS="0", JIT_WARM="0", CAMPAIGN_SECONDS="2", SEEDS="5",
                 FUZZ_ARGS="--backend reference", BASELINE=str(site))
     rcs = (out / "rcs.txt").read_text()
@@ -125,6 +129,9 @@ def test_proof_run_beside_a_baseline_on_the_cpu(tmp_path: Path) -> None:
     assert "== campaign seed 5" in rcs and "== baseline campaign seed 5" in rcs
     ours, theirs = (json.loads((out / name).read_text()) for name in ("campaign-5.json", "baseline-campaign-5.json"))
     assert ours["seed"] == theirs["seed"] == 5 and theirs["cases"] > 0
+    assert "summary by the baseline harness" not in rcs
+    baseline_summary = rcs.split("== baseline campaign seed 5\n")[1]
+    assert baseline_summary.startswith(f"{theirs['cases']} cases in "), baseline_summary
 
 
 @pytest.mark.slow
