@@ -56,6 +56,53 @@ def test_a_lane_of_a_feed_generates_every_lanes_th_index_of_the_one_feed() -> No
     assert lane == [slot for slot in one if slot[1] in set(lane_indices)]
 
 
+def _one_backend_every_other_index(kind: type, **extra: int) -> object:
+    registry = load_registry()
+    backends = [registry.get("reference")]
+    return kind(7, 0, (1, 1), backends, {"reference": CaseSpace()}, CPU, None, 16, None, 0, {"reference": 2},
+                **extra)
+
+
+def test_a_lane_that_holds_no_slot_ends_its_batch_empty_and_moves_on() -> None:
+    """Two lanes, one backend running every other index: lane 1 holds only indices that never run. Its batch
+    must end (empty, its next index further on) rather than scan for ever: this hung a one-backend gate."""
+    import threading
+
+    lane = _one_backend_every_other_index(CaseFeed, lanes=2)
+    lane._index = 1  # type: ignore[attr-defined]  # lane 1 of a feed that starts at 0
+    made: list[object] = []
+    # In a thread, so that the scan that never ends fails the test instead of hanging it.
+    maker = threading.Thread(target=lambda: made.append(lane._make(16, whole_indices=True)),  # type: ignore[attr-defined]
+                             daemon=True)
+    maker.start()
+    maker.join(timeout=30)
+    assert made == [[]], "the lane's batch did not end"
+    assert lane.next_index > 1  # type: ignore[attr-defined]
+    lane.close()  # type: ignore[attr-defined]
+
+
+def test_two_feed_processes_serve_a_backend_that_runs_every_other_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The merged slots are the in-process feed's, past the hand-over to the children (taken long enough that
+    the children are asked); a lane without slots used to block the merge until the batch timeout."""
+    from hicache_fuzz.harness.engine import feed_process
+
+    monkeypatch.setattr(feed_process, "BATCH_TIMEOUT_S", 30.0)
+    processes = _one_backend_every_other_index(ProcessFeed, processes=2)
+    try:
+        taken: list[tuple[object, ...]] = []
+        while processes._local is not None or len(taken) < 200:  # type: ignore[attr-defined]
+            taken += [(s.index, s.case) for s in processes.take(16)]  # type: ignore[attr-defined]
+    finally:
+        processes.close()  # type: ignore[attr-defined]
+    one = _one_backend_every_other_index(CaseFeed)
+    expected: list[tuple[object, ...]] = []
+    while len(expected) < len(taken):
+        expected += [(s.index, s.case) for s in one.take(16)]  # type: ignore[attr-defined]
+    one.close()  # type: ignore[attr-defined]
+    assert taken == expected[: len(taken)]
+    assert {index % 2 for index, _ in taken} == {0}
+
+
 def test_feed_processes_auto_takes_two_where_the_machine_has_the_cores() -> None:
     assert EngineOptions().resolved_feed_processes(cores=16) == 2
     assert EngineOptions().resolved_feed_processes(cores=2) == 1
