@@ -70,10 +70,10 @@ campaigns() {  # campaigns LABEL KNOWN: one campaign per seed with the hicache-f
     tail -c 4000 "$work/${label}campaign-$seed.log" > "$out/${label}campaign-$seed.log"
     if [ -f "$work/${label}campaign-$seed.json" ]; then
       echo "== ${label:+${label%-} }campaign seed $seed" >> "$rcs"
-      PYTHONPATH="$own_pythonpath" "$py" "$here/summarize.py" campaign "$work/${label}campaign-$seed.json" --bare "$out/bare-before.json" \
-        --launched "$launched" >> "$rcs" 2>&1
-      PYTHONPATH="$own_pythonpath" "$py" "$here/summarize.py" slim "$work/${label}campaign-$seed.json" "$out/${label}campaign-$seed.json" \
-        >> "$rcs" 2>&1
+      PYTHONPATH="$own_pythonpath" "$py" "$here/summarize.py" campaign "$work/${label}campaign-$seed.json" \
+        --bare "$out/bare-before.json" --launched "$launched" >> "$rcs" 2>&1
+      PYTHONPATH="$own_pythonpath" "$py" "$here/summarize.py" slim "$work/${label}campaign-$seed.json" \
+        "$out/${label}campaign-$seed.json" >> "$rcs" 2>&1
     fi
   done
 }

@@ -284,17 +284,16 @@ class CaseFeed:
         out: list[Slot] = []
         # A lane of a process feed may hold no slot at all: with two lanes and every backend running every
         # other index (a one-backend campaign whose backend has an even `every`), one lane's indices are never
-        # run. So a whole-index batch also ends after this many indices, possibly empty; its next_index moves on.
-        scan_limit = max(1, count) * max(self.every.values(), default=1)
-        scanned = 0
+        # run. So a whole-index batch also ends after this many of its indices, possibly empty; its next_index
+        # moves on.
+        scan_end = self._index + max(1, count) * max(self.every.values(), default=1) * self.step * self.lanes
         while len(out) < count or (whole_indices and self._position != 0):
-            if whole_indices and self._position == 0 and scanned >= scan_limit:
+            if whole_indices and self._position == 0 and self._index >= scan_end:
                 break
             backend = self.backends[self._position]
             index = self._index
             runs_here = self._runs_at(index)
             if backend not in runs_here:
-                scanned += backend is self.backends[-1]
                 self._advance(backend is self.backends[-1])
                 continue
             if self.before_index is not None:
@@ -308,7 +307,6 @@ class CaseFeed:
             out.append(Slot(backend, index, case, last and not variants))
             for number, variant in enumerate(index_variants(case, variants), start=1):
                 out.append(Slot(backend, index, variant, last and number == variants, variant=number))
-            scanned += backend is self.backends[-1]
             self._advance(backend is self.backends[-1])
         self.clock.generate_seconds += time.perf_counter() - started
         return out
