@@ -212,7 +212,16 @@ class Case:
         }
 
     def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=indent is not None)
+        if indent is None:
+            return self.wire_json
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+
+    @functools.cached_property
+    def wire_json(self) -> str:
+        """The case on one line: the worker protocol's and the batch journal's form. Computed once per case
+        object and kept in it, so it travels with a pickled case: a feed process encodes its cases where it
+        generates them and the campaign parent, which sends them to the workers, does not."""
+        return json.dumps(self.to_dict())
 
     @functools.cached_property
     def case_id(self) -> str:

@@ -201,7 +201,7 @@ class WorkerExecutor(Executor):
             return [self.run(case) for case in cases]
         self._ensure_started()
         batch_file = self.journal / "inflight" / f"batch-{cases[0].case_id}-{len(cases)}.jsonl"
-        lines = [case.to_json() for case in cases]  # encoded once: the journal's lines and the message's cases
+        lines = [case.wire_json for case in cases]  # the journal's lines and the message's cases
         batch_file.write_text("".join(line + "\n" for line in lines))
         results: list[Result] = []
         started = time.perf_counter()
