@@ -105,9 +105,15 @@ class EngineOptions:
         return {backend.name: max(default, backend.geometry_setup_variants) for backend in backends}
 
     def resolved_backend_every(self, platform: Platform, backends: Sequence[Backend]) -> dict[str, int]:
-        """K per backend: the backend runs the campaign indices i with (i // shard count) % K == 0."""
+        """K per backend: the backend runs the campaign indices i with (i // shard count) % K == 0. Auto: the
+        backend's case cost over that of the campaign's cheapest backend. The schedule balances backends
+        against each other, so a backend alone (the gate's per-backend campaigns), or beside backends as costly,
+        runs every index: skipping indices would only change which cases it draws, and every lane of a process
+        feed holds slots."""
         gpu = platform.kind != "cpu"
-        every = {b.name: (max(1, b.relative_case_cost) if gpu and self.backend_every != "none" else 1)
+        cheapest = min((max(1, b.relative_case_cost) for b in backends), default=1)
+        every = {b.name: (max(1, max(1, b.relative_case_cost) // cheapest) if gpu and self.backend_every != "none"
+                          else 1)
                  for b in backends}
         if self.backend_every not in ("auto", "none"):
             every.update(parse_backend_every(self.backend_every))
@@ -283,7 +289,7 @@ class CaseFeed:
         started = time.perf_counter()
         out: list[Slot] = []
         # A lane of a process feed may hold no slot at all: with two lanes and every backend running every
-        # other index (a one-backend campaign whose backend has an even `every`), one lane's indices are never
+        # other index (a one-backend campaign given an even `every` explicitly), one lane's indices are never
         # run. So a whole-index batch also ends after this many of its indices, possibly empty; its next_index
         # moves on.
         scan_end = self._index + max(1, count) * max(self.every.values(), default=1) * self.step * self.lanes

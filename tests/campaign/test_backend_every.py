@@ -48,6 +48,13 @@ def test_a_costly_backend_runs_every_kth_index_on_a_gpu_and_every_index_on_the_c
         "reference": 2, "costly": 3}
 
 
+def test_auto_schedules_relative_to_the_cheapest_backend_so_a_costly_backend_alone_runs_every_index() -> None:
+    cheap, costly = _backends()
+    assert EngineOptions().resolved_backend_every(H200, [costly]) == {"costly": 1}
+    assert EngineOptions().resolved_backend_every(H200, [cheap]) == {"reference": 1}
+    assert EngineOptions(backend_every="costly=2").resolved_backend_every(H200, [costly]) == {"costly": 2}
+
+
 def test_the_schedule_keeps_each_backends_cases_and_moves_resume_after_the_last_backend_that_ran() -> None:
     cheap, costly = _backends()
     spaces = {b.name: CaseSpace() for b in (cheap, costly)}
