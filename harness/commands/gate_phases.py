@@ -44,6 +44,7 @@ from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.harness.model.progress import ProgressLine, eta, eta_of_step
+from hicache_fuzz.harness.pipeline.executor import Executor
 from hicache_fuzz.harness.pipeline.setup import ExecutionOptions, auto_backends, available_backend, executor_for
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.kernels.registry import Registry
@@ -123,17 +124,18 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
                       budget_seconds: float, execution: ExecutionOptions, artifacts: Path,
                       progress: ProgressLine | None = None,
                       timings: dict[str, float] | None = None,
-                      sharing_out: list[dict[str, Any]] | None = None) -> list[CampaignRow]:
+                      sharing_out: list[dict[str, Any]] | None = None,
+                      executor: Executor | None = None) -> list[CampaignRow]:
     """One campaign per backend, each exactly `campaign.max_cases` cases; the budget is a hard cap on all.
     Failures whose signatures are in `campaign.known_signatures` (signature -> corpus file of an expected
     failure) are listed apart and are not findings: a known, unfixed sglang bug must not block every merge,
-    a new one must."""
+    a new one must. `executor` (campaign_executor's, its workers perhaps already starting) is closed here."""
     rows: list[CampaignRow] = []
     cases_per_backend = campaign.max_cases or 0
-    journal = artifacts / "worker-journal" / "campaign"
     line = progress or ProgressLine(False)
     line.update(f"[2/3] campaign: starting the executor for {len(backends)} backend(s)", force=True)
-    executor = executor_for(backends, registry, machine, execution, journal)
+    if executor is None:
+        executor = campaign_executor(backends, registry, machine, execution, artifacts)
     started = time.perf_counter()
     planned = cases_per_backend * len(backends)
     try:
@@ -343,6 +345,11 @@ def _rocm_clang(args: argparse.Namespace, platform_kind: str) -> str | None:
     return None  # isa's default: clang-19
 
 
+def campaign_executor(backends: list[Backend], registry: Registry, machine: Machine, execution: ExecutionOptions,
+                      artifacts: Path) -> Executor:
+    return executor_for(backends, registry, machine, execution, artifacts / "worker-journal" / "campaign")
+
+
 def confirm_failures(report: GateReport, registry: Registry, machine: Machine, execution: ExecutionOptions) -> None:
     """Re-run every failing corpus entry and every new campaign bug once, alone in a fresh worker (the same
     identity logic as the phases that found them): what passes then is flaky, listed apart, not a finding."""
@@ -374,8 +381,16 @@ def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: li
     the campaign runs without its known corpus and its failures are judged on the baseline, `known` deciding
     only those the baseline could not replay (judge_on_baseline)."""
     line = progress or ProgressLine(False)
-    phase_started = time.perf_counter()
-    report.replay = replay_corpus(entries, registry, machine, execution, artifacts, line)
+    # The campaign's workers start now, while the corpus replays in its own: a GPU worker's start-up (torch,
+    # sglang, its probe and warm-up) is paid once, beside the replay, instead of after it.
+    executor = campaign_executor(backends, registry, machine, execution, artifacts)
+    try:
+        executor.spawn_early()
+        phase_started = time.perf_counter()
+        report.replay = replay_corpus(entries, registry, machine, execution, artifacts, line)
+    except BaseException:
+        executor.close()
+        raise
     report.seconds["replay"] = time.perf_counter() - phase_started
     replay_counts = Counter(r.status for r in report.replay)
     line.print(f"[1/3] corpus replay: {dict(sorted(replay_counts.items()))} in {report.seconds['replay']:.1f} s")
@@ -384,7 +399,7 @@ def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: li
     campaign_parts: dict[str, float] = {}
     sharing: list[dict[str, Any]] = []
     report.campaign = run_gate_campaign(backends, registry, machine, campaign, budget_seconds, execution,
-                                        artifacts, line, campaign_parts, sharing)
+                                        artifacts, line, campaign_parts, sharing, executor)
     report.gpu_sharing = sharing[0] if sharing else None
     report.seconds["campaign"] = time.perf_counter() - phase_started
     report.seconds.update(campaign_parts)
