@@ -89,11 +89,12 @@ def _feed_main(connection: Connection, settings: dict[str, Any]) -> None:
 
 
 def _packed(feed: CaseFeed, position: Mapping[str, int]) -> list[PackedSlot]:
-    """The next batch for the pipe. Each case's wire form is encoded here and travels inside the pickled case:
-    the parent, whose one core also serves every worker's pipe, then only copies it into the batch message."""
+    """The next batch for the pipe. Each case's wire form and largest index are computed here and travel inside
+    the pickled case: the parent, whose one core also serves every worker's pipe and records every result, then
+    only copies the wire form into the batch message and reads the index for its coverage."""
     slots = feed._make(feed.batch, whole_indices=True)
     for slot in slots:
-        _ = slot.case.wire_json
+        _ = slot.case.wire_json, slot.case.largest_index
     return [(position[s.backend.name], s.index, s.case, s.last_of_index, s.scale_number, s.variant) for s in slots]
 
 

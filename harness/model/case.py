@@ -178,6 +178,12 @@ class Case:
     def n(self) -> int:
         return len(self.host_indices)
 
+    @functools.cached_property
+    def largest_index(self) -> int:
+        """The largest index on either side (0 for an empty case). Kept in the case object, as wire_json is, so
+        that a feed process computes it and the campaign parent's coverage reads it."""
+        return max(max(self.host_indices, default=0), max(self.device_indices, default=0))
+
     def tuning_value(self, name: str, default: Any = None) -> Any:
         for key, value in self.tuning:
             if key == name:

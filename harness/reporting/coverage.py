@@ -106,7 +106,7 @@ def case_values(case: Case) -> dict[str, int]:
     """The numeric values of `case` whose ranges the report shows."""
     rows = [p.row_bytes(c) for p in case.pools for c in p.components]
     per_token = sum(rows)
-    biggest = max(max(case.host_indices, default=0), max(case.device_indices, default=0))
+    biggest = case.largest_index
     return {
         "page_size": case.page_size, "layers": case.layers, "tokens": case.n, "pages": _pages(case),
         "heads": max(p.heads for p in case.pools), "head_dim": max(p.head_dim for p in case.pools),

@@ -215,3 +215,23 @@ def test_closing_the_feed_does_not_wait_for_children_blocked_on_a_batch_nobody_r
     feed.close()
     assert time.monotonic() - started < 3.0
     assert all(not child.process.is_alive() for child in feed._children)
+
+
+def test_a_feed_process_sends_each_case_with_its_wire_form_and_largest_index_already_computed() -> None:
+    """What the parent would otherwise compute per case on its one core (the wire JSON for the workers, the
+    largest index for coverage) travels inside the pickled case, and equals what the case would compute."""
+    import json
+    import pickle
+
+    from hicache_fuzz.harness.engine.feed_process import _packed
+
+    feed = _feeds(CaseFeed)
+    try:
+        packed = pickle.loads(pickle.dumps(_packed(feed, {"reference": 0, "zoo-last-page-dropped": 1})))
+    finally:
+        feed.close()  # type: ignore[attr-defined]
+    assert packed
+    for _, _, case, *_ in packed:
+        assert {"wire_json", "largest_index"} <= set(vars(case))
+        assert case.wire_json == json.dumps(case.to_dict()) == case.to_json()
+        assert case.largest_index == max([0, *case.host_indices, *case.device_indices])
