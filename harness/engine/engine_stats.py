@@ -90,11 +90,12 @@ class EngineStats:
             row = self.per_backend.setdefault(result.backend, [0, 0.0])
             row[0] += 1
             row[1] += result.seconds
-            entry = (result.seconds, result.backend, case.case_id, index)
+            # The case id hashes the whole case: only a case kept among the slowest pays for it (this runs in
+            # the campaign parent for every result).
             if len(self.slowest) < SLOWEST_KEPT:
-                heapq.heappush(self.slowest, entry)
-            elif entry[0] > self.slowest[0][0]:
-                heapq.heapreplace(self.slowest, entry)
+                heapq.heappush(self.slowest, (result.seconds, result.backend, case.case_id, index))
+            elif result.seconds > self.slowest[0][0]:
+                heapq.heapreplace(self.slowest, (result.seconds, result.backend, case.case_id, index))
         compared = result.outcome in BYTE_COMPARED and bool(case.host_indices)
         if compared:
             self.byte_compared += 1

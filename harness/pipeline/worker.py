@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
-import selectors
+import select
 import signal
 import subprocess
 import sys
@@ -472,19 +473,21 @@ class WorkerExecutor(Executor):
         assert proc is not None and proc.stdout is not None
         fd = proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _WorkerTimeout()
-                if not selector.select(left):
-                    continue
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    proc.wait(timeout=10)
-                    raise _WorkerDied(proc, self.log_path)
-                self._buffer += chunk
+        # A poll object: no descriptor of its own to open and close per reply (an epoll selector has one), and
+        # a reply is read per case.
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _WorkerTimeout()
+            if not poller.poll(max(1, math.ceil(left * 1000))):
+                continue
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                proc.wait(timeout=10)
+                raise _WorkerDied(proc, self.log_path)
+            self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)
 
