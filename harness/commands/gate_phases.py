@@ -9,6 +9,7 @@ import json
 import shutil
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.loop import CampaignReport
 
 # ROCm's own clang (LLVM >= 19 in ROCm 6.3+) has the AMDGPU backend; used when clang-19 is not on PATH.
+# Confirmation re-runs at once: each is a fresh worker importing torch and sglang (several CPU-seconds and its
+# own device context), so a handful side by side, not one per core.
+CONFIRM_SIDE_BY_SIDE = 4
 ROCM_ROOT = Path("/opt/rocm")
 ROCM_BUNDLED_CLANG = ROCM_ROOT / "llvm" / "bin" / "clang"
 
@@ -352,18 +356,23 @@ def campaign_executor(backends: list[Backend], registry: Registry, machine: Mach
 
 def confirm_failures(report: GateReport, registry: Registry, machine: Machine, execution: ExecutionOptions) -> None:
     """Re-run every failing corpus entry and every new campaign bug once, alone in a fresh worker (the same
-    identity logic as the phases that found them): what passes then is flaky, listed apart, not a finding."""
+    identity logic as the phases that found them): what passes then is flaky, listed apart, not a finding.
+    The re-runs go side by side, each in a worker of its own: on a GPU each pays a worker's start-up, and a
+    change that breaks a kernel fails many entries at once."""
+    files = [row.artifact for row in report.replay if row.status == FAILED and row.artifact]
+    files += [str(f["file"]) for row in report.campaign for f in row.failures if f.get("file")]
+    reruns = _rerun_alone_side_by_side(sorted(set(files)), registry, machine, execution)
     for row in report.replay:
         if row.status != FAILED or not row.artifact:
             continue
-        rerun = rerun_alone(load_entry(Path(row.artifact)).case, registry, machine, execution)
+        rerun = reruns[row.artifact]
         if not rerun.outcome.is_failure:
             row.status, row.reason = FLAKY, f"{row.reason}; passed when re-run alone ({rerun.outcome.value})"
     for campaign_row in report.campaign:
         confirmed = []
         for failure in campaign_row.failures:
             file = failure.get("file")
-            rerun = (rerun_alone(load_entry(Path(file)).case, registry, machine, execution) if file else None)
+            rerun = reruns[str(file)] if file else None
             if rerun is not None and not rerun.outcome.is_failure:
                 campaign_row.flaky.append({**failure, "rerun_outcome": rerun.outcome.value})
             else:
@@ -371,6 +380,20 @@ def confirm_failures(report: GateReport, registry: Registry, machine: Machine, e
         campaign_row.failures = confirmed
         if campaign_row.status == FAILED and not confirmed:
             campaign_row.status = PASSED
+
+
+def _rerun_alone_side_by_side(files: list[str], registry: Registry, machine: Machine,
+                              execution: ExecutionOptions) -> dict[str, Result]:
+    """rerun_alone of each reproducer file's case, up to CONFIRM_SIDE_BY_SIDE at once on a GPU (one worker
+    process each), one at a time on the CPU (in this process, where threads would only share its lock and a
+    backend's own state); file -> result."""
+    if not files:
+        return {}
+    at_once = CONFIRM_SIDE_BY_SIDE if machine.platform.kind != "cpu" else 1
+    with ThreadPoolExecutor(max_workers=min(len(files), at_once)) as threads:
+        results = threads.map(lambda file: rerun_alone(load_entry(Path(file)).case, registry, machine, execution),
+                              files)
+        return dict(zip(files, results, strict=True))
 
 
 def run_fuzz_phases(report: GateReport, entries: list[CorpusEntry], backends: list[Backend], registry: Registry,
