@@ -36,6 +36,9 @@ def add_isolation(parser: argparse.ArgumentParser, documented: bool = True) -> N
         parser.add_argument("--worker-processes", type=worker_process_count, default=None, metavar="N|auto",
                             help="worker processes behind one campaign, sharing its batches (auto: on a GPU, "
                                  "one per two CPU cores beyond four, at most 6; 1 on the CPU)")
+        parser.add_argument("--spare-workers", type=spare_worker_count, default=None, metavar="N|auto",
+                            help="worker processes kept started to take over after a crash (auto: 2 on a GPU, "
+                                 "one per pool member; 0 on the CPU)")
         parser.add_argument("--gpu-sharing", choices=["auto", "mps", "contexts"], default="auto",
                             help="how several CUDA workers share the GPU: auto runs them as clients of a private "
                                  "MPS server where nvidia-cuda-mps-control can start one, else separate contexts; "
@@ -49,7 +52,17 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
     return ExecutionOptions(platform=args.platform, backend_plugins=list(args.backend_plugin),
                             isolate=getattr(args, "isolate", "auto"), case_timeout=getattr(args, "case_timeout", 60.0),
                             worker_processes=getattr(args, "worker_processes", None),
+                            spare_workers=getattr(args, "spare_workers", None),
                             gpu_sharing=getattr(args, "gpu_sharing", "auto"))
+
+
+def spare_worker_count(text: str) -> int | None:
+    """--spare-workers: a whole number (0 or more), or auto (None)."""
+    if text == "auto":
+        return None
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number (0 or more) or auto, not {text!r}")
+    return int(text)
 
 
 def worker_process_count(text: str) -> int | None:

@@ -159,6 +159,10 @@ def _targets(args: argparse.Namespace) -> list[Target]:
             # Several mutants share a GPU: each campaign runs one worker (a default GPU campaign starts a pool
             # of several, docs/engine.md), or K campaigns would start K pools on the same cores.
             fuzz_args += ["--worker-processes", "1"]
+        if args.jobs_per_gpu > 1 and not any(a.startswith("--spare-workers") for a in fuzz_args):
+            # Each spare is one more import of torch and sglang per mutant, and the mutants' campaigns share the
+            # cores: a crash restarts the one worker instead (how fast it recovers changes no verdict).
+            fuzz_args += ["--spare-workers", "0"]
         targets.append(CampaignTarget("campaign", args.platform, args.campaign_seconds, args.campaign_seed,
                                       fuzz_args, args.build_error_pattern, stop_at_kill=not args.campaign_full))
     if "test-cmd" in kinds:

@@ -37,6 +37,9 @@ class ExecutionOptions:
     isolate: str = "auto"  # auto (for backends that can crash the process) | yes | no
     case_timeout: float = 60.0  # seconds before a case in a worker counts as a hang
     worker_processes: int | None = None  # worker processes behind one campaign (None: auto, pipeline/pool.py)
+    # workers kept started to take over after a crash (None: auto, GPU_SPARE_WORKERS on a GPU, none on the CPU);
+    # each is an import of torch and sglang, so campaigns run many at once (mutate) keep none
+    spare_workers: int | None = None
     gpu_sharing: str = "auto"  # how a pool's workers share a CUDA GPU: auto | mps | contexts (gpu_sharing.py)
     # a builder process for the JIT modules (pipeline/prebuild.py) where the workers would warm up: auto (on a
     # GPU) | yes | no; $HICACHE_FUZZ_PREBUILD sets it (e.g. to measure a campaign without the builder)
@@ -180,6 +183,8 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
         except OSError as exc:
             raise Unavailable(f"cannot create the worker journal {journal}: {exc.strerror or exc}") from None
         # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
+        if spares is None:
+            spares = options.spare_workers
         if spares is None:
             spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
         size = options.resolved_worker_processes(machine.platform.kind)

@@ -257,11 +257,13 @@ def test_mutants_sharing_a_gpu_run_one_worker_each() -> None:
         assert isinstance(campaign, commands_mutate.CampaignTarget)
         return campaign.fuzz_args
 
-    assert campaign_args("--jobs-per-gpu", "3")[-2:] == ["--worker-processes", "1"]
+    assert campaign_args("--jobs-per-gpu", "3")[-4:] == ["--worker-processes", "1", "--spare-workers", "0"]
     assert "--worker-processes" not in campaign_args()
+    assert "--spare-workers" not in campaign_args()
     assert campaign_args("--jobs-per-gpu", "3", "--fuzz-arg=--worker-processes=2").count(
         "--worker-processes=2") == 1
     assert "--worker-processes" not in campaign_args("--jobs-per-gpu", "3", "--fuzz-arg=--worker-processes=2")
+    assert "--spare-workers" not in campaign_args("--jobs-per-gpu", "3", "--fuzz-arg=--spare-workers=1")
 
 
 def test_list_and_show(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hicache_fuzz.harness.campaign.loop import FIRST_BATCH_CASES, CampaignConfig, run_campaign
-from hicache_fuzz.harness.commands.common import worker_process_count
+from hicache_fuzz.harness.commands.common import spare_worker_count, worker_process_count
 from hicache_fuzz.harness.engine.feed import EngineOptions
 from hicache_fuzz.harness.engine.variants import index_variant
 from hicache_fuzz.harness.model.case import Case
@@ -76,6 +76,35 @@ def test_pool_size_options() -> None:
     for bad in ("0", "-2", "many"):
         with pytest.raises(argparse.ArgumentTypeError):
             worker_process_count(bad)
+
+
+def test_spare_worker_options_reach_the_executor(tmp_path: Path) -> None:
+    """--spare-workers N|auto: auto keeps the platform's default; a number, 0 included, is what the executor
+    gets (a campaign's single worker or each pool member, at most one per member)."""
+    from hicache_fuzz.harness.pipeline.setup import executor_for
+    from hicache_fuzz.harness.pipeline.worker import WorkerExecutor
+
+    assert spare_worker_count("auto") is None and spare_worker_count("0") == 0 and spare_worker_count("3") == 3
+    for bad in ("-1", "some", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            spare_worker_count(bad)
+    registry = load_registry()
+    machine = require("cpu")
+    backends = [registry.get("reference")]
+    for asked, expected in ((None, 0), (0, 0), (2, 2)):
+        options = ExecutionOptions(platform="cpu", isolate="yes", worker_processes=1, spare_workers=asked)
+        executor = executor_for(backends, registry, machine, options, tmp_path / f"one-{asked}")
+        try:
+            assert isinstance(executor, WorkerExecutor) and executor.spares == expected
+        finally:
+            executor.close()
+    pool = executor_for(backends, registry, machine, ExecutionOptions(platform="cpu", isolate="yes",
+                                                                      worker_processes=2, spare_workers=2),
+                        tmp_path / "pool")
+    try:
+        assert isinstance(pool, WorkerPool) and [member.spares for member in pool.members] == [1, 1]
+    finally:
+        pool.close()
 
 
 def test_a_pool_starts_with_one_worker_and_ramps_up(tmp_path: Path) -> None:
