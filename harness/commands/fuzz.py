@@ -74,8 +74,13 @@ def run_one_campaign(args: argparse.Namespace, seed: int) -> int:
     assert corpus is not None  # fuzz always has a corpus folder
     journal = corpus / ".journal"
     known = options.known_signatures  # kept: with a baseline the campaign runs without them (_resolve_baseline)
-    baseline = _resolve_baseline(args, options, corpus)
     early = _launch_early(args, registry, machine, execution, journal)
+    try:  # the baseline's probe (it imports sglang in a process of its own) runs while the worker starts
+        baseline = _resolve_baseline(args, options, corpus)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
     backends = _campaign_backends(args, registry, machine, early)
     probed = time.time()
     print(f"platform: {machine.description}; backends: {', '.join(b.name for b in backends)}; "
