@@ -126,6 +126,21 @@ def test_an_unusable_baseline_is_named(tmp_path: Path, capsys: pytest.CaptureFix
     assert "cannot import sglang and torch" in capsys.readouterr().err
 
 
+def test_a_refused_baseline_closes_the_worker_launched_before_its_probe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a GPU the campaign's first worker is launched before the baseline's probe, so that both start at once;
+    a baseline that is then refused must not leave that worker running."""
+    from hicache_fuzz.harness.commands import fuzz
+
+    closed: list[bool] = []
+    early = types.SimpleNamespace(close=lambda: closed.append(True))
+    monkeypatch.setattr(fuzz, "_launch_early", lambda *_: early)
+    args = ["fuzz", "--platform", "cpu", *PLUGIN, "--runs", "1", "--no-progress", "--corpus", str(tmp_path / "c")]
+    assert main([*args, "--baseline", str(tmp_path / "missing")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    assert closed == [True]
+
+
 def test_a_baseline_interpreter_runs_the_replay(base_sglang: Path, tmp_path: Path) -> None:
     """The other form: the Python of another environment (here a wrapper whose environment has the baseline
     sglang); the harness reaches it through links, not through that environment's own installs."""
