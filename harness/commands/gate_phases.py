@@ -53,10 +53,10 @@ from hicache_fuzz.kernels.registry import Registry
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.loop import CampaignReport
 
-# ROCm's own clang (LLVM >= 19 in ROCm 6.3+) has the AMDGPU backend; used when clang-19 is not on PATH.
 # Confirmation re-runs at once: each is a fresh worker importing torch and sglang (several CPU-seconds and its
 # own device context), so a handful side by side, not one per core.
 CONFIRM_SIDE_BY_SIDE = 4
+# ROCm's own clang (LLVM >= 19 in ROCm 6.3+) has the AMDGPU backend; used when clang-19 is not on PATH.
 ROCM_ROOT = Path("/opt/rocm")
 ROCM_BUNDLED_CLANG = ROCM_ROOT / "llvm" / "bin" / "clang"
 
@@ -351,6 +351,7 @@ def _rocm_clang(args: argparse.Namespace, platform_kind: str) -> str | None:
 
 def campaign_executor(backends: list[Backend], registry: Registry, machine: Machine, execution: ExecutionOptions,
                       artifacts: Path) -> Executor:
+    """The executor of the gate's fixed-seed campaigns (one for all backends), journaling under `artifacts`."""
     return executor_for(backends, registry, machine, execution, artifacts / "worker-journal" / "campaign")
 
 
