@@ -346,6 +346,7 @@ class _CampaignRun:
             self.scale.seconds += results[0].seconds  # the scale case's own time (the batch's ran beside it)
             self.stats.scale_cases += 1
             self.stats.scale_shapes[scale_slot.case.note] = self.stats.scale_shapes.get(scale_slot.case.note, 0) + 1
+            self.stats.scale_runs.append((self.clock() - self.started, results[0].seconds, scale_slot.case.note))
         recorded = time.perf_counter()
         executed = set(order)
         for position, (slot, result) in enumerate(zip(slots, results, strict=True)):

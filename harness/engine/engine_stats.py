@@ -21,7 +21,9 @@ The fields land in the ``fuzz --json`` report (and :func:`summary_lines` gives t
   stage clock, ``engine.batch_losses``, ``engine.cases_replayed_alone``, ``engine.storages_reused``,
   ``engine.worker_processes``; ``engine.gpu_sharing`` from its ``sharing``; ``engine.cpu_only``: the campaign's
   platform is the CPU;
-* ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`);
+* ``scale``: the largest sizes reached by byte-compared transfers (:class:`ScaleReach`); ``scale_runs``: each
+  scale case's shape, its own seconds and the campaign second it was recorded at, so that the console can say
+  which of the timeline's stalls a scale case ran in;
 * ``distinct_cases`` and ``distinct_cases_per_second``: generated cases that ran, each counted once however many
   backends ran it (:func:`variety_key`), index variants not counted: the campaign's variety, beside its volume
   (``cases_per_second`` counts every variant on every backend; docs/engine.md says how one multiplies into the
@@ -73,6 +75,8 @@ class EngineStats:
     record_seconds: float = 0.0
     scale_cases: int = 0
     scale_shapes: dict[str, int] = field(default_factory=dict)
+    # (campaign seconds when recorded, its own seconds, shape) per scale case: which stalls it could explain
+    scale_runs: list[tuple[float, float, str]] = field(default_factory=list)
     classes: Counter[str] = field(default_factory=Counter)
     reach: ScaleReach = field(default_factory=ScaleReach)
     first_result_unix: float = 0.0  # wall clock of the first result (start-up to first case, from outside)
@@ -165,6 +169,8 @@ class EngineStats:
             "scale": self.reach.to_dict(register_chunk_bytes()),
             "slowest_cases": [{"seconds": round(seconds, 3), "backend": backend, "case_id": case_id, "index": index}
                               for seconds, backend, case_id, index in sorted(self.slowest, reverse=True)],
+            "scale_runs": [{"recorded_s": round(recorded, 3), "seconds": round(spent, 3), "shape": shape}
+                           for recorded, spent, shape in self.scale_runs],
         }
 
 
@@ -209,9 +215,11 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     stalls = timeline_stalls(report.get("timeline") or [], float(report.get("cases_per_second") or 0.0))
     if stalls:
         longest = max(stalls, key=lambda stall: stall[1] - stall[0])
+        overlapping = scale_runs_in_stalls(report.get("scale_runs") or [], stalls)
         lines.append(f"  stalls (under {STALL_SHARE:.0%} of the campaign's rate): {len(stalls)}, "
                      f"{sum(end - start for start, end in stalls):.1f} s in all, longest "
-                     f"{longest[1] - longest[0]:.1f} s from {longest[0]:.1f} s")
+                     f"{longest[1] - longest[0]:.1f} s from {longest[0]:.1f} s; {overlapping} of them with a "
+                     f"scale case running")
     slowest = report.get("slowest_cases") or []
     if slowest:
         lines.append("  slowest cases: " + ", ".join(f"{row['seconds']:.2f} s {row['backend']} {row['case_id']} "
@@ -254,6 +262,13 @@ def timeline_stalls(samples: list[dict[str, float]], rate: float) -> list[tuple[
         else:
             stalls.append((before["t"], after["t"]))
     return stalls
+
+
+def scale_runs_in_stalls(scale_runs: list[dict[str, Any]], stalls: list[tuple[float, float]]) -> int:
+    """How many `stalls` overlap a scale case's run (recorded_s - seconds .. recorded_s, campaign seconds). A scale
+    case is recorded when its batch is, so its run is known to within the batch ahead of it."""
+    runs = [(float(run["recorded_s"]) - float(run["seconds"]), float(run["recorded_s"])) for run in scale_runs]
+    return sum(any(start < run_end and run_start < end for run_start, run_end in runs) for start, end in stalls)
 
 
 def _variants_text(engine: dict[str, Any]) -> str:

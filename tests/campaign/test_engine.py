@@ -280,6 +280,9 @@ def test_fuzz_command_takes_the_engine_options(tmp_path: Path) -> None:
     data = json.loads(report.read_text())
     assert data["engine"]["mix_target"] == {"transfer": 0.8, "reject": 0.2}
     assert data["scale"]["scale_cases"] >= 1
+    runs = data["scale_runs"]  # each scale case with when it was recorded, how long it ran, its shape
+    assert len(runs) == data["scale"]["scale_cases"]
+    assert all(run["seconds"] >= 0 and run["recorded_s"] >= run["seconds"] - 1e-3 and run["shape"] for run in runs)
     bad = subprocess.run([sys.executable, "-m", "hicache_fuzz", "fuzz", "--runs", "5", "--mix", "bogus=1"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--mix" in bad.stderr
@@ -322,6 +325,16 @@ def test_stalls_are_the_timeline_stretches_far_under_the_mean_rate() -> None:
     assert timeline_stalls(samples, 0.0) == [] and timeline_stalls(samples[:1], 100.0) == []
     assert timeline_stalls([{"t": 0.0, "cases": 0}, {"t": 1.0, "cases": 24}], 100.0) == [(0.0, 1.0)]
     assert timeline_stalls([{"t": 0.0, "cases": 0}, {"t": 1.0, "cases": 25}], 100.0) == []
+
+
+def test_a_stall_is_attributed_to_a_scale_case_only_where_their_times_overlap() -> None:
+    from hicache_fuzz.harness.engine.engine_stats import scale_runs_in_stalls
+
+    runs = [{"recorded_s": 10.0, "seconds": 4.0, "shape": "host_offset"}, {"recorded_s": 30.0, "seconds": 1.0,
+                                                                            "shape": "deep"}]
+    assert scale_runs_in_stalls(runs, [(5.0, 7.0), (12.0, 13.0), (29.5, 31.0), (40.0, 41.0)]) == 2
+    assert scale_runs_in_stalls(runs, [(1.0, 6.0)]) == 0  # ends as the scale case (6 .. 10 s) starts
+    assert scale_runs_in_stalls([], [(0.0, 1.0)]) == 0
 
 
 def test_the_console_summary_shows_the_stalls_of_a_recorded_gpu_campaign() -> None:
