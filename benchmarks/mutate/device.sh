@@ -128,7 +128,8 @@ fi
 
 # (B) the mutation run
 select=(--file hicache.cuh --file hicache_tma.cuh --file staged_write_back.cuh --file relayout.cuh
-        --file ops/kvcache/hicache.py --file 'pool_host/*.py' --sample "$SAMPLE" --seed "${SEED:-0}")
+        --file ops/kvcache/hicache.py --file 'pool_host/*.py' --file managers/cache_controller.py
+        --sample "$SAMPLE" --seed "${SEED:-0}")
 [ -n "${SGLANG_SRC:-}" ] && select+=(--sglang-src "$SGLANG_SRC")
 [ -n "${ONLY_FROM:-}" ] && select+=(--only-from "$ONLY_FROM")
 targets=()

@@ -117,21 +117,33 @@ def select(mutants: list[Mutant], files: list[str], operators: list[str]) -> lis
 
 
 def sample(mutants: list[Mutant], count: int, seed: int) -> list[Mutant]:
-    """A seeded sample spread over (file, operator) groups: each group shuffled by the seed, then the groups
-    taken round-robin in a seeded order, so N mutants touch as many files and operators as N allows."""
+    """A seeded sample spread over files first, then operators: the files are taken round-robin in a seeded
+    order, one mutant each per round, and each file's mutants come from its operators in turn (each operator's
+    mutants shuffled by the seed, the operators in a seeded order). So a sample of at least as many mutants as
+    there are files has a mutant of every file, and within a file N mutants touch as many operators as N
+    allows."""
     if count >= len(mutants):
         return list(mutants)
     rng = random.Random(seed)
-    groups: dict[tuple[str, str], list[Mutant]] = {}
+    by_file: dict[str, dict[str, list[Mutant]]] = {}
     for mutant in mutants:
-        groups.setdefault((mutant.file, mutant.operator), []).append(mutant)
-    order = sorted(groups)
-    rng.shuffle(order)
-    for key in order:
-        rng.shuffle(groups[key])
+        by_file.setdefault(mutant.file, {}).setdefault(mutant.operator, []).append(mutant)
+    queues: dict[str, list[Mutant]] = {}  # file -> its mutants in the order they are taken
+    for file in sorted(by_file):
+        groups = by_file[file]
+        operators = sorted(groups)
+        rng.shuffle(operators)
+        for operator in operators:
+            rng.shuffle(groups[operator])
+        queue: list[Mutant] = []
+        while any(groups[operator] for operator in operators):
+            queue += [groups[operator].pop() for operator in operators if groups[operator]]
+        queues[file] = queue
+    files = sorted(queues)
+    rng.shuffle(files)
     picked: list[Mutant] = []
+    position = 0
     while len(picked) < count:
-        for key in order:
-            if groups[key] and len(picked) < count:
-                picked.append(groups[key].pop())
+        picked += [queues[file][position] for file in files if position < len(queues[file])][:count - len(picked)]
+        position += 1
     return picked

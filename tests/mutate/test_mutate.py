@@ -117,6 +117,18 @@ def test_sampling_is_seeded_and_spread(tree: Path) -> None:
     assert len({m.operator for m in first}) >= 6
 
 
+def test_a_sample_as_large_as_the_file_count_has_a_mutant_of_every_file(tree: Path) -> None:
+    """Files first: whatever the seed, N >= files picks every file; within a file, operators in turn."""
+    mutants = all_mutants(tree)
+    files = {m.file for m in mutants}
+    for seed in range(8):
+        picked = sources.sample(mutants, len(files), seed=seed)
+        assert {m.file for m in picked} == files
+        per_file = [m for m in sources.sample(mutants, 4 * len(files), seed=seed) if m.file == CUH]
+        operators = {m.operator for m in mutants if m.file == CUH}
+        assert len({m.operator for m in per_file}) == min(len(per_file), len(operators))
+
+
 def test_end_to_end_kills_one_mutant_leaves_the_install_untouched(tree: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     before = tree_digest(tree)
