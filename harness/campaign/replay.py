@@ -111,9 +111,9 @@ def _replay_one(replay: Replayed, run: Callable[[Case], Result], expect: str) ->
 def rerun_alone(case: Case, registry: Registry, machine: Machine, options: ExecutionOptions) -> Result:
     """Run `case` once more, alone, in a fresh executor of its own (a fresh worker where isolation applies):
     a failure that does not come back this way is flaky (order- or state-dependent), not a finding."""
-    one = dataclasses.replace(options, worker_processes=1)  # one case: one worker, no pool or GPU sharing
-    # nothing would take over from a spare: the case runs once, and a crash is its result
-    executor = executor_for([registry.get(case.backend)], registry, machine, one, None, spares=0)
+    # one case: one worker, no pool or GPU sharing, and no spare (the case runs once; a crash is its result)
+    one = dataclasses.replace(options, worker_processes=1, spare_workers=0)
+    executor = executor_for([registry.get(case.backend)], registry, machine, one, None)
     try:
         return explain_crash(executor.run(case), registry.get(case.backend), case, machine.platform)
     finally:

@@ -112,8 +112,7 @@ class EngineOptions:
         feed holds slots."""
         gpu = platform.kind != "cpu"
         cheapest = min((max(1, b.relative_case_cost) for b in backends), default=1)
-        every = {b.name: (max(1, max(1, b.relative_case_cost) // cheapest) if gpu and self.backend_every != "none"
-                          else 1)
+        every = {b.name: (max(1, b.relative_case_cost) // cheapest if gpu and self.backend_every != "none" else 1)
                  for b in backends}
         if self.backend_every not in ("auto", "none"):
             every.update(parse_backend_every(self.backend_every))

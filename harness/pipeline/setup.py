@@ -167,9 +167,8 @@ def needs_worker(backends: list[Backend], isolate: str) -> bool:
 
 
 def executor_for(backends: list[Backend], registry: Registry, machine: Machine, options: ExecutionOptions,
-                 journal_dir: Path | None, warm_up: bool = False, spares: int | None = None) -> Executor:
-    """In this process, or in a crash-isolating worker process when `options.isolate` asks for one. `spares`:
-    the spare workers kept ready to take over after a crash (None: the platform's default)."""
+                 journal_dir: Path | None, warm_up: bool = False) -> Executor:
+    """In this process, or in a crash-isolating worker process when `options.isolate` asks for one."""
     if needs_worker(backends, options.isolate):
         from hicache_fuzz.harness.pipeline.worker import GPU_SPARE_WORKERS, WorkerExecutor
 
@@ -183,8 +182,7 @@ def executor_for(backends: list[Backend], registry: Registry, machine: Machine, 
         except OSError as exc:
             raise Unavailable(f"cannot create the worker journal {journal}: {exc.strerror or exc}") from None
         # On a GPU a restart costs an import of sglang plus JIT module loads: keep spare workers ready.
-        if spares is None:
-            spares = options.spare_workers
+        spares = options.spare_workers
         if spares is None:
             spares = GPU_SPARE_WORKERS if machine.platform.kind != "cpu" else 0
         size = options.resolved_worker_processes(machine.platform.kind)
