@@ -11,11 +11,13 @@ Storages are compared byte-exact after every transfer (``Materialized.step_image
 Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over a HostPoolGroup, as the
 scheduler builds it; ``base``: HiCacheController over the pool), ``pool_kind`` (``standard``: the pool class of
 the case's attention kind; ``hisparse``: the HiSparse MHA pool; ``k_only``: the K-only pool; ``mamba``: the Mamba
-state pool; ``nvfp4_index_k`` / ``nvfp4_main_kv``: MiniMax M3's NVFP4 page-row pools; or the name of a class the
-oracle does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``,
-``draft_layers`` (the last of ``layers`` are packed draft layers), ``side_pool`` (a K-only index pool or a Mamba
-state pool beside the anchor in the hybrid controller's group, which no transfer names: its flags change the
-group's, and its bytes must stay as they were) and ``ops`` (the program). ``draft_layers`` is
+state pool; ``nvfp4_index_k`` / ``nvfp4_main_kv``: MiniMax M3's NVFP4 page-row pools; ``dsa``: the DeepSeek sparse
+attention indexer pool beside its MLA anchor (kernels/sglang_hicache_dsa.py); or the name of a class the oracle
+does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``, ``draft_layers``
+(the last of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of the stage's
+layers own index keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the hybrid
+controller's group, which no transfer names: its flags change the group's, and its bytes must stay as they were)
+and ``ops`` (the program). ``draft_layers`` is
 an upper bound: a pool packs at most ``layers - 1`` draft layers, so a one-layer case has none. Generation and
 labels import neither sglang nor torch's GPU side.
 """
@@ -44,17 +46,21 @@ from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_hicache_settings import (
     CONTROLLERS,
     DRAFT_LAYERS,
+    INDEX_TOPK_FREQS,
     IO_BACKENDS,
     LAYOUTS,
     POOL_KINDS,
     PROGRAMS,
+    ROW_GROWTH,
     SIDE_POOL_CLASSES,
     SIDE_POOLS,
     START_LAYERS,
     case_settings,
     controller_kind,
+    index_topk_freq,
     operation_kinds,
     side_pool,
+    skip_topk_layers,
 )
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_available, pool_paths
@@ -65,8 +71,8 @@ from hicache_fuzz.oracles.contract import EntryPoint, Platform
 class SglangHicacheBackend(SglangBackend):
     name = "sglang-hicache"
     description = (
-        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only/Mamba/NVFP4 page rows) built by their "
-        "constructors, driven by "
+        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only/Mamba/NVFP4 page rows/DSA indexer) built by "
+        "their constructors, driven by "
         "the real HiCache controllers through sequences of back-ups, loads and evictions"
     )
     supported_layouts = LAYOUTS
@@ -93,7 +99,7 @@ class SglangHicacheBackend(SglangBackend):
             layouts=LAYOUTS,
             attentions=(Attention.MHA, Attention.MLA, Attention.MHA_ASYM),
             row_bytes=POOL_ROW_MENU,
-            row_bytes_growth=(640, 768, 1280, 1536, 2560),
+            row_bytes_growth=ROW_GROWTH,
             grow_every=GROW_EVERY,
             max_pools=1,
             directions=(Direction.WRITE_BACK, Direction.LOAD_BACK),
@@ -102,8 +108,8 @@ class SglangHicacheBackend(SglangBackend):
             index_dtypes=(IndexDtype.INT64,),
             host_index_devices=(IndexDevice.CPU,),
             device_index_devices=(IndexDevice.DEVICE,),
-            tuning_menus=(("controller", CONTROLLERS), ("draft_layers", DRAFT_LAYERS), ("io_backend", IO_BACKENDS),
-                          ("ops", PROGRAMS),
+            tuning_menus=(("controller", CONTROLLERS), ("draft_layers", DRAFT_LAYERS),
+                          ("index_topk_freq", INDEX_TOPK_FREQS), ("io_backend", IO_BACKENDS), ("ops", PROGRAMS),
                           ("pool_kind", POOL_KINDS), ("side_pool", SIDE_POOLS), ("start_layer", START_LAYERS)),
             invalid_rate=0.0,
             irregular_rate=0.0,
@@ -125,6 +131,7 @@ class SglangHicacheBackend(SglangBackend):
             "io_backend": io_backend,
             "start_layer_nonzero": start > 0,
             "draft_layer": drafts > 0,
+            "skipped_index_layers": any(skip_topk_layers(case)),
             "operation": "+".join(operation_kinds(case)),
             "sequence_length": 1 + len(sequence.program(case)) if _program_ok(case) else 1,
         })
@@ -150,6 +157,8 @@ class SglangHicacheBackend(SglangBackend):
             return f"unknown side_pool {case.tuning_value('side_pool')!r}"
         if start < 0 or drafts < 0:
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
+        if index_topk_freq(case) < 1:
+            return f"index_topk_freq {case.tuning_value('index_topk_freq')!r} is not a positive integer"
         spec = case.pools[0]
         why = pool_layouts.mismatch(pool_layouts.pool_class(name), spec.attention, case.layout, io_backend, drafts,
                                     case.page_size, tuple(spec.row_bytes(c) for c in spec.components))

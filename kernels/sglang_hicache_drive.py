@@ -1,7 +1,8 @@
 """How ``sglang-hicache`` drives sglang: each host pool class through its own constructor, the real controller
-constructed as the scheduler constructs it (``HybridCacheController`` over an anchor-only ``HostPoolGroup``, or
-``HiCacheController`` over the pool), and a case's sequence of operations through the controller's own
-``write`` / ``load`` + ``start_loading`` / ``evict_host``.
+constructed as the scheduler constructs it (``HybridCacheController`` over an anchor-only ``HostPoolGroup``, over the
+anchor and a side pool, or over a DSA indexer's MLA anchor and the indexer; or ``HiCacheController`` over the pool),
+and a case's sequence of operations through the controller's own ``write`` / ``load`` + ``start_loading`` /
+``evict_host`` (with the DSA indexer's sidecar transfer as ``extra_pools``).
 
 Stand-ins (each is the least the controller needs from outside HiCache):
 
@@ -13,6 +14,8 @@ Stand-ins (each is the least the controller needs from outside HiCache):
   them, and no storage backend is attached.
 * The Mamba state pool's device pool (kernels/sglang_hicache_mamba.py): the host pool reads only its
   ``MambaStateBufferInfo`` (sglang's class, built over the case's device tensors).
+* The DSA indexer's device pool (kernels/sglang_hicache_dsa.py): ``DSATokenToKVPool``'s constructor needs the
+  model's DSA configuration; a stand-in holds the index buffers beside a real ``MLATokenToKVPool`` for the KV rows.
 * HiSparse loads: the HiSparse MHA pool is loaded by its own coordinator (global layer ids of the stage, the kernel
   io backend), which this module reproduces as that loop; its back-ups go through the controller's ``write``,
   which makes the same pool call the coordinator does.
@@ -37,11 +40,19 @@ from typing import Any
 import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
+from hicache_fuzz.kernels import sglang_hicache_dsa as dsa
 from hicache_fuzz.kernels import sglang_hicache_mamba as mamba
 from hicache_fuzz.kernels import sglang_hicache_pagerow as pagerow
 from hicache_fuzz.kernels import sglang_hicache_side as side_pools
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
-from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, controller_kind, k_only_heads, side_pool
+from hicache_fuzz.kernels.sglang_hicache_settings import (
+    BASE,
+    HYBRID,
+    controller_kind,
+    k_only_heads,
+    side_pool,
+    skip_topk_layers,
+)
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
@@ -109,6 +120,13 @@ class Built:
         self.allocator = DeviceAllocatorStandIn(device_pool)
         self.controller: Any = None
         self.side: side_pools.SidePool | None = None  # the group's side pool, if the case has one
+        self.dsa: dsa.DsaGroup | None = None  # a DSA indexer's anchor and config, if the case's pool is one
+
+    @property
+    def allocating_pool(self) -> Any:
+        """The host pool whose allocator grants the controller's host slots: the group's anchor (the DSA indexer
+        rides on its MLA anchor's slots), else the case's pool."""
+        return self.dsa.anchor_host if self.dsa is not None else self.host_pool
 
 
 def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
@@ -121,7 +139,8 @@ def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
 
 def destroy(built: Built) -> None:
     """Unregister the host pool's pinned buffers now rather than at process exit."""
-    for pool in (built.host_pool, built.side.host_pool if built.side else None):
+    for pool in (built.host_pool, built.side.host_pool if built.side else None,
+                 built.dsa.anchor_host if built.dsa else None):
         release = getattr(pool, "destroy", None)
         if release is not None:
             release()
@@ -155,10 +174,11 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     if name in pagerow.PAGE_ROW_CLASSES:
         page_device, page_host = pagerow.build_page_rows(case, name, device, start)
         return _finish(mods, case, Built(page_device, [], page_host))
+    if name == dsa.DSA:
+        return _finish(mods, case, _build_dsa(mods, case, device, start, drafts))
     device_pool = _device_pool(mods, case, spec, target, device, start)
     draft_pools = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
     info = device_pool.get_device_pool_infos()[0].buffer_info
-    draft_infos = [p.get_device_pool_infos()[0].buffer_info for p in draft_pools]
     size, ps = case.device_rows - case.page_size, case.page_size
     common: dict[str, Any] = {"device_capacity_tokens": size, "start_layer": start, "end_layer": start + target}
     cls = getattr(mods.mla if name.startswith("MLA") else mods.mha, pool_class(name).name)
@@ -173,13 +193,36 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
         ratio = (case.host_slots - ps + 0.5) / size
         host_pool = cls(info, ratio, ps, **common)
     elif name == "MLATokenToKVPoolHost":
-        host_pool = cls(info, 2.0, 0, ps, case.layout.value, True, "cpu", "default", None, draft_infos,
-                        target_layer_num=target, pool_label=spec.name, host_token_capacity=case.host_slots,
-                        **common)
+        host_pool = _mla_host(mods, case, device_pool, draft_pools, start)
     else:
+        draft_infos = [p.get_device_pool_infos()[0].buffer_info for p in draft_pools]
         host_pool = cls(info, 2.0, 0, ps, case.layout.value, True, "cpu", "default", draft_buffer_infos=draft_infos,
                         pool_label=spec.name, host_token_capacity=case.host_slots, **common)
     return _finish(mods, case, Built(device_pool, draft_pools, host_pool))
+
+
+def _mla_host(mods: Any, case: Case, device_pool: Any, draft_pools: list[Any], start: int) -> Any:
+    """``MLATokenToKVPoolHost`` over `device_pool` (its layers are the target's) and the packed draft pools."""
+    target = device_pool.layer_num
+    info = device_pool.get_device_pool_infos()[0].buffer_info
+    draft_infos = [p.get_device_pool_infos()[0].buffer_info for p in draft_pools]
+    return mods.mla.MLATokenToKVPoolHost(info, 2.0, 0, case.page_size, case.layout.value, True, "cpu", "default", None,
+                                         draft_infos, target_layer_num=target, pool_label=case.pools[0].name,
+                                         host_token_capacity=case.host_slots,
+                                         device_capacity_tokens=case.device_rows - case.page_size, start_layer=start,
+                                         end_layer=start + target)
+
+
+def _build_dsa(mods: Any, case: Case, device: torch.device, start: int, drafts: int) -> Built:
+    """A DSA case: the MLA anchor's device pools (every target layer of the stage, skipped ones included, and the
+    packed drafts) and host pool, as for an MLA case, then the indexer over them (kernels/sglang_hicache_dsa.py)."""
+    spec, skip = case.pools[0], skip_topk_layers(case)
+    anchor = _device_pool(mods, case, spec, len(skip), device, start)
+    anchor_drafts = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
+    group = dsa.build_indexer(case, anchor, anchor_drafts, _mla_host(mods, case, anchor, anchor_drafts, start), skip)
+    built = Built(group.device, list(group.drafts), group.host)
+    built.dsa = group
+    return built
 
 
 def _finish(mods: Any, case: Case, built: Built) -> Built:
@@ -227,6 +270,9 @@ def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
 
 
 def _pairs(pool: PoolBuffers, built: Built) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(ours, theirs) of equal shape: the case's storages and sglang's tensors holding the same bytes."""
+    if built.dsa is not None:
+        return dsa.case_pairs(pool, built.dsa)
     rows = pool.case.device_rows
     out = []
     for component in pool.spec.components:
@@ -260,11 +306,16 @@ def controller_for(mods: Any, case: Case, built: Built) -> Any:
     """The case's controller, as the scheduler constructs it: HiCacheController over the host pool, or the
     HybridCacheController over a HostPoolGroup whose anchor entry sglang's own assembler builds (stage-local
     layer mapping, the packed draft layers' transfer ids after the target's, the draft device pools), with the
-    case's side pool beside it if it has one (kernels/sglang_hicache_side.py)."""
+    case's side pool beside it if it has one (kernels/sglang_hicache_side.py). A DSA indexer's group is its MLA
+    anchor and the indexer, as sglang's DSA stack groups them (kernels/sglang_hicache_dsa.py)."""
     _name, io_backend, start, drafts = settings(case)
     if controller_kind(case) == BASE:
         return mods.HiCacheController(built.allocator, built.host_pool, case.page_size, None, threading.Event(),
                                       write_policy=WRITE_POLICY, io_backend=io_backend)
+    if built.dsa is not None:
+        return mods.HybridCacheController(built.allocator, mods.HostPoolGroup(dsa.group_entries(mods, built.dsa)),
+                                          case.page_size, None, threading.Event(), write_policy=WRITE_POLICY,
+                                          io_backend=io_backend, transfer_layer_id_max=built.device_pool.layer_num)
     target = case.layers - drafts
     mapping = mods.with_packed_draft_layer_mapping({layer: layer for layer in range(target)},
                                                    transfer_layer_start=target, target_device_layer_num=target,
@@ -312,8 +363,8 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
     allocator.grants.clear()
     controller.ack_write_queue.clear()
     controller.ack_load_queue.clear()
-    built.host_pool.clear()  # the allocator's state as built: every slot free
-    prepare_allocator(case, built.host_pool)
+    built.allocating_pool.clear()  # the allocator's state as built: every slot free
+    prepare_allocator(case, built.allocating_pool)
     record = bool(sequence.program(case)) and _images_fit(buffers)
     buffers.step_images = []
     for step in sequence.plan_steps(case):
@@ -321,7 +372,7 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
             controller.evict_host(_indices(step.host_indices, torch.device("cpu")))
             continue
         if step.op == sequence.BACKUP:
-            granted = controller.write(_indices(step.device_indices, device))
+            granted = controller.write(_indices(step.device_indices, device), **_sidecars(built))
             if granted is None:
                 raise AssertionError(f"{step.label()}: the host allocator refused {len(step.device_indices)} slots "
                                      f"it has free")
@@ -335,14 +386,14 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 label = "load_to_device_per_layer over the stage's layer ids (the HiSparse coordinator's loop)"
             else:
                 allocator.grants.append(rows)
-                controller.load(host)
+                controller.load(host, **_sidecars(built))
                 controller.start_loading()
                 controller.ack_load_queue.pop().finish_event.synchronize()
                 # the hybrid controller loads the packed draft layers itself; the base one leaves them to the
                 # draft pass
                 own_drafts = 0 if controller_kind(case) == HYBRID else drafts
-                _draft_and_foreign_loads(controller, built, host, rows, io_backend, case.layers - drafts, drafts,
-                                         own_drafts, _name not in UNGUARDED)
+                _draft_and_foreign_loads(controller, built, host, rows, io_backend, case.layers - drafts, own_drafts,
+                                         () if _name in UNGUARDED else _foreign_layer_ids(built))
                 label = f"{type(controller).__name__}.load + start_loading"
             _sync(device)
         if record:
@@ -374,34 +425,48 @@ def _coordinator_load(controller: Any, built: Built, host: torch.Tensor, rows: t
         built.host_pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend="kernel")
 
 
+def _sidecars(built: Built) -> dict[str, Any]:
+    """The ``extra_pools`` the radix tree hands the hybrid controller's ``write`` and ``load``: the DSA indexer's
+    sidecar transfer (its indices from the KV transfer's), none for the other cases."""
+    return {"extra_pools": dsa.sidecar_transfers(built.dsa)} if built.dsa is not None else {}
+
+
+def _foreign_layer_ids(built: Built) -> tuple[int, ...]:
+    """Layer ids a guarded pool must ignore: -1, the first id past its target device layers (a draft id without
+    is_draft) and, for the DSA indexer, the target layers without index keys."""
+    skipped = dsa.skipped_layers(built.dsa) if built.dsa is not None else []
+    return (-1, built.device_pool.layer_num, *skipped)
+
+
 def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor,
-                             io_backend: str, target: int, drafts: int, draft_pass: int, foreign: bool) -> None:
-    """The first `draft_pass` packed draft layers (is_draft=True, as the hybrid controller's draft transfers),
-    then loads of layer ids the pool must ignore: -1 and the first id past the target layers (a draft id without
-    is_draft), unless the pool has no guard for them (`foreign` False). The oracle expects the draft layers moved
-    and nothing else touched."""
+                             io_backend: str, target: int, draft_pass: int, foreign: tuple[int, ...]) -> None:
+    """The first `draft_pass` packed draft layers (is_draft=True, as the hybrid controller's draft transfers; their
+    ids follow the `target` layers), then loads of the `foreign` layer ids, which the pool must ignore (none for a
+    pool without a guard for them). The oracle expects the draft layers moved and nothing else touched."""
     host_idx, dev_idx = controller.move_indices(host, rows)
     pool = built.host_pool
     for depth, draft_pool in enumerate(built.drafts[:draft_pass]):
         pool.load_to_device_per_layer(draft_pool, host_idx, dev_idx, target + depth, io_backend, is_draft=True)
-    if not foreign:
-        return
-    for layer in (-1, target):
+    for layer in foreign:
         pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend)
 
 
 def drive(mods: Any, buffers: Materialized, built: Built) -> None:
     """The case's sequence on `built` (objects_key(case) equal to theirs): the case's bytes in, the steps, the
-    bytes back out (also when a step raises)."""
+    bytes back out (also when a step raises). Bytes outside the case's storages are checked after it: a side pool's
+    must be unchanged, a DSA indexer's tail pages too, and its MLA anchor's must be the oracle's."""
     pool = buffers.pools[0]
     copy_in(pool, built)
     if built.side is not None:
         built.side.fill_and_snapshot()
+    if built.dsa is not None:
+        dsa.fill_and_snapshot(buffers.case, built.dsa)
     try:
         run_sequence(mods, buffers, built)
     finally:
         _sync(buffers.device)
         copy_out(pool, built)
     why = built.side.changed() if built.side is not None else ""
+    why = why or (dsa.check(buffers.case, built.dsa) if built.dsa is not None else "")
     if why:
         raise AssertionError(why)

@@ -6,14 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
+from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU
 from hicache_fuzz.oracles import pool_layouts, sequence
 
 STANDARD, HISPARSE, K_ONLY, MAMBA = "standard", "hisparse", "k_only", "mamba"
 NVFP4_INDEX_K, NVFP4_MAIN_KV = "nvfp4_index_k", "nvfp4_main_kv"
+DSA = "dsa"
+MAMBA_CLASS, DSA_CLASS = "MambaPoolHost", "DSAIndexerPoolHost"
 # Kinds resolved to a class of their own where the case fits it (else the standard class).
-FITTED_KINDS = {MAMBA: "MambaPoolHost", NVFP4_INDEX_K: "MiniMaxM3Nvfp4IndexKPoolHost",
-                NVFP4_MAIN_KV: "MiniMaxM3Nvfp4MainKVPoolHost"}
-MAMBA_CLASS = "MambaPoolHost"
+FITTED_KINDS = {MAMBA: MAMBA_CLASS, NVFP4_INDEX_K: "MiniMaxM3Nvfp4IndexKPoolHost",
+                NVFP4_MAIN_KV: "MiniMaxM3Nvfp4MainKVPoolHost", DSA: DSA_CLASS}
 HYBRID, BASE = "hybrid", "base"
 # The scheduler drives a flat MHA/MLA pool through the HybridCacheController over an anchor-only HostPoolGroup;
 # HiCacheController itself is what the decode offload manager builds.
@@ -28,12 +30,16 @@ _BY_ATTENTION = {
 # drawn case resolves to the standard class (case_settings), so a kind that rarely fits (mamba: page size 1)
 # costs no draws.
 POOL_KINDS: tuple[str, ...] = ((STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + (MAMBA,) * 16
-                               + (NVFP4_INDEX_K,) * 8 + (NVFP4_MAIN_KV,) * 8 + pool_layouts.UNMODELLED)
+                               + (NVFP4_INDEX_K,) * 8 + (NVFP4_MAIN_KV,) * 8 + (DSA,) * 8 + pool_layouts.UNMODELLED)
 IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
 # start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
 # first stage, and every model without pipeline parallelism) as often as all the others together.
 START_LAYERS: tuple[int, ...] = (0,) * 127 + tuple(range(1, 128))
 DRAFT_LAYERS: tuple[int, ...] = (0, 0, 0, 0, 1, 1, 2, 3)
+# The DSA indexer's index_topk_freq: 1 (every layer computes its own top-k and owns index keys, as DeepSeek V3.2)
+# in half the cases, else every 2nd or 3rd layer does and the others reuse the previous layer's top-k (their index
+# keys are elided: skip_topk_layers). Larger strides add device layers without index keys, which only cost memory.
+INDEX_TOPK_FREQS: tuple[int, ...] = (1, 1, 2, 3)
 # "" is the case's own transfer alone; the others are every program of 1..5 operations valid on any geometry.
 PROGRAMS: tuple[str, ...] = ("",) * 40 + sequence.valid_programs(5)
 # Side pools of the hybrid controller's group: "" (anchor only, as the scheduler groups a flat pool) in most
@@ -43,6 +49,12 @@ PROGRAMS: tuple[str, ...] = ("",) * 40 + sequence.valid_programs(5)
 SIDE_POOLS: tuple[str, ...] = ("",) * 4 + (K_ONLY, MAMBA)
 SIDE_POOL_CLASSES = {K_ONLY: "MHATokenToKOnlyPoolHost", MAMBA: MAMBA_CLASS}
 LAYOUTS = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD)
+# Row widths (bytes) joining the backend's row menu (POOL_ROW_MENU, compiled at start-up) as a campaign goes on.
+ROW_GROWTH: tuple[int, ...] = (640, 768, 1280, 1536, 2560)
+# The widths whose JIT modules the backend builds anyway (compile_jobs, prefetch): a DSA indexer pool on page_first
+# builds the staged write-back module of its page-row width (page_size * E) in its constructor on CUDA, one compile
+# (8-10 s) per width, so a DSA case takes page_first only where that width is one of these.
+COMPILED_ROWS = frozenset(POOL_ROW_MENU + ROW_GROWTH)
 
 
 def case_settings(case: Case) -> tuple[str, str, int, int]:
@@ -53,9 +65,10 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
     ``k_only`` the K-only pool on a one-component case and the standard class otherwise, ``mamba`` the Mamba
     state pool on a two-component page_first / page_first_direct case of page size 1 and the standard class
     otherwise, ``nvfp4_index_k`` / ``nvfp4_main_kv`` MiniMax M3's NVFP4 page-row pools on a one-component
-    layer_first / page_first_direct case and the standard class otherwise, and ``io_backend`` is
-    replaced by the other io backend where only that one moves the layout for the class. Coverage labels and the
-    plan's path name what was resolved."""
+    layer_first / page_first_direct case and the standard class otherwise, ``dsa`` the DSA indexer pool on a
+    one-component layer_first / page_first / page_first_direct case (page_first: see COMPILED_ROWS) and the
+    standard class otherwise, and ``io_backend`` is replaced by the other io backend where only that one moves the
+    layout for the class. Coverage labels and the plan's path name what was resolved."""
     kind = case.tuning_value("pool_kind", STANDARD)
     attention, layout = case.pools[0].attention, case.layout
     name = _BY_ATTENTION[attention]
@@ -80,10 +93,14 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
 def controller_kind(case: Case) -> str:
     """The case's controller. The Mamba state pool is driven by HiCacheController: in production it is a side
     pool of the HybridCacheController's group (moved through ``extra_pools``), which this backend does not build,
-    and an anchor-only group of a Mamba pool is no configuration sglang makes."""
+    and an anchor-only group of a Mamba pool is no configuration sglang makes. The DSA indexer pool is driven by
+    the HybridCacheController whatever the knob says: it exists only in the group beside its MLA anchor, as
+    sglang's DSA stack builds it."""
     kind = str(case.tuning_value("controller", HYBRID))
     if kind == HYBRID and case.tuning_value("pool_kind") == MAMBA and _fits(MAMBA_CLASS, case):
         return BASE
+    if case.tuning_value("pool_kind") == DSA and _fits(DSA_CLASS, case):
+        return HYBRID
     return kind
 
 
@@ -102,12 +119,44 @@ def side_pool(case: Case) -> str:
     return name
 
 
+def index_topk_freq(case: Case) -> int:
+    """The case's ``index_topk_freq`` knob (-1 if it is not a positive integer)."""
+    freq = _int(case.tuning_value("index_topk_freq", 1))
+    return freq if freq >= 1 else -1
+
+
+def skip_topk_layers(case: Case) -> tuple[bool, ...]:
+    """The DSA indexer's ``skip_topk_layers`` for the case's pipeline stage: one flag per target device layer
+    (empty for other classes, or for a knob that is not a positive integer). The case's target layers are the
+    layers that own index keys (oracles/pool_layouts.py), so the stage runs from ``start_layer`` up to the next
+    owning layer after the last of them, skipped layers in between and after them included. Which global layer
+    ``g`` skips is sglang's default rule (``dsa_layer_skips_topk`` with ``index_topk_freq``):
+    ``max(g - 1, 0) % freq != 0``."""
+    name, _io, start, drafts = case_settings(case)
+    freq = index_topk_freq(case)
+    if name != DSA_CLASS or freq < 1 or start < 0:
+        return ()
+    owned_left, layer = case.layers - drafts, start
+    flags: list[bool] = []
+    while True:
+        skip = max(layer - 1, 0) % freq != 0
+        if not skip and owned_left == 0:
+            return tuple(flags)
+        flags.append(skip)
+        owned_left -= not skip
+        layer += 1
+
+
 def _fits(name: str, case: Case) -> bool:
-    """Whether the class stores the case's attention kind, layout (with some io backend) and page size."""
+    """Whether the class stores the case's attention kind, layout (with some io backend) and page size (and, for
+    the DSA indexer on page_first, whether its page rows are of a compiled width: COMPILED_ROWS)."""
     cls = pool_layouts.pool_class(name)
     layouts = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
-    return case.pools[0].attention in cls.attentions and case.layout in layouts and (
-        not cls.slot_pages or case.page_size == 1)
+    spec = case.pools[0]
+    compiled = (name != DSA_CLASS or case.layout is not HostLayout.PAGE_FIRST
+                or case.page_size * spec.row_bytes(spec.components[0]) in COMPILED_ROWS)
+    return spec.attention in cls.attentions and case.layout in layouts and (
+        not cls.slot_pages or case.page_size == 1) and compiled
 
 
 def _int(value: Any) -> int:

@@ -9,6 +9,9 @@ oracle (``oracles/transfer.py``) judges every transfer of every modelled class.
 
 An unmodelled class is listed with the reason: a case drawn for it is reported ``unsupported`` with that reason,
 never guessed at.
+
+Classes whose tensors are not the oracle's storage byte for byte say how the oracle reads them: the Mamba state pool
+and the NVFP4 page-row pools in their entries' comments, the DSA indexer pool in its own section below.
 """
 
 from __future__ import annotations
@@ -67,10 +70,18 @@ _CLASSES = (
         "besides its page_first fp8 K/V payload it moves per-page UE8M0 scale blocks (host tensors page x layer x "
         "bytes, from MHATokenToKVPoolMXFP8's interleaved scales, which exist at page size 128 with head dims "
         "divisible by 32); a case has no storage for the scale blocks")),
-    PoolClass("DSAIndexerPoolHost", "dsa", None, unmodelled=(
-        "the DeepSeek sparse-attention indexer pool keeps the indexer's K-with-scale buffer as one block per page "
-        "and layer, built from a HostPoolDecl of a DSA device pool beside an MLA anchor; the oracle models no "
-        "page-block storage")),
+    # DeepSeek sparse attention's indexer pool: the indexer's K-with-scale bytes, one uint8 row of page_size * E
+    # bytes per (layer, page) (E: index head dim + one fp32 scale per quant block), riding on the pages of an MLA
+    # anchor host pool (its HostPoolDecl: indices_from_pool=KV, layout_source=KV). A page row read as page_size
+    # token rows of E bytes is a one-component pool (the oracle's MLA kind); see the DSA section below for its
+    # host tensors, pages and layers. Kernel io only for page rows of 8-byte multiples: otherwise sglang's pool
+    # falls through to ``raise ValueError("Unsupported IO backend: kernel")`` at the first transfer, after the
+    # anchor's share of that transfer has moved. That is no clean rejection in the contract's sense (not an
+    # input the entry point refuses before moving bytes, but a pool geometry sglang accepts at construction and
+    # then cannot move at all), so such cases are unsupported with this rule as the reason, as the Mamba and
+    # NVFP4 pools' kernel row rules are.
+    PoolClass("DSAIndexerPoolHost", "dsa", Attention.MLA, frozenset({_LF, _PF}), frozenset({_LF, _PFD}),
+              kernel_page_row_align=8),
     PoolClass("QSAIndexerPoolHost", "qsa", None, unmodelled=(
         "a DeepSeek-V4 paged indexer pool; the oracle does not model its paged host layout")),
     # Per-request recurrent state: one slot (a page of size 1) per request, a temporal and a conv state per layer,
@@ -132,3 +143,45 @@ def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backen
         return (f"{cls.name} moves page rows of {cls.kernel_page_row_align}-byte multiples with io backend "
                 f"kernel, not {page_size} x {'/'.join(map(str, row_bytes))} bytes")
     return ""
+
+
+# ---- DSAIndexerPoolHost in the oracle's terms (pool_host/dsa.py; docs/semantics.md, 9.1) ---------------------
+#
+# * Pages. Host and device tensors hold one uint8 row of ``page_size * E`` bytes per (layer, page). The host
+#   tensor has ``indexer_page_num(S, ps)`` pages per layer, more than the ``S / ps`` pages whose slots the anchor's
+#   allocator hands out; the tail pages are never addressed (host indices stay below ``S``) and must keep their
+#   bytes. The device buffers (``DSATokenToKVPool``'s index key cache) are sized by the same rule over the device
+#   pool's size (``device_rows - ps``): ``device_rows / ps`` pages, one more at page size 1.
+# * Host layouts. layer_first ``(L, P', ps * E)``: over its first ``S / ps`` pages of each layer, the oracle's
+#   layer_first storage of that layer. page_first and page_first_direct alike ``(P', L, 1, ps * E)``: page-major,
+#   so over its first ``S / ps`` pages the oracle's page_first_direct storage; a page_first case's token row
+#   (layer l, slot t) is that storage's row: page ``t // ps``, layer ``l``, row ``t % ps`` in the page.
+# * Moves are page-granular: token indices become page ids from the first token of each page
+#   (``h[j * ps] // ps`` and ``d[j * ps] // ps``), section 5's PAGE_ALIGNED; with the whole aligned pages the
+#   allocators hand out, that is per token.
+# * Layers. Host layers are compact: the target device layers that own index keys (``owned_device_layers``: those
+#   whose ``skip_topk_layers`` entry is false; a skipped layer reuses the previous layer's top-k and holds a 0-row
+#   placeholder), then one tail layer per packed MTP draft pool. The case's layers are those host layers; a
+#   skipped layer has no bytes, no host layer, and a load of it moves nothing.
+
+def indexer_page_num(size: int, page_size: int) -> int:
+    """Pages per layer of a DSA indexer tensor over a pool of `size` token slots: sglang's
+    ``(size + page_size + 1) // page_size``, one page more than ``size / page_size`` (two at page size 1)."""
+    return (size + page_size + 1) // page_size
+
+
+def owned_device_layers(skip_topk_layers: tuple[bool, ...]) -> tuple[int, ...]:
+    """The target device layers that own index keys, in order: host layer j is device layer
+    ``owned_device_layers(...)[j]``."""
+    return tuple(layer for layer, skip in enumerate(skip_topk_layers) if not skip)
+
+
+def dsa_host_shape(layout: HostLayout, host_layers: int, slots: int, page_size: int,
+                   row_bytes: int) -> tuple[int, ...]:
+    """Shape of a DSA indexer host tensor (uint8) of `host_layers` layers over an anchor of `slots` slots."""
+    pages, page_bytes = indexer_page_num(slots, page_size), page_size * row_bytes
+    if layout is HostLayout.LAYER_FIRST:
+        return host_layers, pages, page_bytes
+    if layout in (HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT):
+        return pages, host_layers, 1, page_bytes
+    raise ValueError(f"DSAIndexerPoolHost has no {layout.value} layout")

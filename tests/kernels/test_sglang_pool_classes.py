@@ -28,7 +28,11 @@ H200 = Platform("cuda", (9, 0))
 KIND = {"MHATokenToKVPoolHost": "standard", "MLATokenToKVPoolHost": "standard",
         "AsymmetricMHATokenToKVPoolHost": "standard", "HiSparseMHATokenToKVPoolHost": "hisparse",
         "MHATokenToKOnlyPoolHost": "k_only", "MambaPoolHost": "mamba",
-        "MiniMaxM3Nvfp4IndexKPoolHost": "nvfp4_index_k", "MiniMaxM3Nvfp4MainKVPoolHost": "nvfp4_main_kv"}
+        "MiniMaxM3Nvfp4IndexKPoolHost": "nvfp4_index_k", "MiniMaxM3Nvfp4MainKVPoolHost": "nvfp4_main_kv",
+        "DSAIndexerPoolHost": "dsa"}
+# The controller each class is driven by where the knob asks for the other one: the Mamba state pool's is
+# HiCacheController, the DSA indexer's the HybridCacheController (the group beside its MLA anchor).
+FORCED_CONTROLLER = {"MambaPoolHost": "base", "DSAIndexerPoolHost": "hybrid"}
 
 
 def _combinations() -> list[tuple[str, HostLayout, str]]:
@@ -48,8 +52,10 @@ def test_every_modelled_class_layout_and_io_backend_moves_bytes_exactly(fake_sgl
     cls = pool_layouts.pool_class(name)
     assert cls.attention is not None
     drafts = 2 if cls.drafts else 0
-    # page size 1 for one-slot pages; 8 makes the page rows of the 48-byte MLA rows 128-byte aligned
-    page_size = 1 if cls.slot_pages else 8 if cls.kernel_page_row_align > 1 else 3
+    # page size 1 for one-slot pages; 8 makes the page rows of the 48-byte MLA rows 128-byte aligned; 12 makes the
+    # DSA indexer's 576 bytes, a compiled row (its page_first staged write-back compiles one module per width)
+    page_size = 1 if cls.slot_pages else 12 if name == "DSAIndexerPoolHost" else (
+        8 if cls.kernel_page_row_align > 1 else 3)
     case = hicache_case(cls.attention, layout, page_size=page_size, layers=4,
                         ops="backup,load,evict,backup,load", pool_kind=KIND[name], io_backend=io, start_layer=5,
                         draft_layers=drafts, controller=controller)
@@ -63,7 +69,7 @@ def test_every_modelled_class_layout_and_io_backend_moves_bytes_exactly(fake_sgl
     assert built.host_pool.layer_num == case.layers
     assert len(built.drafts) == drafts
     # the Mamba state pool is a side pool under the hybrid controller in production: driven by HiCacheController
-    assert controller_kind(case) == ("base" if name == "MambaPoolHost" else controller)
+    assert controller_kind(case) == FORCED_CONTROLLER.get(name, controller)
     assert type(built.controller).__name__ == {"hybrid": "HybridCacheController", "base": "HiCacheController"}[
         controller_kind(case)]
 

@@ -53,6 +53,11 @@ def submit_host_to_device(transfers: list[L2Transfer], io_backend: str, transfer
                                                           io_backend, is_draft=t.is_draft)
 
 
+def _pool_transfers(ops: list[SimpleNamespace]) -> list[Any] | None:
+    """The queued operations' side-pool transfers, one after another (sglang merges those of one pool)."""
+    return [t for op in ops for t in (op.pool_transfers or [])] or None
+
+
 class HiCacheController:
     io_backend: str
     device: Any
@@ -92,7 +97,7 @@ class HiCacheController:
             return
         op = SimpleNamespace(host_indices=torch.cat([o.host_indices for o in self.write_queue]),
                              device_indices=torch.cat([o.device_indices for o in self.write_queue]),
-                             pool_transfers=None)
+                             pool_transfers=_pool_transfers(self.write_queue))
         host_indices, device_indices, transfers = self._move_write_operation(op)
         self.write_queue.clear()
         submit_device_to_host(self._l2_transfers(host_indices, device_indices, transfers), self.io_backend)
@@ -119,7 +124,7 @@ class HiCacheController:
             return -1
         op = SimpleNamespace(host_indices=torch.cat([o.host_indices for o in self.load_queue]),
                              device_indices=torch.cat([o.device_indices for o in self.load_queue]),
-                             pool_transfers=None)
+                             pool_transfers=_pool_transfers(self.load_queue))
         host_indices, device_indices, transfers = self._move_op_indices(op)
         self.load_queue.clear()
         submit_host_to_device(self._l2_load_transfers(host_indices, device_indices, transfers), self.io_backend,

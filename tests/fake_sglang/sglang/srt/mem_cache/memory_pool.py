@@ -14,10 +14,12 @@ import torch
 
 class _DevicePool:
     layer_transfer_counter: Any = None
+    layer_shard_enabled = False
 
     def _init_common(self, size: int, page_size: int, dtype: torch.dtype, layer_num: int, device: str,
                      start_layer: int | None, end_layer: int | None) -> None:
         self.size, self.page_size, self.dtype, self.layer_num = size, page_size, dtype, layer_num
+        self.store_dtype = dtype
         self.device = torch.device(device)
         self.start_layer = start_layer or 0
         self.end_layer = end_layer if end_layer is not None else self.start_layer + layer_num - 1
@@ -27,6 +29,11 @@ class _DevicePool:
 
     def register_layer_transfer_counter(self, counter: Any) -> None:
         self.layer_transfer_counter = counter
+
+    def host_pool_decls(self) -> tuple[Any, ...]:
+        from sglang.srt.mem_cache.pool_host.host_pool_decl import make_kv_pool_decl
+
+        return (make_kv_pool_decl(self),)
 
 
 class MHATokenToKVPool(_DevicePool):
@@ -50,7 +57,7 @@ class MLATokenToKVPool(_DevicePool):
                  end_layer: int | None = None) -> None:
         self._init_common(size, page_size, dtype, layer_num, device, start_layer, end_layer)
         width = kv_lora_rank + qk_rope_head_dim
-        self.head_num, self.head_dim = 1, width
+        self.head_num, self.head_dim, self.kv_cache_dim = 1, width, width
         self.kv_buffer = [torch.zeros((size + page_size, 1, width), dtype=dtype, device=device)
                           for _ in range(layer_num)]
         self.row_bytes = width * self.kv_buffer[0].element_size()
@@ -64,3 +71,12 @@ class MHATokenToKOnlyPool(_DevicePool):
         self.head_num, self.head_dim, self.store_dtype = head_num, head_dim, dtype
         self.k_buffer = [torch.zeros((size + page_size, head_num, head_dim), dtype=dtype, device=device)
                          for _ in range(layer_num)]
+
+
+class DSATokenToKVPool(MLATokenToKVPool):
+    """Only the class attribute the DSA indexer's declaration reads: the harness stands in for the pool itself."""
+
+    index_k_with_scale_buffer_dtype = torch.uint8
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("fake sglang: DSATokenToKVPool needs a model's DSA configuration")

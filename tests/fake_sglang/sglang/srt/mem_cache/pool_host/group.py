@@ -1,5 +1,5 @@
 """Fake HostPoolGroup: an anchor pool and side pools; the facade's staged-path flag is every child's, allocation
-goes to one pool (the anchor by default)."""
+goes to one pool (the anchor by default), sidecar transfers riding on the anchor take its indices."""
 
 from __future__ import annotations
 
@@ -45,5 +45,14 @@ class HostPoolGroup:
         entry = self.anchor_entry if pool is None else self.entry_map[pool]
         return int(entry.host_pool.free(indices))
 
-    def resolve_host_transfers(self, transfers: Any, **_: Any) -> None:
-        return None
+    def resolve_host_transfers(self, transfers: Any, *, primary_device_indices: Any = None,
+                               primary_host_indices: Any = None) -> Any:
+        if not transfers:
+            return None
+        for transfer in transfers:
+            if transfer.indices_from_pool != self.anchor_entry.name:
+                raise ValueError("fake sglang: only sidecar transfers riding on the anchor's indices")
+            transfer.host_indices = primary_host_indices
+            if transfer.device_indices is None:
+                transfer.device_indices = primary_device_indices
+        return transfers
