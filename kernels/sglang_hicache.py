@@ -12,14 +12,14 @@ Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController o
 scheduler builds it; ``base``: HiCacheController over the pool), ``pool_kind`` (``standard``: the pool class of
 the case's attention kind; ``hisparse``: the HiSparse MHA pool; ``k_only``: the K-only pool; ``mamba``: the Mamba
 state pool; ``nvfp4_index_k`` / ``nvfp4_main_kv``: MiniMax M3's NVFP4 page-row pools; ``dsa``: the DeepSeek sparse
-attention indexer pool beside its MLA anchor (kernels/sglang_hicache_dsa.py); or the name of a class the oracle
-does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``, ``draft_layers``
-(the last of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of the stage's
-layers own index keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the hybrid
-controller's group, which no transfer names: its flags change the group's, and its bytes must stay as they were)
-and ``ops`` (the program). ``draft_layers`` is
-an upper bound: a pool packs at most ``layers - 1`` draft layers, so a one-layer case has none. Generation and
-labels import neither sglang nor torch's GPU side.
+attention indexer pool beside its MLA anchor (kernels/sglang_hicache_dsa.py); ``mxfp8``: the MXFP8 block-scaled MHA
+pool, whose scale blocks are judged beside the case's payload (kernels/sglang_hicache_mxfp8.py); or the name of a
+class the oracle does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``,
+``draft_layers`` (the last of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of
+the stage's layers own index keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the
+hybrid controller's group, which no transfer names: its flags change the group's, and its bytes must stay as they
+were) and ``ops`` (the program). ``draft_layers`` is an upper bound: a pool packs at most ``layers - 1`` draft
+layers, so a one-layer case has none. Generation and labels import neither sglang nor torch's GPU side.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
 from hicache_fuzz.kernels.buffers import Materialized
+from hicache_fuzz.kernels.sglang_hicache_mxfp8 import MXFP8, torch_unsupported
 from hicache_fuzz.kernels.sglang_hicache_settings import (
     CONTROLLERS,
     DRAFT_LAYERS,
@@ -71,8 +72,8 @@ from hicache_fuzz.oracles.contract import EntryPoint, Platform
 class SglangHicacheBackend(SglangBackend):
     name = "sglang-hicache"
     description = (
-        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only/Mamba/NVFP4 page rows/DSA indexer) built by "
-        "their constructors, driven by "
+        "sglang host pool classes (MHA/MLA/asymmetric/HiSparse/K-only/Mamba/NVFP4 page rows/DSA indexer/MXFP8) "
+        "built by their constructors, driven by "
         "the real HiCache controllers through sequences of back-ups, loads and evictions"
     )
     supported_layouts = LAYOUTS
@@ -139,7 +140,7 @@ class SglangHicacheBackend(SglangBackend):
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         if platform.kind == "cpu":
             return "sglang's kernels need a CUDA or ROCm device"
-        return self.case_unsupported(case) or self.aot_unsupported(case, platform)
+        return self.case_unsupported(case) or self.aot_unsupported(case, platform) or torch_unsupported(case)
 
     def case_unsupported(self, case: Case) -> str | None:
         """Why the case is not one this backend drives (platform aside); None if it is."""
@@ -179,7 +180,8 @@ class SglangHicacheBackend(SglangBackend):
         ok, why = aot_state(platform)
         if ok:
             return None
-        if name not in ("MHATokenToKVPoolHost", "MLATokenToKVPoolHost"):
+        # the MXFP8 pool moves its payload as the MHA pool does and its scale blocks with JIT kernels only
+        if name not in ("MHATokenToKVPoolHost", "MLATokenToKVPoolHost", MXFP8):
             return f"{name} moves KV with sgl_kernel's AOT ops, unavailable here ({why})"
         if io_backend == pool_layouts.DIRECT or case.layout in (HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD):
             return f"{io_backend} io with {case.layout.value} reaches sgl_kernel's AOT ops, unavailable here ({why})"

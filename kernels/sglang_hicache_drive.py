@@ -2,7 +2,8 @@
 constructed as the scheduler constructs it (``HybridCacheController`` over an anchor-only ``HostPoolGroup``, over the
 anchor and a side pool, or over a DSA indexer's MLA anchor and the indexer; or ``HiCacheController`` over the pool),
 and a case's sequence of operations through the controller's own ``write`` / ``load`` + ``start_loading`` /
-``evict_host`` (with the DSA indexer's sidecar transfer as ``extra_pools``).
+``evict_host`` (with the DSA indexer's sidecar transfer as ``extra_pools``). The MXFP8 pool's scale blocks, which
+are no storage of the case, are checked against the oracle after every transfer (kernels/sglang_hicache_mxfp8.py).
 
 Stand-ins (each is the least the controller needs from outside HiCache):
 
@@ -42,6 +43,7 @@ import torch
 from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.kernels import sglang_hicache_dsa as dsa
 from hicache_fuzz.kernels import sglang_hicache_mamba as mamba
+from hicache_fuzz.kernels import sglang_hicache_mxfp8 as mxfp8
 from hicache_fuzz.kernels import sglang_hicache_pagerow as pagerow
 from hicache_fuzz.kernels import sglang_hicache_side as side_pools
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
@@ -121,6 +123,7 @@ class Built:
         self.controller: Any = None
         self.side: side_pools.SidePool | None = None  # the group's side pool, if the case has one
         self.dsa: dsa.DsaGroup | None = None  # a DSA indexer's anchor and config, if the case's pool is one
+        self.mxfp8: mxfp8.ScaleStorages | None = None  # the MXFP8 pool's scale blocks, if the case's pool is one
 
     @property
     def allocating_pool(self) -> Any:
@@ -176,6 +179,11 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
         return _finish(mods, case, Built(page_device, [], page_host))
     if name == dsa.DSA:
         return _finish(mods, case, _build_dsa(mods, case, device, start, drafts))
+    if name == mxfp8.MXFP8:
+        mxfp8_device, mxfp8_host = mxfp8.build_mxfp8(case, device, start)
+        built = Built(mxfp8_device, [], mxfp8_host)
+        built.mxfp8 = mxfp8.ScaleStorages(case, mxfp8_device, mxfp8_host)
+        return _finish(mods, case, built)
     device_pool = _device_pool(mods, case, spec, target, device, start)
     draft_pools = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
     info = device_pool.get_device_pool_infos()[0].buffer_info
@@ -396,6 +404,11 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                                          () if _name in UNGUARDED else _foreign_layer_ids(built))
                 label = f"{type(controller).__name__}.load + start_loading"
             _sync(device)
+        if built.mxfp8 is not None:
+            _sync(device)
+            why = built.mxfp8.check_step()
+            if why:
+                raise AssertionError(f"{step.label()} [{label}]: {why}")
         if record:
             _sync(device)
             copy_out(pool, built)
@@ -454,13 +467,16 @@ def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, 
 def drive(mods: Any, buffers: Materialized, built: Built) -> None:
     """The case's sequence on `built` (objects_key(case) equal to theirs): the case's bytes in, the steps, the
     bytes back out (also when a step raises). Bytes outside the case's storages are checked after it: a side pool's
-    must be unchanged, a DSA indexer's tail pages too, and its MLA anchor's must be the oracle's."""
+    must be unchanged, a DSA indexer's tail pages too, its MLA anchor's must be the oracle's, and so must an MXFP8
+    pool's scale blocks (also checked after every transfer where the step images fit their budget)."""
     pool = buffers.pools[0]
     copy_in(pool, built)
     if built.side is not None:
         built.side.fill_and_snapshot()
     if built.dsa is not None:
         dsa.fill_and_snapshot(buffers.case, built.dsa)
+    if built.mxfp8 is not None:
+        built.mxfp8.fill_and_expect(buffers.case, per_step=_images_fit(buffers))
     try:
         run_sequence(mods, buffers, built)
     finally:
@@ -468,5 +484,6 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
         copy_out(pool, built)
     why = built.side.changed() if built.side is not None else ""
     why = why or (dsa.check(buffers.case, built.dsa) if built.dsa is not None else "")
+    why = why or (built.mxfp8.check_final() if built.mxfp8 is not None else "")
     if why:
         raise AssertionError(why)

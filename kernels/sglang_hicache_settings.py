@@ -11,11 +11,11 @@ from hicache_fuzz.oracles import pool_layouts, sequence
 
 STANDARD, HISPARSE, K_ONLY, MAMBA = "standard", "hisparse", "k_only", "mamba"
 NVFP4_INDEX_K, NVFP4_MAIN_KV = "nvfp4_index_k", "nvfp4_main_kv"
-DSA = "dsa"
-MAMBA_CLASS, DSA_CLASS = "MambaPoolHost", "DSAIndexerPoolHost"
+DSA, MXFP8 = "dsa", "mxfp8"
+MAMBA_CLASS, DSA_CLASS, MXFP8_CLASS = "MambaPoolHost", "DSAIndexerPoolHost", "MHATokenToKVPoolMXFP8Host"
 # Kinds resolved to a class of their own where the case fits it (else the standard class).
 FITTED_KINDS = {MAMBA: MAMBA_CLASS, NVFP4_INDEX_K: "MiniMaxM3Nvfp4IndexKPoolHost",
-                NVFP4_MAIN_KV: "MiniMaxM3Nvfp4MainKVPoolHost", DSA: DSA_CLASS}
+                NVFP4_MAIN_KV: "MiniMaxM3Nvfp4MainKVPoolHost", DSA: DSA_CLASS, MXFP8: MXFP8_CLASS}
 HYBRID, BASE = "hybrid", "base"
 # The scheduler drives a flat MHA/MLA pool through the HybridCacheController over an anchor-only HostPoolGroup;
 # HiCacheController itself is what the decode offload manager builds.
@@ -30,7 +30,8 @@ _BY_ATTENTION = {
 # drawn case resolves to the standard class (case_settings), so a kind that rarely fits (mamba: page size 1)
 # costs no draws.
 POOL_KINDS: tuple[str, ...] = ((STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + (MAMBA,) * 16
-                               + (NVFP4_INDEX_K,) * 8 + (NVFP4_MAIN_KV,) * 8 + (DSA,) * 8 + pool_layouts.UNMODELLED)
+                               + (NVFP4_INDEX_K,) * 8 + (NVFP4_MAIN_KV,) * 8 + (DSA,) * 8 + (MXFP8,) * 8
+                               + pool_layouts.UNMODELLED)
 IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
 # start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
 # first stage, and every model without pipeline parallelism) as often as all the others together.
@@ -53,7 +54,9 @@ LAYOUTS = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_
 ROW_GROWTH: tuple[int, ...] = (640, 768, 1280, 1536, 2560)
 # The widths whose JIT modules the backend builds anyway (compile_jobs, prefetch): a DSA indexer pool on page_first
 # builds the staged write-back module of its page-row width (page_size * E) in its constructor on CUDA, one compile
-# (8-10 s) per width, so a DSA case takes page_first only where that width is one of these.
+# (8-10 s) per width, so a DSA case takes page_first only where that width is one of these. The MXFP8 pool's
+# constructor builds the staged modules of its payload row (E) and of its per-page scale block (4 * E): an MXFP8
+# case needs both among these (E = 128, 256, 512 and 640 give blocks of 512, 1024, 2048 and 2560 bytes).
 COMPILED_ROWS = frozenset(POOL_ROW_MENU + ROW_GROWTH)
 
 
@@ -67,8 +70,10 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
     otherwise, ``nvfp4_index_k`` / ``nvfp4_main_kv`` MiniMax M3's NVFP4 page-row pools on a one-component
     layer_first / page_first_direct case and the standard class otherwise, ``dsa`` the DSA indexer pool on a
     one-component layer_first / page_first / page_first_direct case (page_first: see COMPILED_ROWS) and the
-    standard class otherwise, and ``io_backend`` is replaced by the other io backend where only that one moves the
-    layout for the class. Coverage labels and the plan's path name what was resolved."""
+    standard class otherwise, ``mxfp8`` the MXFP8 pool on an MHA page_first case of page size 128 without draft
+    layers whose rows are whole 32-element scale blocks and whose payload row and scale block are compiled widths
+    (COMPILED_ROWS), the standard class otherwise, and ``io_backend`` is replaced by the other io backend where only
+    that one moves the layout for the class. Coverage labels and the plan's path name what was resolved."""
     kind = case.tuning_value("pool_kind", STANDARD)
     attention, layout = case.pools[0].attention, case.layout
     name = _BY_ATTENTION[attention]
@@ -148,15 +153,25 @@ def skip_topk_layers(case: Case) -> tuple[bool, ...]:
 
 
 def _fits(name: str, case: Case) -> bool:
-    """Whether the class stores the case's attention kind, layout (with some io backend) and page size (and, for
-    the DSA indexer on page_first, whether its page rows are of a compiled width: COMPILED_ROWS)."""
+    """Whether the class stores the case's attention kind, layout (with some io backend), page size and rows (and,
+    for the DSA indexer on page_first and the MXFP8 pool, whether the widths its constructor compiles are among
+    COMPILED_ROWS; for the MXFP8 pool, whether the case has no draft layers)."""
     cls = pool_layouts.pool_class(name)
     layouts = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
     spec = case.pools[0]
-    compiled = (name != DSA_CLASS or case.layout is not HostLayout.PAGE_FIRST
-                or case.page_size * spec.row_bytes(spec.components[0]) in COMPILED_ROWS)
-    return spec.attention in cls.attentions and case.layout in layouts and (
-        not cls.slot_pages or case.page_size == 1) and compiled
+    rows = [spec.row_bytes(c) for c in spec.components]
+    stored = spec.attention in cls.attentions and case.layout in layouts and (
+        not cls.slot_pages or case.page_size == 1) and (
+        not cls.only_page_size or case.page_size == cls.only_page_size) and all(r % cls.row_align == 0 for r in rows)
+    if name == DSA_CLASS and case.layout is HostLayout.PAGE_FIRST:
+        return stored and case.page_size * rows[0] in COMPILED_ROWS
+    if name == MXFP8_CLASS:
+        # sglang refuses packed draft layers for this pool when it is built (the server does not start): a drafted
+        # case is not one of its cases
+        drafts = min(_int(case.tuning_value("draft_layers", 0)), case.layers - 1)
+        return stored and drafts <= 0 and all(
+            r in COMPILED_ROWS and pool_layouts.mxfp8_scale_page_bytes(r) in COMPILED_ROWS for r in rows)
+    return stored
 
 
 def _int(value: Any) -> int:

@@ -11,7 +11,8 @@ An unmodelled class is listed with the reason: a case drawn for it is reported `
 never guessed at.
 
 Classes whose tensors are not the oracle's storage byte for byte say how the oracle reads them: the Mamba state pool
-and the NVFP4 page-row pools in their entries' comments, the DSA indexer pool in its own section below.
+and the NVFP4 page-row pools in their entries' comments, the DSA indexer pool and the MXFP8 pool's scale blocks in
+their own sections below.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from hicache_fuzz.harness.model.case import Attention, HostLayout
+from hicache_fuzz.harness.model.case import Attention, Case, HostLayout, KVDtype, PoolSpec
+from hicache_fuzz.oracles.transfer import Semantics
 
 KERNEL, DIRECT = "kernel", "direct"
 IO_BACKENDS = (KERNEL, DIRECT)
+MXFP8_PAGE_SIZE = 128  # the page size at which the MXFP8 device pool stores interleaved scales (see its section)
+MXFP8_BLOCK = 32  # fp8 elements per UE8M0 scale byte
 
 @dataclass(frozen=True)
 class PoolClass:
@@ -38,6 +42,8 @@ class PoolClass:
     slot_pages: bool = False  # one slot per page: stores cases of page size 1 only
     kernel_row_align: int = 1  # the kernel io backend moves rows whose byte widths are multiples of this only
     kernel_page_row_align: int = 1  # ... and pages of one layer (page size x row bytes) of multiples of this only
+    only_page_size: int = 0  # stores cases of this page size only (0: any)
+    row_align: int = 1  # stores rows (bytes per component) of multiples of this only, whatever the io backend
 
     @property
     def modelled(self) -> bool:
@@ -66,10 +72,13 @@ _CLASSES = (
     # for layer ids outside the pool and no draft layers
     PoolClass("MHATokenToKOnlyPoolHost", "mha", Attention.MLA, frozenset({_LF, _PF}), frozenset({_LF, _PFD}),
               drafts=False),
-    PoolClass("MHATokenToKVPoolMXFP8Host", "mha_mxfp8", None, unmodelled=(
-        "besides its page_first fp8 K/V payload it moves per-page UE8M0 scale blocks (host tensors page x layer x "
-        "bytes, from MHATokenToKVPoolMXFP8's interleaved scales, which exist at page size 128 with head dims "
-        "divisible by 32); a case has no storage for the scale blocks")),
+    # MXFP8 block-scaled MHA: the fp8 K/V payload is MHATokenToKVPoolHost's page_first storage (a row of E bytes
+    # is E fp8 elements, so a case of any dtype describes it by its row bytes), and beside it one UE8M0 scale
+    # block per (page, layer) and component, which the MXFP8 section below puts in the oracle's terms. Page
+    # size 128 only (the device pool's interleaved scale layout exists there only), rows of whole 32-element
+    # scale blocks, page_first with the kernel io backend only, no packed draft layers.
+    PoolClass("MHATokenToKVPoolMXFP8Host", "mha_mxfp8", Attention.MHA, frozenset({_PF}), drafts=False,
+              only_page_size=MXFP8_PAGE_SIZE, row_align=MXFP8_BLOCK),
     # DeepSeek sparse attention's indexer pool: the indexer's K-with-scale bytes, one uint8 row of page_size * E
     # bytes per (layer, page) (E: index head dim + one fp32 scale per quant block), riding on the pages of an MLA
     # anchor host pool (its HostPoolDecl: indices_from_pool=KV, layout_source=KV). A page row read as page_size
@@ -132,6 +141,10 @@ def mismatch(cls: PoolClass, attention: Attention, layout: HostLayout, io_backen
         return f"{cls.name} holds {kinds} pools, not {attention.value}"
     if cls.slot_pages and page_size != 1:
         return f"{cls.name} holds one state slot per page (page size 1), not page size {page_size}"
+    if cls.only_page_size and page_size != cls.only_page_size:
+        return f"{cls.name} exists at page size {cls.only_page_size} only, not {page_size}"
+    if any(row % cls.row_align for row in row_bytes):
+        return f"{cls.name} holds rows of {cls.row_align}-byte multiples, not {'/'.join(map(str, row_bytes))} bytes"
     if layout not in cls.layouts_for(io_backend):
         return f"{cls.name} with io backend {io_backend} does not store the {layout.value} layout"
     if draft_layers and not cls.drafts:
@@ -185,3 +198,67 @@ def dsa_host_shape(layout: HostLayout, host_layers: int, slots: int, page_size: 
     if layout in (HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT):
         return pages, host_layers, 1, page_bytes
     raise ValueError(f"DSAIndexerPoolHost has no {layout.value} layout")
+
+
+# ---- MHATokenToKVPoolMXFP8Host's scale blocks in the oracle's terms (pool_host/mha_mxfp8.py; semantics.md, 9.1) --
+#
+# * Where they live. The device pool (``MHATokenToKVPoolMXFP8``) keeps, per layer and component, one UE8M0 byte per
+#   32 fp8 elements of a token row. At page size 128 it stores them in FA4's interleaved layout, one tensor per
+#   layer of shape ``mxfp8_device_scale_shape`` = (pages, heads, 32, page_size // 32, head_dim // 32): a page's
+#   scales are one contiguous block of ``mxfp8_scale_page_bytes(E)`` = 128 * E / 32 = 4 * E bytes (E: the
+#   component's fp8 row, heads * head_dim bytes), whatever the heads split. The host pool keeps the blocks
+#   page-major, one uint8 tensor per component of shape ``mxfp8_host_scale_shape`` = (host pages, layers, block).
+# * As a pool of the oracle's own. A block read as 128 token rows of E / 32 bytes (whatever the interleaving puts
+#   where: every move copies whole blocks): the device tensors of K, layer after layer, then those of V are the
+#   oracle's device storage of an MHA pool of E / 32-byte rows, and the K host tensor then the V host tensor its
+#   page_first_direct host storage (page, layer, 128 rows). So the scale storages of a case are the storages of
+#   ``mxfp8_scale_case(case)``: the case's index lists and sequence over that pool.
+# * Moves are page-granular, page ids on both sides from the first token of each page (``indices[::128] // 128``):
+#   a back-up writes host block (h[j*128] // 128, layer l) from device block d[j*128] // 128 of every layer l, a
+#   load of layer l the reverse for that layer only: section 5's PAGE_ALIGNED (``MXFP8_SCALE_SEMANTICS``). With the
+#   whole aligned pages the allocators hand out, that is the same page moves as the payload's per-token ones.
+# * Layers: the target layers only (the pool packs no draft layers); a load of a layer id outside them moves no
+#   payload byte and no scale byte.
+# * Construction rules: the class entry's (page size 128, page_first with io kernel, no packed draft layers, rows
+#   of 32-byte multiples, equal K and V widths) are sglang's construction-time refusals (the host pool's layout,
+#   draft, page-size and staged-JIT checks, the device pool's head dim check, get_mha_host_pool_cls' asymmetric
+#   check). They are rules, not rejections to judge: the server meets them once, at start-up, and a refusal aborts
+#   it, so no transfer is made outside them (semantics.md 9.1).
+
+MXFP8_SCALE_SEMANTICS = Semantics.PAGE_ALIGNED
+
+
+def mxfp8_scale_row_bytes(row_bytes: int) -> int:
+    """Scale bytes per token of a component whose fp8 row is `row_bytes` bytes (elements): one per 32."""
+    return row_bytes // MXFP8_BLOCK
+
+
+def mxfp8_scale_page_bytes(row_bytes: int) -> int:
+    """Bytes of one page's scale block of one layer and component: sglang's ``k_sf_page_bytes`` (the numel of one
+    page of the interleaved tensor)."""
+    return MXFP8_PAGE_SIZE * mxfp8_scale_row_bytes(row_bytes)
+
+
+def mxfp8_device_scale_shape(device_rows: int, heads: int, head_dim: int) -> tuple[int, ...]:
+    """One layer's device scale tensor over a device pool of `device_rows` rows (size + page size): the
+    interleaved layout's (pages, heads, 32, page_size // 32, head_dim // 32)."""
+    return (device_rows // MXFP8_PAGE_SIZE, heads, MXFP8_BLOCK, MXFP8_PAGE_SIZE // MXFP8_BLOCK,
+            head_dim // MXFP8_BLOCK)
+
+
+def mxfp8_host_scale_shape(host_slots: int, layers: int, row_bytes: int) -> tuple[int, ...]:
+    """One component's host scale tensor (uint8): (host pages, layers, block)."""
+    return host_slots // MXFP8_PAGE_SIZE, layers, mxfp8_scale_page_bytes(row_bytes)
+
+
+def mxfp8_scale_case(case: Case) -> Case:
+    """The scale storages of an MXFP8 case (its pool: the fp8 payload, K and V rows of E bytes) as a case of the
+    oracle's own: an MHA pool of E / 32-byte rows in the page_first_direct layout, with the case's layers, page size,
+    capacities, index lists and program (see the section above). Judged with ``MXFP8_SCALE_SEMANTICS``."""
+    spec = case.pools[0]
+    if spec.attention is not Attention.MHA or case.page_size != MXFP8_PAGE_SIZE:
+        raise ValueError(f"an MXFP8 pool holds MHA rows at page size {MXFP8_PAGE_SIZE}, not {spec.attention.value} "
+                         f"at page size {case.page_size}")
+    row = mxfp8_scale_row_bytes(spec.row_bytes("k"))
+    scales = PoolSpec(name=f"{spec.name}-scales", attention=Attention.MHA, dtype=KVDtype.FP8, heads=1, head_dim=row)
+    return case.replace(layout=HostLayout.PAGE_FIRST_DIRECT, pools=(scales,))

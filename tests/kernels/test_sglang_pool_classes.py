@@ -29,7 +29,7 @@ KIND = {"MHATokenToKVPoolHost": "standard", "MLATokenToKVPoolHost": "standard",
         "AsymmetricMHATokenToKVPoolHost": "standard", "HiSparseMHATokenToKVPoolHost": "hisparse",
         "MHATokenToKOnlyPoolHost": "k_only", "MambaPoolHost": "mamba",
         "MiniMaxM3Nvfp4IndexKPoolHost": "nvfp4_index_k", "MiniMaxM3Nvfp4MainKVPoolHost": "nvfp4_main_kv",
-        "DSAIndexerPoolHost": "dsa"}
+        "DSAIndexerPoolHost": "dsa", "MHATokenToKVPoolMXFP8Host": "mxfp8"}
 # The controller each class is driven by where the knob asks for the other one: the Mamba state pool's is
 # HiCacheController, the DSA indexer's the HybridCacheController (the group beside its MLA anchor).
 FORCED_CONTROLLER = {"MambaPoolHost": "base", "DSAIndexerPoolHost": "hybrid"}
@@ -53,12 +53,15 @@ def test_every_modelled_class_layout_and_io_backend_moves_bytes_exactly(fake_sgl
     assert cls.attention is not None
     drafts = 2 if cls.drafts else 0
     # page size 1 for one-slot pages; 8 makes the page rows of the 48-byte MLA rows 128-byte aligned; 12 makes the
-    # DSA indexer's 576 bytes, a compiled row (its page_first staged write-back compiles one module per width)
-    page_size = 1 if cls.slot_pages else 12 if name == "DSAIndexerPoolHost" else (
-        8 if cls.kernel_page_row_align > 1 else 3)
+    # DSA indexer's 576 bytes, a compiled row (its page_first staged write-back compiles one module per width); the
+    # MXFP8 pool exists at page size 128 only
+    page_size = cls.only_page_size or (1 if cls.slot_pages else 12 if name == "DSAIndexerPoolHost" else (
+        8 if cls.kernel_page_row_align > 1 else 3))
     case = hicache_case(cls.attention, layout, page_size=page_size, layers=4,
                         ops="backup,load,evict,backup,load", pool_kind=KIND[name], io_backend=io, start_layer=5,
                         draft_layers=drafts, controller=controller)
+    if cls.row_align > 1:  # the MXFP8 pool: rows of whole 32-element scale blocks, of a compiled width (128 bytes)
+        case = case.replace(pools=(PoolSpec("kv", cls.attention, KVDtype.BF16, 2, 32),))
     assert case_settings(case) == (name, io, 5, drafts)
     result = run_on_cpu(case)
     assert result.outcome is Outcome.PASS, result.summary
@@ -271,9 +274,15 @@ def test_nvfp4_page_row_pools_are_built_by_their_constructors_and_a_planted_bug_
     assert backend.case_unsupported(direct) is None
 
 
+# Modelled classes whose geometry the generator draws too rarely for a sample of this size, with why: their own
+# tests draw them from the backend's space narrowed to that geometry (tests/kernels/test_hicache_mxfp8.py).
+RARELY_DRAWN = {"MHATokenToKVPoolMXFP8Host": "an MHA page_first case of page size 128 with rows of 128, 256, 512 or "
+                                             "640 bytes and no draft layers: about 1 case in 15,000"}
+
+
 def test_generated_cases_run_every_modelled_class_on_a_gpu_platform(monkeypatch) -> None:
     """Cases predicted to run (the platform's rules, AOT ops assumed where the GPU is not this machine's) reach
-    every modelled class and both io backends."""
+    every modelled class but the rarely drawn ones, and both io backends."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     backend = load_registry().get("sglang-hicache")
     space = backend.case_space(CaseSpace(), H200)
@@ -284,7 +293,8 @@ def test_generated_cases_run_every_modelled_class_on_a_gpu_platform(monkeypatch)
             labels = backend.coverage_labels(case)
             classes.add(labels["pool_class"])
             io_backends.add(labels["io_backend"])
-    assert classes == set(pool_layouts.MODELLED) and len(classes) >= 8
+    assert set(pool_layouts.MODELLED) - set(RARELY_DRAWN) <= classes <= set(pool_layouts.MODELLED)
+    assert len(classes) >= 8
     assert io_backends == {"kernel", "direct"}
 
 

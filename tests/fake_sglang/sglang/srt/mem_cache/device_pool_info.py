@@ -1,9 +1,10 @@
 """Fake device pool infos: the Mamba state buffers and the packed page rows device pools expose (sglang's field
-names, validate)."""
+names, validate), and the MHA pools' KV scale buffers with their layout."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 
@@ -37,3 +38,15 @@ class PageRowBufferInfo:
         for layer, row in enumerate(self.rows):
             if row.data_ptr() != self.slab[layer].data_ptr():
                 raise ValueError(f"Page rows: rows[{layer}] is not slab[{layer}]")
+
+
+class KVScaleLayout(Enum):
+    TOKEN = "token"
+    MXFP8_INTERLEAVED = "mxfp8_interleaved"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVScaleBuffers:
+    k: tuple[torch.Tensor, ...]
+    v: tuple[torch.Tensor, ...]
+    layout: KVScaleLayout

@@ -1,7 +1,8 @@
 """Fake device KV pools: per-layer buffers of size + page_size rows (rows [0, page_size) are padding).
 
 Same constructor signatures as sglang's (the arguments the harness passes); ``get_device_pool_infos`` hands the
-pool itself as its buffer info, which the fake host pools read.
+pool itself as its buffer info, which the fake host pools read (an MHA pool's ``scales``: None, or the MXFP8 pool's
+UE8M0 scale buffers).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class _DevicePool:
 
 
 class MHATokenToKVPool(_DevicePool):
+    hicache_write_back_staging: Any = None
+    scales: Any = None
+
     def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int, head_dim: int, layer_num: int,
                  device: str, enable_memory_saver: bool, v_head_dim: int | None = None,
                  start_layer: int | None = None, end_layer: int | None = None,
@@ -49,6 +53,42 @@ class MHATokenToKVPool(_DevicePool):
         self.v_buffer = [torch.zeros((rows, head_num, self.v_head_dim), dtype=dtype, device=device)
                          for _ in range(layer_num)]
         self.row_bytes = head_num * head_dim * self.k_buffer[0].element_size()
+
+
+class MHATokenToKVPoolMXFP8(MHATokenToKVPool):
+    """fp8 K/V rows and one UE8M0 scale byte per 32 elements beside them: at page size 128 in FA4's interleaved
+    layout (pages, heads, 32, page_size // 32, head_dim // 32) per layer, else one row of scales per slot (sglang's
+    shapes and head dim rule)."""
+
+    BLOCK = 32
+
+    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int, head_dim: int, layer_num: int,
+                 device: str, enable_memory_saver: bool, v_head_dim: int | None = None,
+                 start_layer: int | None = None, end_layer: int | None = None,
+                 enable_alt_stream: bool = True) -> None:
+        v_dim = head_dim if v_head_dim is None else v_head_dim
+        for name, dim in (("head_dim", head_dim), ("v_head_dim", v_dim)):
+            if dim % self.BLOCK:
+                raise ValueError(f"MXFP8 KV cache requires {name} divisible by {self.BLOCK}, got {dim}.")
+        super().__init__(size, page_size, torch.float8_e4m3fn, head_num, head_dim, layer_num, device,
+                         enable_memory_saver, v_head_dim=v_head_dim, start_layer=start_layer, end_layer=end_layer,
+                         enable_alt_stream=enable_alt_stream)
+        from sglang.srt.mem_cache.device_pool_info import KVScaleBuffers, KVScaleLayout
+
+        rows = size + page_size
+        interleaved = page_size == 128
+
+        def shape(dim: int) -> tuple[int, ...]:
+            if interleaved:
+                return (rows // page_size, head_num, self.BLOCK, page_size // self.BLOCK, dim // self.BLOCK)
+            return (rows, head_num, dim // self.BLOCK)
+
+        self.k_scale_buffer = [torch.zeros(shape(head_dim), dtype=torch.float8_e8m0fnu, device=device)
+                               for _ in range(layer_num)]
+        self.v_scale_buffer = [torch.zeros(shape(self.v_head_dim), dtype=torch.float8_e8m0fnu, device=device)
+                               for _ in range(layer_num)]
+        self.scales = KVScaleBuffers(k=tuple(self.k_scale_buffer), v=tuple(self.v_scale_buffer),
+                                     layout=KVScaleLayout.MXFP8_INTERLEAVED if interleaved else KVScaleLayout.TOKEN)
 
 
 class MLATokenToKVPool(_DevicePool):

@@ -1,5 +1,6 @@
 """Fake MHA host pools: the symmetric pool, the asymmetric one (K and V tensors of their own widths) and the
-HiSparse one (layer_first, sized from the device pool)."""
+HiSparse one (layer_first, sized from the device pool); sglang's choice of the MHA host pool class for a device
+pool's buffer info (the MXFP8 pool for interleaved scales), and the MHA pools' refusal of other scale layouts."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ from sglang.srt.mem_cache.pool_host.base import HostPool
 
 class MHATokenToKVPoolHost(HostPool):
     components = ("k", "v")
+
+    def __init__(self, buffer_info: Any, *args: Any, **kwargs: Any) -> None:
+        scales = getattr(buffer_info, "scales", None)
+        if scales is not None and scales.layout.value != "mxfp8_interleaved":
+            raise ValueError(f"MHA host transfers do not support KV scale layout {scales.layout.value!r}.")
+        super().__init__(buffer_info, *args, **kwargs)
 
 
 class AsymmetricMHATokenToKVPoolHost(MHATokenToKVPoolHost):
@@ -64,3 +71,16 @@ class MHATokenToKOnlyPoolHost(HostPool):
     def load_to_device_per_layer(self, device_pool: Any, host_indices: Any, device_indices: Any, layer_id: int,
                                  io_backend: str, *, is_draft: bool = False) -> None:
         self._load_layer(host_indices, device_indices, layer_id, io_backend)
+
+
+def get_mha_host_pool_cls(buffer_info: Any) -> type:
+    scales = getattr(buffer_info, "scales", None)
+    if scales is not None and scales.layout.value == "mxfp8_interleaved":
+        if buffer_info.head_dim != buffer_info.v_head_dim:
+            raise NotImplementedError("MXFP8 HiCache does not support asymmetric K/V head dimensions yet.")
+        from sglang.srt.mem_cache.pool_host.mha_mxfp8 import MHATokenToKVPoolMXFP8Host
+
+        return MHATokenToKVPoolMXFP8Host
+    if buffer_info.head_dim != buffer_info.v_head_dim:
+        return AsymmetricMHATokenToKVPoolHost
+    return MHATokenToKVPoolHost
