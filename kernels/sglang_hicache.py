@@ -50,6 +50,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     INDEX_TOPK_FREQS,
     IO_BACKENDS,
     LAYOUTS,
+    MXFP8_PROFILE,
     POOL_KINDS,
     PROGRAMS,
     ROW_GROWTH,
@@ -117,6 +118,7 @@ class SglangHicacheBackend(SglangBackend):
             partial_rate=0.0,
             empty_rate=0.0,
             backend=self.name,
+            profiles=(MXFP8_PROFILE,),
         )
 
     def prediction_assumptions(self, platform: Platform) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ small budget, the others to ``byte_budget``, and a ``tail_rate`` share to a budg
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, fields, replace
 
 from hicache_fuzz.harness.model.case import (
@@ -49,6 +50,31 @@ HEAD_DIM_MENU = (128, 64, 80, 96, 192, 256, 512, 576, 32, 16, 8)
 # Layers: 61 DeepSeek-V3, 126 Llama-3-405B, 80 Llama-70B, 1..8 small, powers of two and their neighbours.
 LAYER_MENU = (1, 2, 3, 4, 8, 61, 126, 5, 7, 16, 32, 64, 80, 127, 128)
 MAX_TOKENS = 1 << 17  # transfers reach past 65,536 tokens (65,535 is the CUDA grid y/z limit)
+
+
+TuningMenus = tuple[tuple[str, tuple[int | str | bool, ...]], ...]
+
+
+@dataclass(frozen=True)
+class SpaceProfile:
+    """A narrowed copy of a backend's space that `per_mille` of a campaign's indices draw from.
+
+    The generator draws a case's shape (layout, attention kind, page size, rows) before its tuning knobs, so a knob
+    value whose class stores only one rare shape (MXFP8's page_first, 128-token pages, a few row widths) would be
+    drawn almost only on shapes that cannot hold it and fall back to the standard class. A profile draws its share
+    of indices from that shape with the knob set. Which indices is a function of the index alone (see
+    CaseSpace.profile_at), so shards, resumed campaigns and every seed agree on it."""
+
+    name: str
+    per_mille: int
+    changes: tuple[tuple[str, object], ...] = ()  # CaseSpace.narrowed arguments
+    tuning: TuningMenus = ()  # knob menus replaced (the others stay as the space has them)
+
+    def applied_to(self, space: CaseSpace) -> CaseSpace:
+        menus = dict(space.tuning_menus)
+        menus.update(dict(self.tuning))
+        # no covering-array pins: the schedule's buckets are those of the whole space, not of the profile
+        return space.narrowed(**dict(self.changes), tuning_menus=tuple(menus.items()), profiles=(), schedule=False)
 
 
 @dataclass(frozen=True)
@@ -97,7 +123,9 @@ class CaseSpace:
     tail_factor: int = 8
     schedule: bool = True  # draw scheduled dimensions from a covering array (see harness/generation/pairwise.py)
     backend: str = "reference"
-    tuning_menus: tuple[tuple[str, tuple[int | str | bool, ...]], ...] = ()
+    tuning_menus: TuningMenus = ()
+    # Narrowed sub-spaces a share of the indices draw from (SpaceProfile); their shares add up to at most 1000.
+    profiles: tuple[SpaceProfile, ...] = ()
     # Menu growth, for backends where every row size is a compile (sglang's JIT kernels): row_bytes_growth[k]
     # joins row_bytes from campaign index (k + 1) * grow_every on. A pure function of the index, so shards
     # and resumed campaigns still draw the same case i; the campaign compiles each next row in the background
@@ -128,12 +156,27 @@ class CaseSpace:
         return min(len(self.row_bytes_growth), index // self.grow_every)
 
     def at_index(self, index: int) -> CaseSpace:
-        """The space case `index` is drawn from: row_bytes plus the rows grown by then."""
+        """The space case `index` is drawn from: row_bytes plus the rows grown by then, narrowed to the index's
+        profile if it has one."""
+        space = self
         stage = self.growth_stage(index)
-        if not stage:
-            return self
-        grown = tuple(r for r in self.row_bytes_growth[:stage] if r not in self.row_bytes)
-        return replace(self, row_bytes=self.row_bytes + grown, row_bytes_growth=(), grow_every=0)
+        if stage:
+            grown = tuple(r for r in self.row_bytes_growth[:stage] if r not in self.row_bytes)
+            space = replace(self, row_bytes=self.row_bytes + grown, row_bytes_growth=(), grow_every=0)
+        profile = self.profile_at(index)
+        return profile.applied_to(space) if profile is not None else space
+
+    def profile_at(self, index: int) -> SpaceProfile | None:
+        """The profile case `index` draws from, if any: a hash of the index picks one slot in 1000, and the
+        profiles own consecutive slots in their order."""
+        if not self.profiles:
+            return None
+        slot = zlib.crc32(f"hicache-fuzz-profile:{index}".encode()) % 1000
+        for profile in self.profiles:
+            if slot < profile.per_mille:
+                return profile
+            slot -= profile.per_mille
+        return None
 
     def rows_of_stage(self, stage: int) -> tuple[int, ...]:
         """The rows that join the menu at growth stage `stage` (1-based; empty past the end)."""

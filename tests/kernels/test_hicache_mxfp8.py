@@ -142,8 +142,8 @@ def test_a_case_naming_the_class_outside_the_rules_is_unsupported_with_the_rule(
 
 def test_generated_cases_of_its_geometry_resolve_to_it_inside_the_rules_and_run_on_a_gpu_platform(
         monkeypatch) -> None:
-    """The generator rarely draws the pool's geometry (tests/kernels/test_sglang_pool_classes.py, RARELY_DRAWN):
-    the backend's space narrowed to it shows what the knob makes of generated cases."""
+    """The backend's space narrowed to the pool's geometry (more than its profile, MXFP8_PROFILE, narrows it: rows and
+    draft layers stay drawn) shows what the knob makes of generated cases."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     backend = load_registry().get("sglang-hicache")
     space = backend.case_space(CaseSpace(), H200).narrowed(page_sizes=(128,), layouts=(_PF,),

@@ -274,15 +274,9 @@ def test_nvfp4_page_row_pools_are_built_by_their_constructors_and_a_planted_bug_
     assert backend.case_unsupported(direct) is None
 
 
-# Modelled classes whose geometry the generator draws too rarely for a sample of this size, with why: their own
-# tests draw them from the backend's space narrowed to that geometry (tests/kernels/test_hicache_mxfp8.py).
-RARELY_DRAWN = {"MHATokenToKVPoolMXFP8Host": "an MHA page_first case of page size 128 with rows of 128, 256, 512 or "
-                                             "640 bytes and no draft layers: about 1 case in 15,000"}
-
-
 def test_generated_cases_run_every_modelled_class_on_a_gpu_platform(monkeypatch) -> None:
     """Cases predicted to run (the platform's rules, AOT ops assumed where the GPU is not this machine's) reach
-    every modelled class but the rarely drawn ones, and both io backends."""
+    every modelled class (MXFP8's one shape through its space profile) and both io backends."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     backend = load_registry().get("sglang-hicache")
     space = backend.case_space(CaseSpace(), H200)
@@ -293,7 +287,7 @@ def test_generated_cases_run_every_modelled_class_on_a_gpu_platform(monkeypatch)
             labels = backend.coverage_labels(case)
             classes.add(labels["pool_class"])
             io_backends.add(labels["io_backend"])
-    assert set(pool_layouts.MODELLED) - set(RARELY_DRAWN) <= classes <= set(pool_layouts.MODELLED)
+    assert classes == set(pool_layouts.MODELLED)
     assert len(classes) >= 8
     assert io_backends == {"kernel", "direct"}
 

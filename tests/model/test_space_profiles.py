@@ -1,0 +1,54 @@
+"""CaseSpace.profiles: a share of the indices draws from a narrowed copy of the space (harness/model/space.py)."""
+
+from __future__ import annotations
+
+from hicache_fuzz.harness.generation.generate import case_for_index
+from hicache_fuzz.harness.model.case import HostLayout
+from hicache_fuzz.harness.model.platform import Platform
+from hicache_fuzz.harness.model.space import CaseSpace, SpaceProfile
+from hicache_fuzz.kernels.registry import load_registry
+from hicache_fuzz.kernels.sglang_hicache_settings import MXFP8_CLASS, case_settings
+
+WIDE = SpaceProfile("wide-pages", per_mille=100, changes=(("layouts", (HostLayout.PAGE_FIRST,)), ("page_sizes", (7,))),
+                    tuning=(("knob", ("b",)),))
+
+
+def test_a_space_without_profiles_draws_every_index_from_itself() -> None:
+    space = CaseSpace(tuning_menus=(("knob", ("a",)),))
+    assert all(space.profile_at(i) is None for i in range(500))
+    assert all(space.at_index(i) == space for i in range(50))
+
+
+def test_a_profile_owns_its_share_of_indices_by_index_alone() -> None:
+    space = CaseSpace(tuning_menus=(("knob", ("a",)), ("other", (1, 2))), profiles=(WIDE,))
+    chosen = [i for i in range(10_000) if space.profile_at(i) is WIDE]
+    assert 800 <= len(chosen) <= 1200  # 100 per mille
+    assert chosen == [i for i in range(10_000) if space.narrowed(max_layers=9).profile_at(i) is WIDE]
+
+
+def test_a_profiled_index_draws_from_the_narrowed_space_with_its_knobs_replaced() -> None:
+    space = CaseSpace(tuning_menus=(("knob", ("a",)), ("other", (1, 2))), profiles=(WIDE,))
+    index = next(i for i in range(1000) if space.profile_at(i) is WIDE)
+    narrowed = space.at_index(index)
+    assert narrowed.layouts == (HostLayout.PAGE_FIRST,) and narrowed.page_sizes == (7,)
+    assert narrowed.max_page_size == 0 and not narrowed.schedule and narrowed.profiles == ()
+    assert dict(narrowed.tuning_menus) == {"knob": ("b",), "other": (1, 2)}
+    case = case_for_index(5, index, space)
+    assert case.layout is HostLayout.PAGE_FIRST and case.tuning_value("knob") == "b"
+    other = next(i for i in range(1000) if space.profile_at(i) is None)
+    assert case_for_index(5, other, space).tuning_value("knob") == "a"
+
+
+def test_profiles_take_consecutive_slots_in_their_order() -> None:
+    first, second = SpaceProfile("first", 600), SpaceProfile("second", 600)
+    space = CaseSpace(profiles=(first, second))
+    assert {space.profile_at(i) for i in range(2000)} == {first, second}
+    assert sum(space.profile_at(i) is first for i in range(5000)) > sum(space.profile_at(i) is second
+                                                                         for i in range(5000))
+
+
+def test_the_mxfp8_profile_makes_the_mxfp8_pool_a_drawn_class() -> None:
+    backend = load_registry().get("sglang-hicache")
+    space = backend.case_space(CaseSpace(), Platform("cuda", (9, 0)))
+    classes = [case_settings(case_for_index(1, i, space))[0] for i in range(3000)]
+    assert classes.count(MXFP8_CLASS) >= 10
