@@ -12,11 +12,16 @@ Time is modelled: the campaign's clock advances :data:`MODELLED_CASES_PER_SECOND
 :data:`MODELLED_SCALE_CASE_SECONDS` per scale-tier case, so a time budget (``--max-total-time 60``) draws about as
 many cases as a real campaign of that length on an H200, and the scale tier takes its share of modelled time.
 The report's ``seconds`` are modelled seconds; ``dry_run.wall_seconds`` is what the dry run took.
+
+With a :class:`CaseSaver` (``--save-cases DIR``, ``--where LABEL=VALUE``) the cases the dry run predicts would run
+(not unsupported or undefined) and whose coverage labels match are written as case files, so the cases of one
+feature (a pool class, an io backend) can be generated on a laptop and replayed on a GPU (``hicache-fuzz replay``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
@@ -30,6 +35,40 @@ MODELLED_CASES_PER_SECOND = 1000.0
 MODELLED_SCALE_CASE_SECONDS = 1.0
 # The accelerator a dry run models per platform: an H200 (sm90: the TMA backend's cases count) and an MI300.
 MODELLED_PLATFORMS = {"cpu": Platform("cpu"), "cuda": Platform("cuda", (9, 0)), "rocm": Platform("rocm", (9, 4))}
+
+
+# What --save-cases writes at most: a dry run of a long campaign generates millions of cases.
+MAX_SAVED_CASES = 10_000
+
+
+class CaseSaver:
+    """Writes the predicted-to-run cases whose labels (the backend's coverage labels, plus ``backend``) equal every
+    `where` value (compared as text; booleans as ``true``/``false``) into `folder`, one ``<case_id>.json`` each, up
+    to MAX_SAVED_CASES."""
+
+    def __init__(self, folder: Path, where: Mapping[str, str]) -> None:
+        self.folder = folder
+        self.where = dict(where)
+        self.saved = 0
+        self.matched = 0
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def offer(self, case: Case, backend: Backend, result: Result) -> None:
+        if result.outcome in (Outcome.UNSUPPORTED, Outcome.UNDEFINED):
+            return
+        labels = {"backend": backend.name, **backend.coverage_labels(case)}
+        if any(_text(labels.get(key)) != value for key, value in self.where.items()):
+            return
+        self.matched += 1
+        if self.saved < MAX_SAVED_CASES:
+            (self.folder / f"{case.case_id}.json").write_text(case.to_json(indent=2) + "\n")
+            self.saved += 1
+
+
+def _text(value: object) -> str | None:
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def predicted_result(case: Case, backend: Backend, platform: Platform) -> Result:
@@ -60,9 +99,10 @@ class PredictingExecutor(Executor):
     runs_lone_cases_aside = True
     runs_batches = True
 
-    def __init__(self, backends: Sequence[Backend], platform: Platform) -> None:
+    def __init__(self, backends: Sequence[Backend], platform: Platform, saver: CaseSaver | None = None) -> None:
         self.backends = {backend.name: backend for backend in backends}
         self.platform = platform
+        self.saver = saver
         self.modelled_seconds = 0.0
 
     def clock(self) -> float:
@@ -74,7 +114,10 @@ class PredictingExecutor(Executor):
     def run_batch(self, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
         results = []
         for position, case in enumerate(cases):
-            result = predicted_result(case, self.backends[case.backend], self.platform)
+            backend = self.backends[case.backend]
+            result = predicted_result(case, backend, self.platform)
+            if self.saver is not None:
+                self.saver.offer(case, backend, result)
             result.seconds = MODELLED_SCALE_CASE_SECONDS if position < lone_first else 1.0 / MODELLED_CASES_PER_SECOND
             self.modelled_seconds += result.seconds
             results.append(result)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hicache_fuzz.harness.model.exit_codes import UsageError
@@ -20,6 +21,7 @@ def dry_run_campaign(args: argparse.Namespace, seed: int) -> CampaignReport:
         MODELLED_CASES_PER_SECOND,
         MODELLED_PLATFORMS,
         MODELLED_SCALE_CASE_SECONDS,
+        CaseSaver,
         PredictingExecutor,
     )
     from hicache_fuzz.harness.campaign.loop import run_campaign
@@ -30,6 +32,8 @@ def dry_run_campaign(args: argparse.Namespace, seed: int) -> CampaignReport:
     from hicache_fuzz.harness.pipeline.setup import real_kernel_backends, registry_for
     from hicache_fuzz.kernels.registry import UnknownBackend
 
+    if args.where and not args.save_cases:
+        raise UsageError("--where picks the cases --save-cases writes: give --save-cases DIR")
     if args.runs is None and args.max_total_time is None:
         raise UsageError("give a budget: --runs N and/or --max-total-time SECONDS (modelled seconds in a dry run)")
     platform = detect().platform if args.platform == "auto" else MODELLED_PLATFORMS[args.platform]
@@ -49,7 +53,8 @@ def dry_run_campaign(args: argparse.Namespace, seed: int) -> CampaignReport:
     options = CampaignOptions(seed, args.runs, args.max_total_time, None, parse_shard(args.shard), args.start_index,
                               args.byte_budget, engine=engine, space_overrides=space_from_args(args),
                               record_case_ids=args.record_case_ids)
-    executor = PredictingExecutor(backends, platform)
+    saver = CaseSaver(Path(args.save_cases), parse_where(args.where)) if args.save_cases else None
+    executor = PredictingExecutor(backends, platform, saver)
     config = options.config([b.name for b in backends], executor)
     config.dry_run, config.clock = True, executor.clock
     capability = platform.compute_capability
@@ -72,5 +77,21 @@ def dry_run_campaign(args: argparse.Namespace, seed: int) -> CampaignReport:
         "assumptions": {b.name: list(b.prediction_assumptions(platform)) for b in backends
                         if b.prediction_assumptions(platform)},
     }
+    if saver is not None:
+        report.extra["dry_run"]["saved_cases"] = {"folder": str(saver.folder), "where": saver.where,
+                                                  "matched": saver.matched, "saved": saver.saved}
+        print(f"saved {saver.saved} of {saver.matched} matching cases to {saver.folder}"
+              + (" (the cap)" if saver.saved < saver.matched else ""), flush=True)
     return report
+
+
+def parse_where(items: list[str] | None) -> dict[str, str]:
+    """--where LABEL=VALUE (repeatable) as a mapping; UsageError names a malformed one."""
+    where: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UsageError(f"--where {item!r}: expected LABEL=VALUE, e.g. pool_class=DSAIndexerPoolHost")
+        where[key.strip()] = value.strip()
+    return where
 

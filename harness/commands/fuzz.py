@@ -43,6 +43,8 @@ OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
 
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    if (getattr(args, "save_cases", None) or getattr(args, "where", None)) and not args.dry_run:
+        raise UsageError("--save-cases and --where belong to a dry run: add --dry-run")
     if args.dry_run:  # generate and predict the campaign's cases, run nothing (commands/dry_run.py)
         from hicache_fuzz.harness.commands.dry_run import dry_run_campaign
 

@@ -98,6 +98,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="generate and predict the campaign's cases for --platform without running any (any "
                              "machine, no sglang or GPU needed; time budgets are modelled; docs/generation.md)")
+    parser.add_argument("--save-cases", metavar="DIR",
+                        help="with --dry-run: write the cases predicted to run (matching every --where) as case "
+                             "files into DIR, for `hicache-fuzz replay` on a GPU")
+    parser.add_argument("--where", action="append", metavar="LABEL=VALUE",
+                        help="with --save-cases: keep cases whose coverage label LABEL (or `backend`) is VALUE, "
+                             "e.g. pool_class=DSAIndexerPoolHost; repeatable (all must match)")
 
 
 def campaign_options(args: argparse.Namespace, seed: int, machine: Machine) -> CampaignOptions:

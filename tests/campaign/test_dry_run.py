@@ -149,3 +149,31 @@ def test_the_dry_run_report_states_what_its_predictions_assume(tmp_path: Path) -
                  "sglang-hicache", "--no-progress", "--json", str(out)]) == 0
     assumed = json.loads(out.read_text())["dry_run"]["assumptions"]
     assert "AOT" in " ".join(assumed["sglang-hicache"])
+
+
+def test_save_cases_writes_the_matching_cases_the_dry_run_would_run(tmp_path: Path) -> None:
+    """--save-cases with --where: the predicted-to-run cases of one pool class, as case files `replay` reads."""
+    from hicache_fuzz.harness.model.case import Case
+    from hicache_fuzz.kernels.sglang_hicache_settings import case_settings
+
+    folder = tmp_path / "dsa"
+    code, report = _dry(tmp_path, "--platform", "cuda", "--backend", "sglang-hicache", "--runs", "3000", "--seed",
+                        "1", "--save-cases", str(folder), "--where", "pool_class=DSAIndexerPoolHost")
+    assert code == EXIT_CLEAN
+    files = sorted(folder.glob("*.json"))
+    saved = report["dry_run"]["saved_cases"]
+    assert files and saved["saved"] == saved["matched"] == len(files)
+    backend = load_registry().get("sglang-hicache")
+    for path in files:
+        case = Case.from_json(path.read_text())
+        assert case.case_id == path.stem and case_settings(case)[0] == "DSAIndexerPoolHost"
+        assert backend.unsupported_reason(case, CUDA) is None
+
+
+def test_where_and_save_cases_are_refused_outside_their_dry_run(tmp_path: Path) -> None:
+    assert main(["fuzz", "--platform", "cpu", "--runs", "5", "--save-cases", str(tmp_path / "x")]) == EXIT_USAGE
+    where_alone = ["fuzz", "--dry-run", "--platform", "cuda", "--runs", "5", "--where", "backend=reference"]
+    assert main(where_alone) == EXIT_USAGE
+    code = main(["fuzz", "--dry-run", "--platform", "cuda", "--runs", "5", "--save-cases", str(tmp_path / "y"),
+                 "--where", "pool_class"])
+    assert code == EXIT_USAGE
