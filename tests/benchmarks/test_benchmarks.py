@@ -143,3 +143,18 @@ def test_proof_run_stops_on_a_baseline_that_imports_from_elsewhere(tmp_path: Pat
                 FUZZ_ARGS="--backend reference", BASELINE=str(empty))
     assert done.returncode == 3
     assert "does not import from its own folder" in (out / "rcs.txt").read_text()
+
+
+def test_class_check_on_the_cpu(tmp_path: Path) -> None:
+    """The plumbing with the reference backend: cases saved by the dry run, replayed, outcomes counted, false alarms."""
+    out = tmp_path / "out"
+    out.mkdir()
+    done = _run("class_check.sh", out, tmp_path, BACKEND="reference", WHERE="backend=reference", RUNS="40",
+                AOT_SRC=str(tmp_path / "absent"), FA_SEEDS="1", FA_SECONDS="2", FA_JOBS="1")
+    rcs = (out / "rcs.txt").read_text()
+    assert done.returncode == 0, rcs + done.stderr
+    assert "selection 1: backend=reference: 40 cases saved" in rcs
+    outcomes = dict(item.rsplit(" ", 1) for item in rcs.split("outcomes: ")[1].splitlines()[0].split(", "))
+    assert sum(map(int, outcomes.values())) == 40 and set(outcomes) <= {"pass", "rejected_as_predicted"}
+    assert "aot-build" not in rcs and "false-alarms rc=0" in rcs
+    assert {"replay-1.json", "replay-1.log", "fa.json", "fa.md", "fa.log"} <= {p.name for p in out.iterdir()}
