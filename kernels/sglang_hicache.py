@@ -50,8 +50,8 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     INDEX_TOPK_FREQS,
     IO_BACKENDS,
     LAYOUTS,
-    MXFP8_PROFILE,
     POOL_KINDS,
+    PROFILES,
     PROGRAMS,
     ROW_GROWTH,
     SIDE_POOL_CLASSES,
@@ -118,7 +118,7 @@ class SglangHicacheBackend(SglangBackend):
             partial_rate=0.0,
             empty_rate=0.0,
             backend=self.name,
-            profiles=(MXFP8_PROFILE,),
+            profiles=PROFILES,
         )
 
     def prediction_assumptions(self, platform: Platform) -> tuple[str, ...]:

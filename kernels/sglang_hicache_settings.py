@@ -59,19 +59,46 @@ ROW_GROWTH: tuple[int, ...] = (640, 768, 1280, 1536, 2560)
 # constructor builds the staged modules of its payload row (E) and of its per-page scale block (4 * E): an MXFP8
 # case needs both among these (E = 128, 256, 512 and 640 give blocks of 512, 1024, 2048 and 2560 bytes).
 COMPILED_ROWS = frozenset(POOL_ROW_MENU + ROW_GROWTH)
+# Each pool class of a kind stores a few shapes (its attention kinds, layouts, the Mamba pool's page size 1), and the
+# generator draws a case's shape before its pool kind, so a kind lands on a shape its class cannot hold (and falls
+# back to the standard class) most of the time. Each kind therefore owns PROFILE_PER_MILLE indices in 1,000 that
+# draw from its class's shapes with the kind set (CaseSpace.profiles), so that every class is reached in a short
+# campaign: the backend is costly (relative_case_cost), a 60-s campaign or a 20,000-case dry run generates only
+# about 70 distinct cases of it, and the standard classes, which the other sglang backends reach too, keep the
+# plain draws (two thirds).
+PROFILE_PER_MILLE = 50
+#
 # The MXFP8 pool stores one shape only (MHA page_first, 128-token pages, rows of 32-byte multiples, no draft
-# layers), which the plain draw reaches about once in 15,000 cases because the shape is drawn before the pool
-# kind. One index in a hundred draws from that shape with the knob set (CaseSpace.profiles). Its rows are those of
-# the start-up menu whose scale blocks (4 x E) are in that menu too, so no profile case waits for a growth row's
-# compile.
+# layers), which the plain draw reaches about once in 15,000 cases. Its profile's rows are those of the start-up
+# menu whose scale blocks (4 x E) are in that menu too, so no profile case waits for a growth row's compile, and
+# it takes the full case budget: a 128-token page of wide rows over many layers does not fit the small one.
 MXFP8_ROWS: tuple[int, ...] = tuple(r for r in POOL_ROW_MENU if r % pool_layouts.MXFP8_BLOCK == 0
                                     and pool_layouts.mxfp8_scale_page_bytes(r) in POOL_ROW_MENU)
 MXFP8_PROFILE = SpaceProfile(
-    name=MXFP8, per_mille=10,
+    name=MXFP8, per_mille=PROFILE_PER_MILLE,
     changes=(("layouts", (HostLayout.PAGE_FIRST,)), ("attentions", (Attention.MHA,)),
              ("page_sizes", (pool_layouts.MXFP8_PAGE_SIZE,)), ("row_bytes", MXFP8_ROWS),
              ("small_rate", 0.0)),
     tuning=(("pool_kind", (MXFP8,)), ("draft_layers", (0,))))
+CLASS_OF_KIND = {HISPARSE: "HiSparseMHATokenToKVPoolHost", K_ONLY: "MHATokenToKOnlyPoolHost", **FITTED_KINDS}
+
+
+def class_profile(kind: str) -> SpaceProfile:
+    """The profile of a pool kind: the attention kinds and layouts its class stores (with some io backend), page
+    size 1 for a class of one slot per page, the kind set."""
+    cls = pool_layouts.pool_class(CLASS_OF_KIND[kind])
+    stored = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
+    changes: list[tuple[str, object]] = [
+        ("layouts", tuple(layout for layout in LAYOUTS if layout in stored)),
+        ("attentions", tuple(a for a in (Attention.MHA, Attention.MLA, Attention.MHA_ASYM) if a in cls.attentions))]
+    if cls.slot_pages:
+        changes.append(("page_sizes", (1,)))
+    return SpaceProfile(name=kind, per_mille=PROFILE_PER_MILLE, changes=tuple(changes),
+                        tuning=(("pool_kind", (kind,)),))
+
+
+PROFILES: tuple[SpaceProfile, ...] = (*(class_profile(kind) for kind in CLASS_OF_KIND if kind != MXFP8),
+                                      MXFP8_PROFILE)
 
 
 def case_settings(case: Case) -> tuple[str, str, int, int]:
