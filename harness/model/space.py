@@ -62,8 +62,9 @@ class SpaceProfile:
     The generator draws a case's shape (layout, attention kind, page size, rows) before its tuning knobs, so a knob
     value whose class stores only one rare shape (MXFP8's page_first, 128-token pages, a few row widths) would be
     drawn almost only on shapes that cannot hold it and fall back to the standard class. A profile draws its share
-    of indices from that shape with the knob set. Which indices is a function of the index alone (see
-    CaseSpace.profile_at), so shards, resumed campaigns and every seed agree on it."""
+    of indices from that shape with the knob set. Which indices is a function of the index and the campaign seed
+    (CaseSpace.profile_at), so shards and resumed campaigns agree on it, and a backend that runs only some indices
+    of a campaign (the costly ones) meets other profiles under another seed."""
 
     name: str
     per_mille: int
@@ -167,11 +168,11 @@ class CaseSpace:
         return profile.applied_to(space) if profile is not None else space
 
     def profile_at(self, index: int) -> SpaceProfile | None:
-        """The profile case `index` draws from, if any: a hash of the index picks one slot in 1000, and the
-        profiles own consecutive slots in their order."""
+        """The profile case `index` draws from, if any: a hash of the campaign seed (menu_seed) and the index picks
+        one slot in 1000, and the profiles own consecutive slots in their order."""
         if not self.profiles:
             return None
-        slot = zlib.crc32(f"hicache-fuzz-profile:{index}".encode()) % 1000
+        slot = zlib.crc32(f"hicache-fuzz-profile:{self.menu_seed}:{index}".encode()) % 1000
         for profile in self.profiles:
             if slot < profile.per_mille:
                 return profile

@@ -24,6 +24,8 @@ def test_a_profile_owns_its_share_of_indices_by_index_alone() -> None:
     chosen = [i for i in range(10_000) if space.profile_at(i) is WIDE]
     assert 800 <= len(chosen) <= 1200  # 100 per mille
     assert chosen == [i for i in range(10_000) if space.narrowed(max_layers=9).profile_at(i) is WIDE]
+    other_seed = [i for i in range(10_000) if space.narrowed(menu_seed=7).profile_at(i) is WIDE]
+    assert 800 <= len(other_seed) <= 1200 and other_seed != chosen  # the campaign seed picks them too
 
 
 def test_a_profiled_index_draws_from_the_narrowed_space_with_its_knobs_replaced() -> None:
