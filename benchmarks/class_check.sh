@@ -26,15 +26,8 @@ rcs="$out/rcs.txt"
 status=0
 started=$(date +%s)
 
-step() {  # step NAME COMMAND...: run it, append "NAME rc=N S s (at T s)" to rcs.txt
-  local name=$1 t0 rc
-  shift
-  t0=$(date +%s)
-  "$@"
-  rc=$?
-  echo "$name rc=$rc $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - started )) s)" >> "$rcs"
-  [ "$rc" -eq 0 ] || status=$rc
-}
+# shellcheck source=benchmarks/steps.sh
+source "$(dirname "$0")/steps.sh"
 
 aot_src=${AOT_SRC:-.aot-src}
 if [ -d "$aot_src" ]; then

@@ -35,15 +35,8 @@ started=$(date +%s)
 # on PYTHONPATH, and an older harness may lack what summarize.py imports.
 own_pythonpath=${PYTHONPATH:-}
 
-step() {  # step NAME COMMAND...: run it, append "NAME rc=N S s (at T s)" to rcs.txt
-  local name=$1 t0 rc
-  shift
-  t0=$(date +%s)
-  "$@"
-  rc=$?
-  [ "$rc" -eq 0 ] || status=$rc
-  echo "$name rc=$rc $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - started )) s)" >> "$rcs"
-}
+# shellcheck source=benchmarks/steps.sh
+source "$(dirname "$0")/steps.sh"
 
 "$py" -c "import hicache_fuzz.harness as h; print('harness from', h.__file__)" > "$rcs" 2>&1
 grep -q "harness from $PWD/" "$rcs" || { echo "the installed hicache-fuzz is not the checkout $PWD: stop" >> "$rcs"; exit 3; }

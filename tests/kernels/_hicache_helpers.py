@@ -24,7 +24,7 @@ from hicache_fuzz.harness.model.case import (
     Scope,
     make_tuning,
 )
-from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels import sglang_hicache_drive
@@ -99,3 +99,16 @@ def hicache_case(attention: Attention = Attention.MHA, layout: HostLayout = Host
 
 def run_on_cpu(case: Case) -> Result:
     return run_case(case, CpuHicacheBackend(), CPU, torch.device("cpu"))
+
+
+def run_twice_on_kept_objects(first: Case) -> tuple[CpuHicacheBackend, Case]:
+    """Run `first`, then a case of the same geometry with another program and seed, on one backend; assert both pass
+    and that the second reused the objects the first built. Returns the backend and the second case."""
+    backend = CpuHicacheBackend()
+    assert run_case(first, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert backend._kept is not None
+    built = backend._kept[1]
+    second = first.replace(tuning=make_tuning({**dict(first.tuning), "ops": "load,backup"}), seed=11)
+    assert run_case(second, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert backend._kept[1] is built
+    return backend, second

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hicache_fuzz.harness.findings.standalone_hicache import unscripted_reason
-from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype, PoolSpec, make_tuning
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype, PoolSpec
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.pipeline.materialize import materialize
 from hicache_fuzz.kernels import sglang_hicache_drive as drive
@@ -198,14 +198,6 @@ def test_the_mla_anchor_is_judged_by_the_oracle_too(fake_sglang, monkeypatch) ->
 
 
 def test_objects_of_one_geometry_are_reused_and_judged_again(fake_sglang) -> None:
-    from hicache_fuzz.harness.pipeline.runner import run_case
-    from tests.kernels._hicache_helpers import CPU, CpuHicacheBackend
+    from tests.kernels._hicache_helpers import run_twice_on_kept_objects
 
-    backend = CpuHicacheBackend()
-    first = dsa_case(layers=3, index_topk_freq=2, ops="backup,evict,backup", draft_layers=1)
-    assert run_case(first, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
-    assert backend._kept is not None
-    built = backend._kept[1]
-    second = first.replace(tuning=make_tuning({**dict(first.tuning), "ops": "load,backup"}), seed=11)
-    assert run_case(second, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
-    assert backend._kept[1] is built
+    run_twice_on_kept_objects(dsa_case(layers=3, index_topk_freq=2, ops="backup,evict,backup", draft_layers=1))

@@ -14,7 +14,7 @@ import torch
 
 from hicache_fuzz.harness.findings.standalone_hicache import unscripted_reason
 from hicache_fuzz.harness.generation.generate import case_for_index
-from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype, PoolSpec, make_tuning
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype, PoolSpec
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -266,15 +266,8 @@ def test_without_step_images_the_scales_are_judged_after_the_sequence(fake_sglan
 
 def test_objects_of_one_geometry_are_reused_and_the_scales_judged_again(fake_sglang, monkeypatch) -> None:
     from hicache_fuzz.harness.pipeline.runner import run_case
-    from tests.kernels._hicache_helpers import CPU, CpuHicacheBackend
+    from tests.kernels._hicache_helpers import CPU, run_twice_on_kept_objects
 
-    backend = CpuHicacheBackend()
-    first = mxfp8_case(layers=2, ops="backup,evict,backup")
-    assert run_case(first, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
-    assert backend._kept is not None
-    built = backend._kept[1]
-    second = first.replace(tuning=make_tuning({**dict(first.tuning), "ops": "load,backup"}), seed=11)
-    assert run_case(second, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
-    assert backend._kept[1] is built
+    backend, second = run_twice_on_kept_objects(mxfp8_case(layers=2, ops="backup,evict,backup"))
     monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "mxfp8_scale_layer")
     assert run_case(second, backend, CPU, torch.device("cpu")).outcome is Outcome.WRONGLY_REJECTED
