@@ -10,7 +10,8 @@
 #   WHERE ["pool_class=DSAIndexerPoolHost pool_class=MHATokenToKVPoolMXFP8Host"]: one selection per word;
 #   AOT_SRC [.aot-src]: where it holds the pinned sources, the AOT ops are built into .aot-build first (the ops the
 #   host pools fall back to, which a machine whose sgl_kernel does not load lacks; docs/aot.md);
-#   REPLAY_LIMIT [200] seconds per selection; FA_SEEDS [20] (0 skips the false alarms), FA_SECONDS [60], FA_JOBS
+#   REPLAY_CASES [40]: the saved cases replayed per selection (the first by name: names are case hashes, so a
+#   spread of the campaign's draws); REPLAY_LIMIT [200] seconds per selection; FA_SEEDS [20] (0 skips the false alarms), FA_SECONDS [60], FA_JOBS
 #   [10], FA_DEADLINE [none]: false-alarms --start-deadline; KNOWN [corpus/sglang]; PYTHON [python3].
 # Writes to $OUT: rcs.txt (each step's exit code and seconds; per selection the cases saved and the replay's
 # outcomes), aot.log, replay-<n>.json and .log per selection, fa.json, fa.md and fa.log.
@@ -44,17 +45,23 @@ for selection in $where; do
   saved=$(find "$cases" -name '*.json' 2>/dev/null | wc -l)
   echo "selection $n: $selection: $saved cases saved" >> "$rcs"
   [ "$saved" -gt 0 ] || continue
+  replayed="$work/replayed-$n"
+  mkdir -p "$replayed"
+  find "$cases" -name '*.json' | sort | head -n "${REPLAY_CASES:-40}" | xargs -r cp -t "$replayed"
+  echo "  replayed: $(find "$replayed" -name '*.json' | wc -l)" >> "$rcs"
   step "replay $selection" timeout "${REPLAY_LIMIT:-200}" "$py" -m hicache_fuzz replay --platform "$platform" \
-    "$cases" --json "$out/replay-$n.json" > "$out/replay-$n.log" 2>&1
+    "$replayed" --json "$out/replay-$n.json" > "$out/replay-$n.log" 2>&1
   "$py" - "$out/replay-$n.json" >> "$rcs" 2>&1 <<'PY'
 import collections, json, sys
 try:
-    results = json.load(open(sys.argv[1]))["results"]
+    report = json.load(open(sys.argv[1]))
+    results = report["results"]
 except (OSError, ValueError, KeyError) as exc:
     print(f"  no replay report ({exc})")
 else:
     counts = collections.Counter(r.get("outcome", "?") for r in results)
-    print("  outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    partial = "" if report.get("complete", True) else " (stopped early: partial report)"
+    print("  outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + partial)
 PY
 done
 if [ "${FA_SEEDS:-20}" -gt 0 ]; then

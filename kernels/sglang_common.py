@@ -564,3 +564,49 @@ def platform_of(buffers: Any) -> Platform:
             kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
             _PLATFORMS[key] = Platform(kind, torch.cuda.get_device_capability(buffers.device))
     return _PLATFORMS[key]
+
+
+# ---- pinned host registrations of a failed construction ------------------------------------------------
+
+HOST_POOL_COMMON = "sglang.srt.mem_cache.pool_host.common"
+
+
+@contextlib.contextmanager
+def registrations_released_on_failure(common: Any = None) -> Iterator[None]:
+    """Unregister the host buffers sglang pinned inside this block if the block raises.
+
+    sglang's host pools pin their buffers (``cudaHostRegister``, through ``pool_host/common.py``'s
+    ``_cuda_host_register``) in their constructors and unpin them only in ``destroy()``. A constructor that raises
+    after pinning leaves no object to destroy, and the registration outlives the buffer: the next buffer torch
+    hands out at that address cannot be pinned (``cudaErrorHostMemoryAlreadyRegistered``), so every later case
+    in the process would fail for a reason that is not its own. The buffers pinned while the block runs are
+    noted (sglang's own function still pins them) and unpinned with sglang's ``_cuda_host_unregister`` if the
+    block raises. `common` is that module (imported when not given; absent from sglang builds that have no
+    such module, where this does nothing)."""
+    if common is None:
+        import importlib
+
+        try:
+            common = importlib.import_module(HOST_POOL_COMMON)
+        except ImportError:
+            common = None
+    register = getattr(common, "_cuda_host_register", None)
+    unregister = getattr(common, "_cuda_host_unregister", None)
+    if register is None or unregister is None:
+        yield
+        return
+    pinned: list[Any] = []
+
+    def noting(buffer: Any, *args: Any, **kwargs: Any) -> None:
+        register(buffer, *args, **kwargs)
+        pinned.append(buffer)
+
+    common._cuda_host_register = noting
+    try:
+        yield
+    except BaseException:
+        for buffer in pinned:
+            unregister(buffer)
+        raise
+    finally:
+        common._cuda_host_register = register

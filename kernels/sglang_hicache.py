@@ -228,7 +228,8 @@ class SglangHicacheBackend(SglangBackend):
         if kept is not None and built is None:
             drive.destroy(kept[1])
         if built is None:
-            built = drive.build(mods, case, buffers.device)
+            with common.registrations_released_on_failure():
+                built = drive.build(mods, case, buffers.device)
         try:
             drive.drive(mods, buffers, built)
         except BaseException:

@@ -287,8 +287,9 @@ class SglangPoolBackend(SglangBackend):
             _destroy(kept[1])
         pairs: list[tuple[Any, Any]] = []
         try:
-            for pool in buffers.pools:
-                pairs.append(_build(mods, case, pool.spec, buffers.device))
+            with common.registrations_released_on_failure():
+                for pool in buffers.pools:
+                    pairs.append(_build(mods, case, pool.spec, buffers.device))
         except BaseException:
             _destroy(pairs)
             raise

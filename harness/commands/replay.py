@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +49,14 @@ def run(args: argparse.Namespace) -> int:
     if args.backend:
         available_backend(registry, args.backend, machine)
     rows: list[dict[str, Any]] = []
+    partial = _PartialReport(args.json)
+
+    def replayed(replay: Replayed) -> None:
+        rows.append(_print_row(replay))
+        partial.update(rows)
+
     replays = replay_entries(entries, registry, machine, execution_options(args), None, args.backend or None,
-                             on_replayed=lambda replay: rows.append(_print_row(replay)))
+                             on_replayed=replayed)
     failures = sum(1 for r in replays if r.verdict is not None and not r.verdict.ok)
     skipped = sum(1 for r in replays if r.skipped)
     print(f"{len(rows) - skipped - failures} passed, {failures} failed, {skipped} skipped")
@@ -60,6 +68,26 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_UNAVAILABLE
     return final_exit_code(EXIT_CLEAN, written)
+
+
+class _PartialReport:
+    """The --json report rewritten as rows arrive (at most every few seconds), so a replay stopped by a time
+    limit or a crash of this process leaves the rows it had; the complete report replaces it at the end."""
+
+    INTERVAL_S = 5.0
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.written_at = time.monotonic()
+
+    def update(self, rows: list[dict[str, Any]]) -> None:
+        if self.path is None or time.monotonic() - self.written_at < self.INTERVAL_S:
+            return
+        from hicache_fuzz.harness.findings.corpus import write_json_atomic
+
+        with contextlib.suppress(OSError):  # the final write reports where the report went (write_json_report)
+            write_json_atomic(Path(self.path), {"results": rows, "complete": False})
+        self.written_at = time.monotonic()
 
 
 def _print_row(replay: Replayed) -> dict[str, Any]:
@@ -76,5 +104,6 @@ def _print_row(replay: Replayed) -> dict[str, Any]:
         row["observed_before"] = entry.observed.outcome.value
     row["verdict"] = replay.verdict.label
     first_line = result.summary.splitlines()[0] if result.summary else ""
-    print(f"{replay.verdict.label} {entry.path} [{case.backend}] {result.outcome.value}: {first_line}")
+    where = f" (raised at {result.raised_at})" if result.raised_at and not replay.verdict.ok else ""
+    print(f"{replay.verdict.label} {entry.path} [{case.backend}] {result.outcome.value}: {first_line}{where}")
     return row

@@ -93,7 +93,7 @@ _REPRODUCER_KEYS = frozenset({"format", "version", "signature", "signature_key",
                               "observed", "expect", "trigger",
                               "minimized", "gate_corpus_file"})
 _OBSERVED_KEYS = frozenset({"case_id", "backend", "outcome", "expected_path", "path", "prediction", "error", "diff",
-                            "summary", "seconds"})
+                            "summary", "seconds", "raised_at"})
 _OBSERVED_REQUIRED = ("case_id", "backend", "outcome")
 
 
@@ -182,7 +182,8 @@ def _observed(value: Any) -> Result:
     if missing:  # what the failure was, and where: without them the reproducer is not one (replay, minimize alike)
         raise InputError(f"reproducer.observed: missing field(s) {missing}")
     texts = {key: expect_str(data.get(key, ""), f"reproducer.observed.{key}")
-             for key in ("case_id", "backend", "expected_path", "path", "prediction", "error", "summary")}
+             for key in ("case_id", "backend", "expected_path", "path", "prediction", "error", "summary",
+                         "raised_at")}
     return Result(outcome=Outcome(outcome), diff=expect_object(data.get("diff", {}), "reproducer.observed.diff"),
                   seconds=expect_number(data.get("seconds", 0.0), "reproducer.observed.seconds"), **texts)
 

@@ -42,6 +42,8 @@ class Result:
     diff: dict[str, Any] = field(default_factory=dict)
     summary: str = ""  # one human line: what went wrong where
     seconds: float = 0.0
+    raised_at: str = ""  # innermost frames of what the backend raised (file:line function), for triage only
+
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +57,7 @@ class Result:
             "diff": self.diff,
             "summary": self.summary,
             "seconds": round(self.seconds, 6),
+            "raised_at": self.raised_at,
         }
 
     @classmethod
@@ -64,4 +67,5 @@ class Result:
             expected_path=data.get("expected_path", ""), path=data.get("path", ""),
             prediction=data.get("prediction", ""), error=data.get("error", ""), diff=data.get("diff", {}),
             summary=data.get("summary", ""), seconds=float(data.get("seconds", 0.0)),
+            raised_at=data.get("raised_at", ""),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -155,8 +156,20 @@ def _call_backend(backend: Backend, buffers: Materialized, base: Result) -> Exce
         base.path = backend.run(buffers)
     except Exception as exc:
         base.error = f"{type(exc).__name__}: {exc}".strip()[:2000]
+        base.raised_at = raised_at(exc)
         return exc
     return None
+
+
+def raised_at(exc: BaseException, frames: int = 4) -> str:
+    """The innermost `frames` frames of `exc`'s traceback (file as its folder/name:line function), innermost first:
+    whether a refusal came from sglang,
+    from the kernel's Python wrapper or from this harness is the first question of its triage. Kept out of the
+    error text, so failure signatures do not depend on line numbers."""
+    import traceback
+
+    summary = traceback.extract_tb(exc.__traceback__)[-frames:]
+    return " <- ".join(f"{'/'.join(Path(f.filename).parts[-2:])}:{f.lineno} {f.name}" for f in reversed(summary))
 
 
 def _judge_rejection(base: Result, raised: bool, prediction: Prediction, before: dict[str, torch.Tensor],

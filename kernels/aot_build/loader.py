@@ -86,13 +86,19 @@ def describe(directory: Path, info: dict[str, Any]) -> str:
 
 
 def _is_ours(module: ModuleType) -> bool:
-    # look in the module's own namespace: import-only stand-ins answer every getattr with a (truthy) placeholder
-    return vars(module).get("HICACHE_FUZZ_STANDIN") is True
+    """True for this folder's stand-in package only, whose ``kvcacheio`` forwards to the built ops. The GPU
+    bundle's import-only stand-in also declares itself a hicache-fuzz stand-in, but its ``kvcacheio`` holds
+    placeholders that raise: it must have its submodule replaced, so it is told apart by where it lives."""
+    try:
+        return Path(str(module.__file__)).resolve().is_relative_to(STANDIN_ROOT.resolve())
+    except (AttributeError, TypeError, OSError):
+        return False
 
 
 def _is_standin(module: ModuleType) -> bool:
-    """True for this project's stand-in and for other import-only stand-ins (placeholder attributes)."""
-    if _is_ours(module):
+    """True for this project's stand-ins and for other import-only stand-ins (placeholder attributes)."""
+    # look in the module's own namespace: import-only stand-ins answer every getattr with a (truthy) placeholder
+    if _is_ours(module) or vars(module).get("HICACHE_FUZZ_STANDIN") is True:
         return True
     kvcacheio = sys.modules.get(f"{module.__name__}.kvcacheio")
     op = getattr(kvcacheio, PROBE_OP, None) if kvcacheio is not None else None

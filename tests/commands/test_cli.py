@@ -76,3 +76,17 @@ def test_python_dash_m_entry_point() -> None:
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "reference" in done.stdout
+
+
+def test_replay_keeps_a_partial_json_report_while_it_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay stopped by a time limit keeps the rows it had (the report is rewritten as rows arrive)."""
+    from hicache_fuzz.harness.commands import replay
+
+    report = tmp_path / "replay.json"
+    partial = replay._PartialReport(str(report))
+    partial.update([{"case_id": "a"}])
+    assert not report.exists()  # not yet: at most one write per interval
+    monkeypatch.setattr(replay._PartialReport, "INTERVAL_S", 0.0)
+    partial.update([{"case_id": "a"}, {"case_id": "b"}])
+    assert json.loads(report.read_text()) == {"results": [{"case_id": "a"}, {"case_id": "b"}], "complete": False}
+    replay._PartialReport(None).update([{"case_id": "c"}])  # no --json: nothing written anywhere

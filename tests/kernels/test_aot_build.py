@@ -225,3 +225,30 @@ def test_aot_backend_probe_names_the_build_state(tmp_path: Path, monkeypatch: py
     availability = SglangAotBackend().probe(Platform(kind="cpu"))
     assert not availability.available
     assert "AOT ops: no AOT build in" in availability.reason and "not built" in availability.reason
+
+
+def test_routing_replaces_the_kvcacheio_of_the_gpu_bundles_stand_in() -> None:
+    """The GPU bundle's import-only ``sgl_kernel`` (docs/gpu/sgl_kernel_stub) also declares itself a hicache-fuzz
+    stand-in; its ``kvcacheio`` placeholders raise. Once the built ops are routed, sglang's late imports
+    (``from sgl_kernel.kvcacheio import get_device_accessible_ptr`` while a host pool builds its pointer tables)
+    must get the forwarding wrappers, not the placeholders."""
+    import os
+    import subprocess
+    import sys
+
+    stub = Path(__file__).resolve().parents[2] / "docs" / "gpu" / "sgl_kernel_stub"
+    code = (
+        "import sgl_kernel\n"
+        "from hicache_fuzz.kernels.aot_build import loader\n"
+        "assert loader._is_standin(sgl_kernel) and not loader._is_ours(sgl_kernel)\n"
+        "loader._route_kvcacheio(sgl_kernel)\n"
+        "from sgl_kernel.kvcacheio import get_device_accessible_ptr, transfer_kv_per_layer\n"
+        "print(get_device_accessible_ptr.__module__, get_device_accessible_ptr.__code__.co_filename)\n"
+        "print(type(transfer_kv_per_layer).__name__)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    module_line, kind = done.stdout.splitlines()
+    assert module_line.split()[1] == str(STANDIN_KVCACHEIO.resolve())
+    assert kind == "function"
