@@ -186,10 +186,13 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
         return _finish(mods, case, built)
     device_pool = _device_pool(mods, case, spec, target, device, start)
     draft_pools = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
+    if name == "MLATokenToKVPoolHost":
+        return _finish(mods, case, Built(device_pool, draft_pools, _mla_host(mods, case, device_pool, draft_pools,
+                                                                             start)))
     info = device_pool.get_device_pool_infos()[0].buffer_info
     size, ps = case.device_rows - case.page_size, case.page_size
     common: dict[str, Any] = {"device_capacity_tokens": size, "start_layer": start, "end_layer": start + target}
-    cls = getattr(mods.mla if name.startswith("MLA") else mods.mha, pool_class(name).name)
+    cls = getattr(mods.mha, pool_class(name).name)
     if name == K_ONLY:
         # the anchor host pool it is sized from in production (an MHA pool beside it): read for its page size and
         # capacity only
@@ -200,8 +203,6 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
         # case's host_slots exactly (the half slot keeps float rounding below the next integer)
         ratio = (case.host_slots - ps + 0.5) / size
         host_pool = cls(info, ratio, ps, **common)
-    elif name == "MLATokenToKVPoolHost":
-        host_pool = _mla_host(mods, case, device_pool, draft_pools, start)
     else:
         draft_infos = [p.get_device_pool_infos()[0].buffer_info for p in draft_pools]
         host_pool = cls(info, 2.0, 0, ps, case.layout.value, True, "cpu", "default", draft_buffer_infos=draft_infos,

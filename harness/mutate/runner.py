@@ -263,6 +263,7 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
                                    range(len(config.slots))))
     lock = threading.Lock()
     errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
     try:
         baseline = stored_baseline(config) if config.reuse_baseline else None
         if baseline is not None:
@@ -306,7 +307,7 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
                     records[mutant.id] = record
                     log(f"  {mutant.id} {mutant.file}:{mutant.line} {mutant.operator}: {outcomes}")
 
-        threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(len(config.slots))]
+        threads.extend(threading.Thread(target=worker, args=(k,), daemon=True) for k in range(len(config.slots)))
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -317,6 +318,10 @@ def run_all(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, 
             log(f"mutate: {pending.qsize()} mutant(s) not started before --start-deadline (unfinished; rerun to "
                 f"resume)")
     finally:
+        # A signal ends this thread's wait early; each slot's thread is then restoring its mutated file after its
+        # target was killed (stop_all), so removing the copies under it could leave a file and the copy behind.
+        for thread in threads:
+            thread.join(timeout=30)
         if not config.keep_workspace:
             for workspace in workspaces:
                 workspace.remove()
