@@ -60,7 +60,7 @@ except (OSError, ValueError, KeyError) as exc:
     print(f"  no replay report ({exc})")
 else:
     counts = collections.Counter(r.get("outcome", "?") for r in results)
-    partial = "" if report.get("complete", True) else " (stopped early: partial report)"
+    partial = " (stopped early: partial report)" if report.get("partial") else ""
     print("  outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + partial)
 PY
 done

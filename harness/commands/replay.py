@@ -86,7 +86,7 @@ class _PartialReport:
         from hicache_fuzz.harness.findings.corpus import write_json_atomic
 
         with contextlib.suppress(OSError):  # the final write reports where the report went (write_json_report)
-            write_json_atomic(Path(self.path), {"results": rows, "complete": False})
+            write_json_atomic(Path(self.path), {"results": rows, "partial": True})
         self.written_at = time.monotonic()
 
 

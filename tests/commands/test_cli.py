@@ -88,5 +88,5 @@ def test_replay_keeps_a_partial_json_report_while_it_runs(tmp_path: Path, monkey
     assert not report.exists()  # not yet: at most one write per interval
     monkeypatch.setattr(replay._PartialReport, "INTERVAL_S", 0.0)
     partial.update([{"case_id": "a"}, {"case_id": "b"}])
-    assert json.loads(report.read_text()) == {"results": [{"case_id": "a"}, {"case_id": "b"}], "complete": False}
+    assert json.loads(report.read_text()) == {"results": [{"case_id": "a"}, {"case_id": "b"}], "partial": True}
     replay._PartialReport(None).update([{"case_id": "c"}])  # no --json: nothing written anywhere
