@@ -40,9 +40,10 @@ API = "hicache_fuzz.api"
 APART = ("hicache_fuzz.harness.isa", "hicache_fuzz.harness.mutate")  # stand-alone tools
 # Modules of the lowest layer that the stand-alone tools may import too (standard library only): the exit
 # codes, so that every command and tool exits with the same codes, sglang's copy-round rules, so that the
-# contract, the sglang backends and the ISA check apply one row-tiling rule, and the one progress line.
+# contract, the sglang backends and the ISA check apply one row-tiling rule, the one progress line, and the one
+# atomic write of a JSON file.
 SHARED_WITH_TOOLS = {"hicache_fuzz.harness.model.exit_codes", "hicache_fuzz.harness.model.copy_rules",
-                     "hicache_fuzz.harness.model.progress"}
+                     "hicache_fuzz.harness.model.progress", "hicache_fuzz.harness.model.output_paths"}
 CLI = "hicache_fuzz.harness.commands.cli"
 CLI_IMPORTERS = {"hicache_fuzz.__main__"}
 

@@ -86,10 +86,11 @@ def make_target(ours: argparse.Namespace, libfuzzer_args: Sequence[str]) -> Any:
     import atheris
     import torch
 
-    from hicache_fuzz.harness.findings.corpus import reproducer_dict, write_json_atomic
+    from hicache_fuzz.harness.findings.corpus import reproducer_dict
     from hicache_fuzz.harness.findings.identity import signature, signature_key
     from hicache_fuzz.harness.findings.reproducer import save_reproducer
     from hicache_fuzz.harness.generation.generate import draw_case
+    from hicache_fuzz.harness.model.output_paths import write_json_atomic
     from hicache_fuzz.harness.model.platform import detect, require
     from hicache_fuzz.harness.model.space import CaseSpace
     from hicache_fuzz.harness.pipeline.runner import run_case

@@ -28,13 +28,14 @@ from hicache_fuzz.harness.engine.feed import (
 )
 from hicache_fuzz.harness.engine.feed_process import ProcessFeed
 from hicache_fuzz.harness.engine.scheduler import BatchScheduler, Submitted
-from hicache_fuzz.harness.findings.corpus import reproducer_dict, write_json_atomic
+from hicache_fuzz.harness.findings.corpus import reproducer_dict
 from hicache_fuzz.harness.findings.identity import identify
 from hicache_fuzz.harness.findings.known import KnownMap, known_files, match_known
 from hicache_fuzz.harness.findings.reproducer import save_reproducer
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
 from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.model.output_paths import write_json_atomic
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor
 from hicache_fuzz.harness.pipeline.runner import explain_crash

@@ -361,7 +361,7 @@ def _worker_main(argv: list[str] | None = None) -> int:
     except (Unavailable, WorkerError) as exc:
         print(f"hicache-fuzz worker: unavailable: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    from hicache_fuzz.harness.findings.corpus import write_json_atomic
+    from hicache_fuzz.harness.model.output_paths import write_json_atomic
 
     write_json_atomic(Path(job.report), data)
     return EXIT_FAILURES if data.get("new_failure_signatures") else EXIT_CLEAN
@@ -379,7 +379,7 @@ class _Child:
 
 def _spawn(step: str, job: ShardJob, job_file: Path, log: Path, kind: str,
            thread_count: int) -> subprocess.Popen[bytes]:
-    from hicache_fuzz.harness.findings.corpus import write_json_atomic
+    from hicache_fuzz.harness.model.output_paths import write_json_atomic
 
     write_json_atomic(job_file, job.to_dict())
     env = dict(os.environ)
@@ -532,8 +532,8 @@ def keep_partial_report(children: list[_Child], run_dir: Path, workers: int) -> 
     every few seconds, or their final ones) into ``run_dir/report-interrupted.json`` and say on stderr where it
     and the shards' own reports are. The failures are in the corpus already (saved as found). Returns the path
     of the merged report, None when no shard had written one (the message then names their logs)."""
-    from hicache_fuzz.harness.findings.corpus import write_json_atomic
     from hicache_fuzz.harness.model.json_input import MAX_REPORT_FILE_BYTES, InputError, read_json_file
+    from hicache_fuzz.harness.model.output_paths import write_json_atomic
     from hicache_fuzz.harness.reporting.merge import merge_reports
 
     paths = [Path(child.job.report) for child in children if Path(child.job.report).is_file()]

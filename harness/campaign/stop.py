@@ -98,7 +98,7 @@ class Checkpoint:
         if self.path is None or (not force and now - self.last < self.every):
             return
         self.last = now
-        from hicache_fuzz.harness.findings.corpus import write_json_atomic
+        from hicache_fuzz.harness.model.output_paths import write_json_atomic
 
         try:
             write_json_atomic(self.path, {**report.to_dict(), "partial": True})

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hicache_fuzz.harness.model.output_paths import write_json_atomic
+
 STDOUT_BEGIN = "---- hicache-fuzz report (could not be written to a file) ----"
 STDOUT_END = "---- end of hicache-fuzz report ----"
 
@@ -34,8 +36,6 @@ def write_report(path: Path | str | None, data: Any, what: str = "report") -> bo
     is returned."""
     if path is None or path == "":
         return True
-    from hicache_fuzz.harness.findings.corpus import write_json_atomic  # imports torch: not at --help time
-
     target = Path(path)
     try:
         write_json_atomic(target, data)

@@ -17,6 +17,7 @@ from hicache_fuzz.harness.model.exit_codes import (
     UsageError,
     final_exit_code,
 )
+from hicache_fuzz.harness.model.output_paths import write_json_atomic
 
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.replay import Replayed
@@ -83,8 +84,6 @@ class _PartialReport:
     def update(self, rows: list[dict[str, Any]]) -> None:
         if self.path is None or time.monotonic() - self.written_at < self.INTERVAL_S:
             return
-        from hicache_fuzz.harness.findings.corpus import write_json_atomic
-
         with contextlib.suppress(OSError):  # the final write reports where the report went (write_json_report)
             write_json_atomic(Path(self.path), {"results": rows, "partial": True})
         self.written_at = time.monotonic()

@@ -9,7 +9,6 @@ Two kinds of file are read:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from hicache_fuzz.harness.model.json_input import (
     safe_name,
 )
 from hicache_fuzz.harness.model.outcome import Outcome, Result
-from hicache_fuzz.harness.model.output_paths import write_text_atomic
+from hicache_fuzz.harness.model.output_paths import write_json_atomic
 
 REPRODUCER_FORMAT = "hicache-fuzz-reproducer"
 REPRODUCER_VERSION = 1
@@ -62,12 +61,6 @@ class CorpusEntry:
         if self.observed is not None and self.observed.outcome.is_failure:
             return signature(self.observed, self.case)
         return self.signature
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write, fsync and rename, onto a regular file or a new path only: a reader (or a crash) never sees half a
-    file, and a device node or FIFO at `path` is never replaced (harness/model/output_paths.py)."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def reproducer_dict(case: Case, result: Result) -> dict[str, Any]:

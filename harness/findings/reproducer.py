@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.findings.corpus import reproducer_dict, write_json_atomic
+from hicache_fuzz.harness.findings.corpus import reproducer_dict
 from hicache_fuzz.harness.findings.identity import signature, signature_key
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import child_path
 from hicache_fuzz.harness.model.outcome import Result
-from hicache_fuzz.harness.model.output_paths import write_text_atomic
+from hicache_fuzz.harness.model.output_paths import write_json_atomic, write_text_atomic
 
 # ---- judging a replay against the entry's expectation -----------------------------------------------------
 

@@ -19,10 +19,12 @@ Only the standard library: every layer (the campaign's corpus writer, JUnit, HTM
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hicache_fuzz.harness.model.json_input import InputError
 
@@ -165,3 +167,9 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """`data` as indented, key-sorted JSON, written as :func:`write_bytes_atomic` writes (every report, corpus
+    entry and mutant record of this tool goes through here)."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

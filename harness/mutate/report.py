@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from hicache_fuzz.harness.mutate.runner import write_json_atomic
+from hicache_fuzz.harness.model.output_paths import write_json_atomic
 from hicache_fuzz.harness.mutate.targets import OUTCOMES
 
 # The implementation paths (as the campaign's path spy names them) through which each source file's code is

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hicache_fuzz.harness.model.output_paths import write_json_atomic
 from hicache_fuzz.harness.mutate.mutant import Mutant
 from hicache_fuzz.harness.mutate.targets import (
     CampaignTarget,
@@ -60,13 +61,6 @@ class RunConfig:
     # time.monotonic() after which no mutant is started (those running finish): a time-boxed device call then
     # ends with its slots' work recorded instead of killing the mutants in flight (which would record nothing)
     start_deadline: float | None = None
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def result_path(out: Path, mutant_id: str) -> Path:

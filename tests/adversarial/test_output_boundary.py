@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from hicache_fuzz.harness.findings.corpus import write_json_atomic
 from hicache_fuzz.harness.model.output_paths import (
     OutputPathError,
     check_output_dir,
     check_output_file,
     write_bytes_atomic,
+    write_json_atomic,
 )
 from hicache_fuzz.harness.reporting.junit import write_junit
 from tests.adversarial.conftest import error_lines

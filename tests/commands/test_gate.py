@@ -16,9 +16,10 @@ import pytest
 
 from hicache_fuzz.harness.commands import gate
 from hicache_fuzz.harness.commands.cli import main
-from hicache_fuzz.harness.findings.corpus import load_entry, write_json_atomic
+from hicache_fuzz.harness.findings.corpus import load_entry
 from hicache_fuzz.harness.findings.reproducer import save_reproducer
 from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
+from hicache_fuzz.harness.model.output_paths import write_json_atomic
 from hicache_fuzz.harness.model.platform import require
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
 from hicache_fuzz.kernels.registry import load_registry

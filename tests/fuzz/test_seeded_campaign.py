@@ -12,7 +12,7 @@ import os
 import pytest
 
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, CampaignReport, run_campaign
-from hicache_fuzz.harness.findings.corpus import write_json_atomic
+from hicache_fuzz.harness.model.output_paths import write_json_atomic
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor
 
