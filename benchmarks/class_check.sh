@@ -10,11 +10,12 @@
 #   WHERE ["pool_class=DSAIndexerPoolHost pool_class=MHATokenToKVPoolMXFP8Host"]: one selection per word;
 #   AOT_SRC [.aot-src]: where it holds the pinned sources, the AOT ops are built into .aot-build first (the ops the
 #   host pools fall back to, which a machine whose sgl_kernel does not load lacks; docs/aot.md);
+#   JIT_WARM [1]: `hicache-fuzz jit-warm --backend BACKEND --seed SEED` first (0 skips it), WARM_LIMIT [300] s;
 #   REPLAY_CASES [40]: the saved cases replayed per selection (the first by name: names are case hashes, so a
 #   spread of the campaign's draws); REPLAY_LIMIT [200] seconds per selection; FA_SEEDS [20] (0 skips the false alarms), FA_SECONDS [60], FA_JOBS
 #   [10], FA_DEADLINE [none]: false-alarms --start-deadline; KNOWN [corpus/sglang]; PYTHON [python3].
 # Writes to $OUT: rcs.txt (each step's exit code and seconds; per selection the cases saved and the replay's
-# outcomes), aot.log, replay-<n>.json and .log per selection, fa.json, fa.md and fa.log.
+# outcomes), aot.log, jit-warm.log, replay-<n>.json and .log per selection, fa.json, fa.md and fa.log.
 # Exit status: that of the last failing step (0 if none).
 set -u
 out=${OUT:?set OUT to an empty folder for the results}
@@ -34,6 +35,13 @@ aot_src=${AOT_SRC:-.aot-src}
 if [ -d "$aot_src" ]; then
   step aot-build timeout 300 "$py" -m hicache_fuzz.kernels.aot_build.build --src "$aot_src" --out .aot-build \
     > "$out/aot.log" 2>&1
+fi
+if [ "${JIT_WARM:-1}" = 1 ]; then
+  # the modules the seed's campaign of the backend draws, built in parallel: replayed cases otherwise compile
+  # them one at a time, inside the replay's time limit
+  step jit-warm timeout "${WARM_LIMIT:-300}" "$py" -m hicache_fuzz jit-warm --platform "$platform" \
+    --backend "$backend" --seed "${SEED:-1}" > "$out/jit-warm.log" 2>&1
+  tail -n 1 "$out/jit-warm.log" | sed 's/^/  /' >> "$rcs"
 fi
 n=0
 for selection in $where; do
