@@ -12,8 +12,10 @@
 #   host pools fall back to, which a machine whose sgl_kernel does not load lacks; docs/aot.md);
 #   JIT_WARM [1]: `hicache-fuzz jit-warm --backend BACKEND --seed SEED` first (0 skips it), WARM_LIMIT [300] s;
 #   REPLAY_CASES [40]: the saved cases replayed per selection (the first by name: names are case hashes, so a
-#   spread of the campaign's draws); REPLAY_LIMIT [200] seconds per selection; FA_SEEDS [20] (0 skips the false alarms), FA_SECONDS [60], FA_JOBS
-#   [10], FA_DEADLINE [none]: false-alarms --start-deadline; KNOWN [corpus/sglang]; PYTHON [python3].
+#   spread of the campaign's draws); REPLAY_LIMIT [200] seconds per selection; FA_SEEDS [20] (0 skips the false
+#   alarms), FA_SECONDS [60], FA_JOBS [10], FA_DEADLINE [none]: false-alarms --start-deadline; FA_FIRST [0]: 1 runs
+#   the false alarms before the selections (a short device call then ends in the replays, not in them);
+#   KNOWN [corpus/sglang]; PYTHON [python3].
 # Writes to $OUT: rcs.txt (each step's exit code and seconds; per selection the cases saved and the replay's
 # outcomes), aot.log, jit-warm.log, replay-<n>.json and .log per selection, fa.json, fa.md and fa.log.
 # Exit status: that of the last failing step (0 if none).
@@ -43,6 +45,17 @@ if [ "${JIT_WARM:-1}" = 1 ]; then
     --backend "$backend" --seed "${SEED:-1}" > "$out/jit-warm.log" 2>&1
   tail -n 1 "$out/jit-warm.log" | sed 's/^/  /' >> "$rcs"
 fi
+false_alarms() {
+  [ "${FA_SEEDS:-20}" -gt 0 ] || return 0
+  local deadline=()
+  [ -n "${FA_DEADLINE:-}" ] && deadline=(--start-deadline "$FA_DEADLINE")
+  step false-alarms "$py" -m hicache_fuzz false-alarms --seeds "${FA_SEEDS:-20}" --first-seed 1 \
+    --seconds "${FA_SECONDS:-60}" --jobs "${FA_JOBS:-10}" "${deadline[@]}" --known "${KNOWN:-corpus/sglang}" \
+    --out "$work/fa" --json "$out/fa.json" --markdown "$out/fa.md" -- --platform "$platform" --worker-processes 1 \
+    --scale off > "$out/fa.log" 2>&1
+  tail -n 3 "$out/fa.log" | sed 's/^/  /' >> "$rcs"
+}
+[ "${FA_FIRST:-0}" = 1 ] && false_alarms
 n=0
 for selection in $where; do
   n=$((n + 1))
@@ -72,13 +85,5 @@ else:
     print("  outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + partial)
 PY
 done
-if [ "${FA_SEEDS:-20}" -gt 0 ]; then
-  deadline=()
-  [ -n "${FA_DEADLINE:-}" ] && deadline=(--start-deadline "$FA_DEADLINE")
-  step false-alarms "$py" -m hicache_fuzz false-alarms --seeds "${FA_SEEDS:-20}" --first-seed 1 \
-    --seconds "${FA_SECONDS:-60}" --jobs "${FA_JOBS:-10}" "${deadline[@]}" --known "${KNOWN:-corpus/sglang}" \
-    --out "$work/fa" --json "$out/fa.json" --markdown "$out/fa.md" -- --platform "$platform" --worker-processes 1 \
-    --scale off > "$out/fa.log" 2>&1
-  tail -n 3 "$out/fa.log" | sed 's/^/  /' >> "$rcs"
-fi
+[ "${FA_FIRST:-0}" = 1 ] || false_alarms
 exit "$status"

@@ -145,17 +145,20 @@ def test_proof_run_stops_on_a_baseline_that_imports_from_elsewhere(tmp_path: Pat
     assert "does not import from its own folder" in (out / "rcs.txt").read_text()
 
 
-def test_class_check_on_the_cpu(tmp_path: Path) -> None:
-    """The plumbing with the reference backend: cases saved by the dry run, replayed, outcomes counted, false alarms."""
+@pytest.mark.parametrize("fa_first", ["0", "1"])
+def test_class_check_on_the_cpu(tmp_path: Path, fa_first: str) -> None:
+    """The plumbing with the reference backend: cases saved by the dry run, replayed, outcomes counted, false alarms
+    (after the selections, or before them with FA_FIRST=1)."""
     out = tmp_path / "out"
     out.mkdir()
     done = _run("class_check.sh", out, tmp_path, BACKEND="reference", WHERE="backend=reference", RUNS="40",
                 AOT_SRC=str(tmp_path / "absent"), FA_SEEDS="1", FA_SECONDS="2", FA_JOBS="1", REPLAY_CASES="25",
-                JIT_WARM="0")  # the reference backend builds nothing: jit-warm exits 3 for it
+                JIT_WARM="0", FA_FIRST=fa_first)  # the reference backend builds nothing: jit-warm exits 3 for it
     rcs = (out / "rcs.txt").read_text()
     assert done.returncode == 0, rcs + done.stderr
     assert "selection 1: backend=reference: 40 cases saved" in rcs and "replayed: 25" in rcs
     outcomes = dict(item.rsplit(" ", 1) for item in rcs.split("outcomes: ")[1].splitlines()[0].split(", "))
     assert sum(map(int, outcomes.values())) == 25 and set(outcomes) <= {"pass", "rejected_as_predicted"}
     assert "aot-build" not in rcs and "jit-warm" not in rcs and "false-alarms rc=0" in rcs
+    assert (rcs.index("false-alarms rc=") < rcs.index("selection 1:")) == (fa_first == "1")
     assert {"replay-1.json", "replay-1.log", "fa.json", "fa.md", "fa.log"} <= {p.name for p in out.iterdir()}
