@@ -569,6 +569,8 @@ def platform_of(buffers: Any) -> Platform:
 # ---- pinned host registrations of a failed construction ------------------------------------------------
 
 HOST_POOL_COMMON = "sglang.srt.mem_cache.pool_host.common"
+# Held while a block's wrapper is installed: blocks in other threads wait, so each restores the function it found.
+_registrations_lock = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -590,23 +592,23 @@ def registrations_released_on_failure(common: Any = None) -> Iterator[None]:
             common = importlib.import_module(HOST_POOL_COMMON)
         except ImportError:
             common = None
-    register = getattr(common, "_cuda_host_register", None)
-    unregister = getattr(common, "_cuda_host_unregister", None)
-    if register is None or unregister is None:
+    if getattr(common, "_cuda_host_register", None) is None or getattr(common, "_cuda_host_unregister", None) is None:
         yield
         return
     pinned: list[Any] = []
+    with _registrations_lock:
+        register, unregister = common._cuda_host_register, common._cuda_host_unregister
 
-    def noting(buffer: Any, *args: Any, **kwargs: Any) -> None:
-        register(buffer, *args, **kwargs)
-        pinned.append(buffer)
+        def noting(buffer: Any, *args: Any, **kwargs: Any) -> None:
+            register(buffer, *args, **kwargs)
+            pinned.append(buffer)
 
-    common._cuda_host_register = noting
-    try:
-        yield
-    except BaseException:
-        for buffer in pinned:
-            unregister(buffer)
-        raise
-    finally:
-        common._cuda_host_register = register
+        common._cuda_host_register = noting
+        try:
+            yield
+        except BaseException:
+            for buffer in pinned:
+                unregister(buffer)
+            raise
+        finally:
+            common._cuda_host_register = register
