@@ -163,9 +163,8 @@ def _call_backend(backend: Backend, buffers: Materialized, base: Result) -> Exce
 
 def raised_at(exc: BaseException, frames: int = 4) -> str:
     """The innermost `frames` frames of `exc`'s traceback (file as its folder/name:line function), innermost first:
-    whether a refusal came from sglang,
-    from the kernel's Python wrapper or from this harness is the first question of its triage. Kept out of the
-    error text, so failure signatures do not depend on line numbers."""
+    whether a refusal came from sglang, from the kernel's Python wrapper or from this harness is the first question
+    of its triage. Kept out of the error text, so failure signatures do not depend on line numbers."""
     import traceback
 
     summary = traceback.extract_tb(exc.__traceback__)[-frames:]
