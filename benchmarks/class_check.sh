@@ -17,7 +17,8 @@
 #   the false alarms before the selections (a short device call then ends in the replays, not in them);
 #   KNOWN [corpus/sglang]; PYTHON [python3].
 # Writes to $OUT: rcs.txt (each step's exit code and seconds; per selection the cases saved and the replay's
-# outcomes), aot.log, jit-warm.log, replay-<n>.json and .log per selection, fa.json, fa.md and fa.log.
+# outcomes), aot.log, jit-warm.log, replay-<n>.json and .log per selection, fa.json, fa.md, fa.log and
+# fa-corpus.tgz (the campaigns' reproducers, fa/seed-N/corpus/...).
 # Exit status: that of the last failing step (0 if none).
 set -u
 out=${OUT:?set OUT to an empty folder for the results}
@@ -54,6 +55,9 @@ false_alarms() {
     --out "$work/fa" --json "$out/fa.json" --markdown "$out/fa.md" -- --platform "$platform" --worker-processes 1 \
     --scale off > "$out/fa.log" 2>&1
   tail -n 3 "$out/fa.log" | sed 's/^/  /' >> "$rcs"
+  # every campaign's reproducers, so that a new identity can be examined (and a known one recorded) on any machine
+  (cd "$work" && find fa -path '*/corpus/*' -name '*.json' -print0 | tar czf "$out/fa-corpus.tgz" --null -T -) \
+    2>/dev/null
 }
 [ "${FA_FIRST:-0}" = 1 ] && false_alarms
 n=0
