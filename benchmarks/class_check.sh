@@ -10,7 +10,8 @@
 #   WHERE ["pool_class=DSAIndexerPoolHost pool_class=MHATokenToKVPoolMXFP8Host"]: one selection per word;
 #   AOT_SRC [.aot-src]: where it holds the pinned sources, the AOT ops are built into .aot-build first (the ops the
 #   host pools fall back to, which a machine whose sgl_kernel does not load lacks; docs/aot.md);
-#   JIT_WARM [1]: `hicache-fuzz jit-warm --backend BACKEND --seed SEED` first (0 skips it), WARM_LIMIT [300] s;
+#   JIT_WARM [1]: `hicache-fuzz jit-warm --backend BACKEND --seed SEED` first (0 skips it, all: every campaign's
+#   menus), WARM_LIMIT [300] s;
 #   REPLAY_CASES [40]: the saved cases replayed per selection (the first by name: names are case hashes, so a
 #   spread of the campaign's draws); REPLAY_LIMIT [200] seconds per selection; FA_SEEDS [20] (0 skips the false
 #   alarms), FA_SECONDS [60], FA_JOBS [10], FA_DEADLINE [none]: false-alarms --start-deadline; FA_FIRST [0]: 1 runs
@@ -39,11 +40,14 @@ if [ -d "$aot_src" ]; then
   step aot-build timeout 300 "$py" -m hicache_fuzz.kernels.aot_build.build --src "$aot_src" --out .aot-build \
     > "$out/aot.log" 2>&1
 fi
-if [ "${JIT_WARM:-1}" = 1 ]; then
-  # the modules the seed's campaign of the backend draws, built in parallel: replayed cases otherwise compile
-  # them one at a time, inside the replay's time limit
-  step jit-warm timeout "${WARM_LIMIT:-300}" "$py" -m hicache_fuzz jit-warm --platform "$platform" \
-    --backend "$backend" --seed "${SEED:-1}" > "$out/jit-warm.log" 2>&1
+if [ "${JIT_WARM:-1}" != 0 ]; then
+  # the modules the seed's campaign of the backend draws (JIT_WARM=all: every campaign's menus, what the false
+  # alarms' campaigns draw), built in parallel: replayed cases otherwise compile them one at a time, inside the
+  # replay's time limit
+  warm=(--backend "$backend" --seed "${SEED:-1}")
+  [ "${JIT_WARM:-1}" = all ] && warm=()
+  step jit-warm timeout "${WARM_LIMIT:-300}" "$py" -m hicache_fuzz jit-warm --platform "$platform" "${warm[@]}" \
+    > "$out/jit-warm.log" 2>&1
   tail -n 1 "$out/jit-warm.log" | sed 's/^/  /' >> "$rcs"
 fi
 false_alarms() {
