@@ -193,6 +193,21 @@ def skip_topk_layers(case: Case) -> tuple[bool, ...]:
         layer += 1
 
 
+def host_pool_layers(case: Case) -> int:
+    """The layers sglang's host pool of the case is built with (its ``layer_num``: ``target_layer_num`` plus one per
+    packed draft buffer). For the DSA indexer pool the host pool in question is the MLA anchor's, built over a device
+    pool of every target layer of the stage, skipped ones included (:func:`skip_topk_layers`), and the drafts
+    (sglang_hicache_drive's ``_build_dsa``), so it holds more layers than the case where layers skip top-k. For every
+    other case it is the case's layers: target and drafts (sglang_hicache_drive's ``build``), every layer of the
+    target model (sglang_pool_calls). Where page_first_direct hands sglang's MLA host pool fewer pages than this,
+    it cannot build its per-layer views (findings/trigger.py's ``host_pages``)."""
+    name, _io, _start, drafts = case_settings(case)
+    skip = skip_topk_layers(case)
+    if name == DSA_CLASS and skip:
+        return len(skip) + max(drafts, 0)
+    return case.layers
+
+
 def _fits(name: str, case: Case) -> bool:
     """Whether the class stores the case's attention kind, layout (with some io backend), page size and rows (and,
     for the DSA indexer on page_first and the MXFP8 pool, whether the widths its constructor compiles are among

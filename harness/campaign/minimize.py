@@ -426,7 +426,9 @@ def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: i
     """Shrink `case` while ``signature(run(candidate), candidate)`` stays the original's.
 
     `run` executes one case (an executor's ``run``); `result` is the case's known result (run again if
-    omitted). The budget counts candidate runs and wall seconds; the best case so far is returned either way.
+    omitted). The budget counts candidate runs and wall seconds, the trigger's runs too (``derive_trigger``: one
+    per non-plain feature, a feature left untried for want of budget stays in the trigger); the best case so far
+    is returned either way.
     `on_step` is called with the state after every candidate run (``runs``, ``accepted``, ``case``,
     ``seconds`` so far): the command's progress line.
     """
@@ -460,6 +462,8 @@ def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: i
     state.fixpoint = not progress and budget_left()
 
     def same_bug(candidate: Case) -> bool:  # a few runs more: each non-plain feature put back to plain alone
+        if not budget_left():
+            return False  # no run left to show the feature is not needed: it stays (a narrower trigger)
         state.runs += 1
         outcome = run(candidate)
         return outcome.outcome.is_failure and signature(outcome, candidate) == state.signature

@@ -6,8 +6,9 @@ scoped to its trigger as well: the conditions, in the case's own terms, under wh
 appears. A campaign failure with the entry's identity counts as known only when its case meets every
 condition (findings/known.py); otherwise it is new.
 
-The conditions are drawn from a fixed vocabulary of case features, each with a *plain* value, the one the
-minimizer reduces every case towards (campaign/minimize.py's ``defaults``, ``fewer_pools``):
+The conditions are drawn from a fixed vocabulary of case features, each with a *plain* value. How the case
+hands over its inputs, each plain value being the one the minimizer reduces every case towards
+(campaign/minimize.py's ``defaults``, ``fewer_pools``):
 
 * ``tuning.<knob>``: a backend knob's value ("" where the case leaves the backend's default), e.g.
   ``tuning.controller = base`` (sglang's base HiCacheController placing the indices);
@@ -19,22 +20,40 @@ minimizer reduces every case towards (campaign/minimize.py's ``defaults``, ``few
   staged write-back capability: their ``write_back_jit`` flag and a 16-byte row multiple) or ``mixed``
   (they disagree, so the group's facade flag is False).
 
+The shape of the host pool, which the minimizer keeps (it never changes a case's layout or attention kind, and
+``tighter_pools`` lowers host pages, away from plain), so a failure drops them from its trigger only where a
+relaxed case shows it does not need them:
+
+* ``layout``: the case's host layout, ``layer_first`` (plain), ``page_first``, ``page_first_direct``,
+  ``page_head`` or ``page_unified``; relaxed to layer_first (and one head group, the only count layer_first
+  takes);
+* ``attention``: ``mla`` where some pool of the case is MLA, else ``mha`` (plain; asymmetric MHA counts as
+  ``mha``): sglang builds another host pool class for each. Relaxed by making each MLA pool an MHA pool of one
+  head of the latent row's width (valid on every layout MLA takes);
+* ``host_pages``: ``fewer_than_layers`` where the case's host pages are fewer than the layers sglang's host pool
+  is built with (kernels/sglang_hicache_settings.py's ``host_pool_layers``: the DSA indexer's MLA anchor holds
+  skipped layers and drafts too), else ``at_least_layers`` (plain). sglang's MLA host pool on page_first_direct
+  (and page_unified) takes its per-layer views along the page axis and cannot be built then. Relaxed by raising
+  the host slots to one page per such layer (host indices past the end keep their distance from it).
+
 A trigger is derived when an entry is recorded: the features of the minimized case that are not plain
-(the ones the minimizer could not remove while keeping the signature) and, when the failing case can be
-run, only those whose removal alone loses the signature (:func:`derive_trigger`). It is stored in the
-reproducer as plain JSON (``"trigger": {"tuning.controller": "base", ...}``); an entry without one matches
-every case of its identity.
+(the ones the minimizer could not remove while keeping the signature, and the host pool's shape) and, when
+the failing case can be run, only those whose removal alone (the case relaxed to the feature's plain value:
+:func:`_relaxed`) loses the signature (:func:`derive_trigger`). It is stored in the reproducer as plain JSON
+(``"trigger": {"tuning.controller": "base", ...}``); an entry without one matches every case of its identity.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from hicache_fuzz.harness.findings.identity import contract_cause
-from hicache_fuzz.harness.model.case import Case, CaseError, HostAllocator, IndexSpec, PoolSpec
+from hicache_fuzz.harness.model.case import Attention, Case, CaseError, HostAllocator, HostLayout, IndexSpec, PoolSpec
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.kernels.base import Backend
+from hicache_fuzz.kernels.sglang_hicache_settings import host_pool_layers
 from hicache_fuzz.oracles.contract import Platform, predict
 
 TUNING_PREFIX = "tuning."
@@ -47,6 +66,9 @@ PLAIN: dict[str, str] = {
     "device_index.dtype": IndexSpec().dtype.value,
     "host_memory": "pinned",
     "host_pool_group": "single",
+    "layout": HostLayout.LAYER_FIRST.value,
+    "attention": "mha",
+    "host_pages": "at_least_layers",
 }
 
 StillFails = Callable[[Case], bool]
@@ -68,12 +90,38 @@ def pool_group(case: Case) -> str:
     return "uniform" if len({_write_back_capable(p) for p in case.pools}) == 1 else "mixed"
 
 
+def attention(case: Case) -> str:
+    """mla | mha: "mla" where some pool of the case is MLA (sglang builds an MLA host pool for it), else "mha"."""
+    return "mla" if any(p.attention is Attention.MLA for p in case.pools) else "mha"
+
+
+def host_pages(case: Case) -> str:
+    """fewer_than_layers | at_least_layers: the case's host pages against the layers sglang's host pool holds."""
+    return "fewer_than_layers" if case.host_pages < host_pool_layers(case) else "at_least_layers"
+
+
+def _as_mha(pool: PoolSpec) -> PoolSpec:
+    """An MLA pool as the MHA pool of one head of the same width (K and V rows each the latent row's size)."""
+    return dataclasses.replace(pool, attention=Attention.MHA) if pool.attention is Attention.MLA else pool
+
+
+def _enough_host_pages(case: Case) -> Case:
+    """`case` with one host page per host pool layer; host indices past the end keep their distance from it."""
+    old = case.host_slots
+    slots = max(old, host_pool_layers(case) * case.page_size)
+    host = tuple(v + slots - old if v >= old else v for v in case.host_indices)
+    return case.replace(host_slots=slots, host_indices=host)
+
+
 def features(case: Case) -> dict[str, str]:
     """Every trigger feature of `case` with its value (tuning knobs only where the case sets them)."""
     out = {f"{side}.{part}": getattr(getattr(case, side), part).value
            for side in _INDEX_SIDES for part in ("device", "dtype")}
     out["host_memory"] = "pageable" if case.host_allocator is HostAllocator.PAGEABLE else "pinned"
     out["host_pool_group"] = pool_group(case)
+    out["layout"] = case.layout.value
+    out["attention"] = attention(case)
+    out["host_pages"] = host_pages(case)
     out.update({TUNING_PREFIX + name: str(value) for name, value in case.tuning})
     return out
 
@@ -105,6 +153,13 @@ def _relaxed(case: Case, feature: str) -> Case | None:
             return case.replace(host_allocator=HostAllocator.PIN_MEMORY)
         if feature == "host_pool_group":
             return case.replace(pools=case.pools[:1])
+        if feature == "layout":
+            return case.replace(layout=HostLayout.LAYER_FIRST,
+                                pools=tuple(dataclasses.replace(p, head_groups=1) for p in case.pools))
+        if feature == "attention":
+            return case.replace(pools=tuple(_as_mha(p) for p in case.pools))
+        if feature == "host_pages":
+            return _enough_host_pages(case)
         side, _, part = feature.partition(".")
         spec: IndexSpec = getattr(case, side)
         plain = IndexSpec()
