@@ -2,7 +2,7 @@
 # A mutation run in one device call: SAMPLE sampled mutants (`mutate --sample`, seed SEED) of sglang 0.5.23's
 # HiCache sources, each against (a) this harness's 60-s campaign and (b) sglang's own HiCache kernel tests, side by
 # side (docs/mutate.md: arithmetic, choices; docs/bench.md: how to run it). From the checkout root:
-#   carry: [".gpu-bundle", ".mutate-targets"]            (+ ".mutate-out" when resuming an earlier call)
+#   carry: [".gpu-bundle", ".mutate-targets", ".aot-src"]  (+ ".mutate-out" when resuming an earlier call)
 #   command: source .gpu-bundle/device-setup.sh > $OUT/setup.log 2>&1; bash benchmarks/mutate/device.sh
 # Planned to end LIMIT (555) s after the call's shell started; every step is under `timeout`. Resumable: finished
 # mutants are in .mutate-out/mutants/<id>.json, all of .mutate-out comes back in $OUT/mutate-out.tgz (unpack it in
@@ -28,6 +28,7 @@
 # step A's pre-run when .mutate-out has none; the baseline still runs the tests on this machine and must pass);
 # ONLY_FROM (a file of mutant ids, first word per line: `mutate --only-from`, e.g. the unfinished rest of a run
 # whose .mutate-out was not kept);
+# AOT_SRC (.aot-src: the pinned AOT sources, built into .aot-build when present);
 # for a dry run of the plumbing without a GPU only: PLATFORM (cuda) and SGLANG_SRC (default: the installed sglang).
 set -u
 out=${OUT:?}
@@ -105,6 +106,16 @@ else
   prerun=
   echo "prerun: kept from an earlier call ($res/prerun/prerun.json)" >> "$rcs"
 fi
+# the AOT ops the host pools fall back to (docs/aot.md), built from the pinned sources when they are carried: on a
+# machine whose sgl_kernel does not load, the pool classes and the io backend that need them are otherwise
+# unsupported, and the mutants of their modules unreachable; built beside step A, waited for before step B
+aot=
+if [ -d "${AOT_SRC:-.aot-src}" ]; then
+  timeout --kill-after=20 300 python3 -m hicache_fuzz.kernels.aot_build.build --src "${AOT_SRC:-.aot-src}" \
+      --out .aot-build > "$work/aot.log" 2>&1 &
+  aot=$!
+  export HICACHE_FUZZ_AOT_BUILD=$PWD/.aot-build
+fi
 platform=${PLATFORM:-cuda}
 if [ "${WARM:-jit-warm}" = campaign ]; then
   warm_args=(--platform "$platform" --seed 1 --runs 32 --no-progress --known corpus/sglang --corpus "$work/warm-corpus"
@@ -119,6 +130,10 @@ fi
 if [ -n "$prerun" ]; then
   wait "$prerun"
   echo "prerun rc=$? at $(elapsed) s: $(tail -n 1 "$work/prerun.out")" >> "$rcs"
+fi
+if [ -n "$aot" ]; then
+  wait "$aot"
+  echo "aot-build rc=$? at $(elapsed) s: $(tail -n 1 "$work/aot.log")" >> "$rcs"
 fi
 passed=$(python3 -c "import json; print(json.load(open('$res/prerun/prerun.json')).get('passed', 0))" 2>/dev/null || echo 0)
 if [ "$passed" -eq 0 ] && [ "$TARGETS" != campaign ]; then
