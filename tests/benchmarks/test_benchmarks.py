@@ -161,4 +161,5 @@ def test_class_check_on_the_cpu(tmp_path: Path, fa_first: str) -> None:
     assert sum(map(int, outcomes.values())) == 25 and set(outcomes) <= {"pass", "rejected_as_predicted"}
     assert "aot-build" not in rcs and "jit-warm" not in rcs and "false-alarms rc=0" in rcs
     assert (rcs.index("false-alarms rc=") < rcs.index("selection 1:")) == (fa_first == "1")
-    assert {"replay-1.json", "replay-1.log", "fa.json", "fa.md", "fa.log"} <= {p.name for p in out.iterdir()}
+    written = {p.name for p in out.iterdir()}
+    assert {"replay-1.json", "replay-1.log", "fa.json", "fa.md", "fa.log", "fa-corpus.tgz"} <= written
