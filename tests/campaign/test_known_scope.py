@@ -105,7 +105,9 @@ def test_the_sglang_corpus_triggers_are_the_derived_ones() -> None:
         derived = recorded_trigger(entry, REGISTRY.get(entry.case.backend), DEFAULT_PLATFORM)
         assert entry.trigger == derived, entry.path
     pool = next(e for e in entries if e.case.backend == "sglang-pool")
-    assert pool.trigger == {"host_index.device": "cpu", "host_pool_group": "mixed", "tuning.controller": "base"}
+    # a valid input refused: every non-plain feature stays, the shape of its host pools too
+    assert pool.trigger == {"attention": "mla", "host_index.device": "cpu", "host_pool_group": "mixed",
+                            "layout": "page_first", "tuning.controller": "base"}
     # the hybrid controller or a group whose pools agree: the same identity there is a new bug
     assert not in_trigger(pool.trigger, pool.case.replace(tuning=(("controller", "hybrid"),)))
     assert not in_trigger(pool.trigger, pool.case.replace(pools=pool.case.pools[:2]))
