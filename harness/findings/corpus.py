@@ -52,6 +52,9 @@ class CorpusEntry:
     scope: KnownScope = field(default_factory=KnownScope)  # where an expected failure applies
     # the case conditions the recorded failure needs (findings/trigger.py); empty: recorded without one
     trigger: dict[str, str] = field(default_factory=dict)
+    # True where the trigger was derived by running relaxed cases (a file written by the minimizer, which stores
+    # its report under "minimized" beside the trigger): it is kept as recorded (findings/known.py)
+    trigger_run: bool = False
 
     @property
     def bug(self) -> str:
@@ -145,7 +148,8 @@ def _reproducer_entries(path: Path, data: dict[str, Any]) -> list[CorpusEntry]:
         except TriggerError as exc:
             raise CorpusError(f"{path}: {exc}") from None
     observed = _observed(data["observed"]) if data.get("observed") is not None else None
-    return [CorpusEntry(path, Case.from_dict(one), observed, recorded, expect, scope, trigger)
+    trigger_run = "trigger" in data and isinstance(data.get("minimized"), dict)
+    return [CorpusEntry(path, Case.from_dict(one), observed, recorded, expect, scope, trigger, trigger_run)
             for one in _per_backend(case_data, "reproducer.case")]
 
 

@@ -147,11 +147,17 @@ def match_known(known: KnownMap, bug: str, backend: str, case: Case) -> str:
 
 
 def recorded_trigger(entry: CorpusEntry, backend: Backend, platform: Platform) -> dict[str, str]:
-    """The trigger of an expected failure whose case cannot be run here (findings/trigger.py): its non-plain
-    features, less those the contract shows the failure does not need (for an identity the contract
-    decides). What a minimizer run on the failing machine records instead is verified by running."""
+    """The trigger of an expected failure (findings/trigger.py). One that a minimizer derived by running the case
+    on the failing machine (``hicache-fuzz minimize``) is kept, once checked against the case. Otherwise, as the
+    case cannot be run here: its non-plain features, less those the contract shows the failure does not need
+    (for an identity the contract decides)."""
     if entry.observed is None or not entry.observed.outcome.is_failure:
         raise ValueError(f"{entry.path}: records no failure to derive a trigger from")
+    if entry.trigger_run:
+        if not in_trigger(entry.trigger, entry.case):
+            raise ValueError(f"{entry.path}: its trigger ({describe(entry.trigger)}) is not met by its own case "
+                             f"(it has {describe(outside_trigger(entry.trigger, entry.case))})")
+        return dict(entry.trigger)
     return derive_trigger(entry.case, predicted_by_contract(backend, platform, entry.case, entry.observed))
 
 

@@ -21,8 +21,8 @@ hands over its inputs, each plain value being the one the minimizer reduces ever
   (they disagree, so the group's facade flag is False).
 
 The shape of the host pool, which the minimizer keeps (it never changes a case's layout or attention kind, and
-``tighter_pools`` lowers host pages, away from plain), so a failure drops them from its trigger only where a
-relaxed case shows it does not need them:
+``tighter_pools`` lowers host pages, away from plain), so a failure has them in its trigger only where a relaxed
+case, run or predicted, shows it needs them:
 
 * ``layout``: the case's host layout, ``layer_first`` (plain), ``page_first``, ``page_first_direct``,
   ``page_head`` or ``page_unified``; relaxed to layer_first (and one head group, the only count layer_first
@@ -36,11 +36,13 @@ relaxed case shows it does not need them:
   (and page_unified) takes its per-layer views along the page axis and cannot be built then. Relaxed by raising
   the host slots to one page per such layer (host indices past the end keep their distance from it).
 
-A trigger is derived when an entry is recorded: the features of the minimized case that are not plain
-(the ones the minimizer could not remove while keeping the signature, and the host pool's shape) and, when
-the failing case can be run, only those whose removal alone (the case relaxed to the feature's plain value:
-:func:`_relaxed`) loses the signature (:func:`derive_trigger`). It is stored in the reproducer as plain JSON
-(``"trigger": {"tuning.controller": "base", ...}``); an entry without one matches every case of its identity.
+A trigger is derived when an entry is recorded (:func:`derive_trigger`). Where the failing case can be run (the
+minimizer on the machine that found it, ``hicache-fuzz minimize``), or the contract decides its identity: the
+non-plain features whose removal alone (the case relaxed to the feature's plain value, :func:`_relaxed`) loses
+the signature, the host pool's shape included. Otherwise: the non-plain features of how the inputs are handed
+over (the ones the minimizer could not remove while keeping the signature), never the shape, which nothing
+tried. It is stored in the reproducer as plain JSON (``"trigger": {"tuning.controller": "base", ...}``); an
+entry without one matches every case of its identity.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ PLAIN: dict[str, str] = {
     "attention": "mha",
     "host_pages": "at_least_layers",
 }
+
+# the host pool's shape: a condition of a trigger only where a relaxed case was run (or predicted) and lost the failure
+SHAPE_FEATURES = frozenset({"layout", "attention", "host_pages"})
 
 StillFails = Callable[[Case], bool]
 
@@ -174,13 +179,16 @@ def _relaxed(case: Case, feature: str) -> Case | None:
 
 
 def derive_trigger(case: Case, still_fails: StillFails | None = None) -> dict[str, str]:
-    """The trigger of the failure `case` shows: its features that are not plain. With `still_fails` (runs a
-    case and says whether it fails with the signature being kept), a feature whose removal alone keeps the
-    failure is dropped: the failure does not need it. Without it, `case` is taken as minimized (the minimizer
-    tried removing each of them)."""
+    """The trigger of the failure `case` shows. With `still_fails` (runs a case, or asks the contract, and says
+    whether it fails with the signature being kept): its features that are not plain, less those whose removal
+    alone keeps the failure (the failure does not need them). Without it: its non-plain features of how the
+    inputs are handed over, the case being taken as minimized (the minimizer tried removing each of them). The
+    host pool's shape (SHAPE_FEATURES) then stays out: the minimizer never tried it, so nothing shows the
+    failure needs it, and a condition the failure does not need would turn its next sighting on another shape
+    into a new bug."""
     trigger = {name: value for name, value in sorted(features(case).items()) if value != plain_value(name)}
     if still_fails is None:
-        return trigger
+        return {name: value for name, value in trigger.items() if name not in SHAPE_FEATURES}
     needed = {}
     for name, value in trigger.items():
         relaxed = _relaxed(case, name)

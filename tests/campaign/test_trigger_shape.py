@@ -142,7 +142,9 @@ def test_the_refusal_derives_exactly_the_three_conditions() -> None:
     (not plain in a sglang-hicache case) do not."""
     case = dsa_case(host_pages=2, pages=1)
     assert index_error(case)
-    assert {"host_index.device", "tuning.pool_kind", *INDEX_ERROR} <= set(derive_trigger(case))
+    # not run: the handed-over inputs' non-plain features only; the shape, which nothing tried, stays out
+    unrun = derive_trigger(case)
+    assert {"host_index.device", "tuning.pool_kind"} <= set(unrun) and not set(unrun) & set(INDEX_ERROR)
     assert derive_trigger(case, index_error) == INDEX_ERROR
     # a failure that needs none of them drops each one
     assert derive_trigger(case, lambda c: True) == {}
@@ -172,3 +174,26 @@ def test_a_stored_trigger_may_name_the_shape_features() -> None:
                              "t") == INDEX_ERROR
     with pytest.raises(TriggerError, match="unknown feature 'pages'"):
         trigger_from_json({"pages": "few"}, "t")
+
+
+def test_a_trigger_the_minimizer_derived_by_running_is_kept_as_recorded(tmp_path: Path) -> None:
+    """A minimized reproducer (its report under "minimized") keeps the trigger its run derived, shape included; one
+    whose own case misses a condition is refused with the condition named."""
+    from hicache_fuzz.harness.findings.known import recorded_trigger
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
+    from hicache_fuzz.harness.model.outcome import Outcome, Result
+    from hicache_fuzz.kernels.registry import load_registry
+    from hicache_fuzz.oracles.contract import Platform
+
+    case = dsa_case(host_pages=2, pages=1)
+    refused = Result(case.case_id, case.backend, Outcome.WRONGLY_REJECTED, path="hicache-controller:direct",
+                     error="IndexError: index 2 is out of bounds for dimension 0 with size 2")
+    backend, platform = load_registry().get(case.backend), Platform("cuda", (9, 0))
+    plain = load_entry(save_reproducer(tmp_path / "plain", case, refused, {"expect": "fail"}))
+    assert not plain.trigger_run and not set(recorded_trigger(plain, backend, platform)) & set(INDEX_ERROR)
+    ran = {"expect": "fail", "minimized": {"runs": 9}, "trigger": INDEX_ERROR}
+    entry = load_entry(save_reproducer(tmp_path / "ran", case, refused, ran))
+    assert entry.trigger_run and recorded_trigger(entry, backend, platform) == INDEX_ERROR
+    wrong = load_entry(save_reproducer(tmp_path / "wrong", case, refused, {**ran, "trigger": {"layout": "page_head"}}))
+    with pytest.raises(ValueError, match=r"not met by its own case.*layout=page_first_direct"):
+        recorded_trigger(wrong, backend, platform)
