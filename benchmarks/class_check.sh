@@ -16,6 +16,8 @@
 #   spread of the campaign's draws); REPLAY_LIMIT [200] seconds per selection; FA_SEEDS [20] (0 skips the false
 #   alarms), FA_SECONDS [60], FA_JOBS [10], FA_DEADLINE [none]: false-alarms --start-deadline; FA_FIRST [0]: 1 runs
 #   the false alarms before the selections (a short device call then ends in the replays, not in them);
+#   FA_MINIMIZE [1]: one reproducer of each new identity the false alarms raise is minimized (its trigger derived
+#   by running) into $OUT/minimized, FA_MINIMIZE_LIMIT [150] s;
 #   KNOWN [corpus/sglang]; PYTHON [python3].
 # Writes to $OUT: rcs.txt (each step's exit code and seconds; per selection the cases saved and the replay's
 # outcomes), aot.log, jit-warm.log, replay-<n>.json and .log per selection, fa.json, fa.md, fa.log and
@@ -62,6 +64,25 @@ false_alarms() {
   # every campaign's reproducers, so that a new identity can be examined (and a known one recorded) on any machine
   (cd "$work" && find fa -path '*/corpus/*' -name '*.json' -print0 | tar czf "$out/fa-corpus.tgz" --null -T -) \
     2>/dev/null
+  # one reproducer of each new identity minimized here, where it fails: the minimizer derives its trigger by
+  # running relaxed cases, which a machine without the GPU cannot (docs/identity.md)
+  [ "${FA_MINIMIZE:-1}" = 1 ] || return 0
+  local first=()
+  mapfile -t first < <("$py" - "$out/fa.json" "$work/fa" <<'PY'
+import json, pathlib, sys
+try:
+    identities = json.load(open(sys.argv[1]))["new_identities"]
+except (OSError, ValueError, KeyError):
+    identities = {}
+for identity in identities:
+    found = sorted(pathlib.Path(sys.argv[2]).glob(f"seed-*/corpus/{identity}/*.json"))
+    if found:
+        print(found[0])
+PY
+)
+  [ "${#first[@]}" -gt 0 ] || return 0
+  step "minimize ${#first[@]} new" timeout "${FA_MINIMIZE_LIMIT:-150}" "$py" -m hicache_fuzz minimize --platform \
+    "$platform" --max-seconds 40 --no-progress --corpus "$out/minimized" "${first[@]}" > "$out/minimize.log" 2>&1
 }
 [ "${FA_FIRST:-0}" = 1 ] && false_alarms
 n=0
