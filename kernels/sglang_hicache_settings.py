@@ -8,6 +8,7 @@ from typing import Any
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
 from hicache_fuzz.harness.model.space import SpaceProfile
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU
+from hicache_fuzz.kernels.sglang_pool_calls import io_backend_for
 from hicache_fuzz.oracles import pool_layouts, sequence
 
 STANDARD, HISPARSE, K_ONLY, MAMBA = "standard", "hisparse", "k_only", "mamba"
@@ -33,7 +34,10 @@ _BY_ATTENTION = {
 POOL_KINDS: tuple[str, ...] = ((STANDARD,) * 30 + (HISPARSE,) * 16 + (K_ONLY,) * 12 + (MAMBA,) * 16
                                + (NVFP4_INDEX_K,) * 8 + (NVFP4_MAIN_KV,) * 8 + (DSA,) * 8 + (MXFP8,) * 8
                                + pool_layouts.UNMODELLED)
-IO_BACKENDS: tuple[str, ...] = (pool_layouts.KERNEL,) * 2 + (pool_layouts.DIRECT,)
+# Production servers run either io backend (--hicache-io-backend kernel or direct), so the knob draws each as often;
+# where the case's class moves its layout with one only, that one is taken (case_settings, io_backend_for), so each
+# gets half the cases of a layout both move (layer_first; page_first_direct for the NVFP4 and Mamba pools).
+IO_BACKENDS: tuple[str, ...] = pool_layouts.IO_BACKENDS
 # start_layer is not a compile parameter: every pipeline-stage offset up to a 128-layer model's, with 0 (the
 # first stage, and every model without pipeline parallelism) as often as all the others together.
 START_LAYERS: tuple[int, ...] = (0,) * 127 + tuple(range(1, 128))
@@ -114,7 +118,8 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
     standard class otherwise, ``mxfp8`` the MXFP8 pool on an MHA page_first case of page size 128 without draft
     layers whose rows are whole 32-element scale blocks and whose payload row and scale block are compiled widths
     (COMPILED_ROWS), the standard class otherwise, and ``io_backend`` is replaced by the other io backend where only
-    that one moves the layout for the class. Coverage labels and the plan's path name what was resolved."""
+    that one moves the layout for the class (sglang_pool_calls.io_backend_for, the rule sglang-pool's knob follows
+    too). Coverage labels and the plan's path name what was resolved."""
     kind = case.tuning_value("pool_kind", STANDARD)
     attention, layout = case.pools[0].attention, case.layout
     name = _BY_ATTENTION[attention]
@@ -128,10 +133,8 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
         name = str(kind)
     io_backend = str(case.tuning_value("io_backend", pool_layouts.KERNEL))
     cls = pool_layouts.POOL_CLASSES.get(name)
-    if cls is not None and cls.modelled and layout not in cls.layouts_for(io_backend):
-        other = pool_layouts.DIRECT if io_backend == pool_layouts.KERNEL else pool_layouts.KERNEL
-        if io_backend in pool_layouts.IO_BACKENDS and layout in cls.layouts_for(other):
-            io_backend = other
+    if cls is not None and cls.modelled:
+        io_backend = io_backend_for(cls, layout, io_backend)
     drafts = _int(case.tuning_value("draft_layers", 0))
     return name, io_backend, _int(case.tuning_value("start_layer", 0)), min(drafts, case.layers - 1)
 

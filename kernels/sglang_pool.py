@@ -2,12 +2,17 @@
 
 For every pool of the case the backend builds a real device pool (``MHATokenToKVPool`` /
 ``MLATokenToKVPool``, ``size = device_rows - page_size`` so it has exactly ``device_rows`` rows) and a real host
-pool (``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost``, layout layer_first or page_first, io backend
-``kernel``, pinned, ``host_token_capacity = host_slots``), copies the harness's storages into them, lets sglang
+pool (``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost``, layout layer_first or page_first, pinned,
+``host_token_capacity = host_slots``), copies the harness's storages into them, lets sglang
 move the data, and copies both pools back into the harness's storages for the byte comparison. Several pools
 form a ``HostPoolGroup`` (anchor first). ``PoolSpec.write_back_jit = False`` switches the real pool's
 ``can_use_write_back_jit`` off after construction, modelling a side pool without the staged path (K-only,
 DSA indexer or DeepSeek-V4 pools on ROCm).
+
+The io backend (tuning knob ``io_backend``, as a server's ``--hicache-io-backend``) is the controller's and every
+transfer's: ``kernel`` (the JIT kernels, or sgl_kernel's AOT ops for the rows and pools they do not take) or
+``direct`` (sgl_kernel's ``transfer_kv_direct`` on layer_first); page_first moves with ``kernel`` only, so a
+page_first case takes ``kernel`` whatever the knob says (``sglang_pool_calls.io_backend``).
 
 Index placement is the controller's (tuning knob ``controller``):
 
@@ -17,6 +22,9 @@ Index placement is the controller's (tuning knob ``controller``):
 * ``hybrid``: the HybridCacheController's per-pool routing (re-implemented from
   hybrid_cache_controller.py:845-863, 1518-1602): with page_first + kernel and some child on the staged path,
   each pool with ``can_use_write_back_jit`` gets CPU host indices and the others CUDA ones.
+
+With the direct io backend ``move_indices`` keeps both index lists on the CPU (layer_first: host indices sorted,
+device indices in the same order), and every placement comes down to it.
 
 So the case's index lists are what the radix tree hands the controller (host indices from the host
 allocator, CPU int64; device indices CUDA int64), and the contract is the REFERENCE one:
@@ -65,10 +73,12 @@ from hicache_fuzz.kernels.sglang_pool_calls import (
     Constructor,
     Placement,
     device_buffers,
+    io_backend,
     placement,
     pool_construction,
     pool_transfers,
 )
+from hicache_fuzz.oracles import pool_layouts
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
 POOL_ROW_MENU = (128, 256, 512, 576, 1024, 1152, 2048)
@@ -84,6 +94,8 @@ def aot_available() -> tuple[bool, str]:
 
 def pool_paths(case: Case, spec: PoolSpec, platform: Platform) -> str:
     """The implementation sglang's pool picks for this pool (mha.py:579-711, 424-564; mla.py:696-1143)."""
+    if io_backend(case) == pool_layouts.DIRECT:
+        return "aot:" + direct_op(case)
     row = spec.row_bytes(spec.components[0])
     mla = spec.attention is Attention.MLA
     tma = common.tma_selected(row, case.page_size, platform, None)
@@ -101,6 +113,17 @@ def pool_paths(case: Case, spec: PoolSpec, platform: Platform) -> str:
     return "aot:" + op + ("_pf_lf" if case.layout is HostLayout.PAGE_FIRST else "")
 
 
+def direct_op(case: Case) -> str:
+    """The sgl_kernel op the MHA and MLA pools call with the direct io backend (mha.py:511-540, 675-694;
+    mla.py:766-786, 1088-1107): one op for both directions on layer_first, one per direction on
+    page_first_direct."""
+    if case.layout is HostLayout.LAYER_FIRST:
+        return "transfer_kv_direct"
+    if case.direction is Direction.WRITE_BACK:
+        return "transfer_kv_all_layer_direct_lf_pf"
+    return "transfer_kv_per_layer_direct_pf_lf"
+
+
 def write_back_jit(case: Case, spec: PoolSpec) -> bool:
     """The pool's can_use_write_back_jit: page_first, staged row rule (E % 16), and the spec's flag."""
     return (
@@ -112,7 +135,9 @@ def write_back_jit(case: Case, spec: PoolSpec) -> bool:
 
 def placements(case: Case) -> list[tuple[IndexDevice, IndexDevice]]:
     """(host index device, device index device) each pool receives after the controller."""
-    moved = (IndexDevice.DEVICE, case.device_index.device)  # move_indices: host -> CUDA, device untouched
+    # move_indices: kernel io moves host indices to CUDA and leaves device indices; direct io takes both on the CPU
+    direct = io_backend(case) == pool_layouts.DIRECT
+    moved = (IndexDevice.CPU, IndexDevice.CPU) if direct else (IndexDevice.DEVICE, case.device_index.device)
     given = (case.host_index.device, case.device_index.device)
     cpu_host = (IndexDevice.CPU, case.device_index.device)
     rule = placement(case)
@@ -138,8 +163,8 @@ def expected_run(case: Case, platform: Platform) -> tuple[list[str], str | None]
 class SglangPoolBackend(SglangBackend):
     name = "sglang-pool"
     description = (
-        "sglang MHA/MLA host pools (layer_first/page_first, kernel io) + HostPoolGroup + controller "
-        "index placement, on real device pools"
+        "sglang MHA/MLA host pools (layer_first with kernel or direct io, page_first with kernel io) + "
+        "HostPoolGroup + controller index placement, on real device pools"
     )
     supported_layouts = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)
     # No geometry_setup_variants of its own: a pool case's cost is its per-case work (copies into and out of
@@ -178,7 +203,8 @@ class SglangPoolBackend(SglangBackend):
             # what the allocators hand the controller: host indices on the CPU, device indices on the GPU
             host_index_devices=(IndexDevice.CPU,),
             device_index_devices=(IndexDevice.DEVICE,),
-            tuning_menus=(("controller", CONTROLLERS),),
+            # every io backend as often (as sglang-hicache's knob: either is a production set-up)
+            tuning_menus=(("controller", CONTROLLERS), ("io_backend", pool_layouts.IO_BACKENDS)),
             invalid_rate=0.0,
             irregular_rate=0.0,
             backend=self.name,
@@ -198,6 +224,8 @@ class SglangPoolBackend(SglangBackend):
             return "production inputs: host indices from the host allocator (CPU), device indices on the GPU"
         if case.tuning_value("controller", "hybrid") not in CONTROLLERS:
             return f"unknown controller {case.tuning_value('controller')!r}"
+        if io_backend(case) not in pool_layouts.IO_BACKENDS:
+            return f"unknown io_backend {case.tuning_value('io_backend')!r}"
         n, ps = case.n, case.page_size
         h, d = case.host_indices, case.device_indices
         if n == 0 or len(d) != n or n % ps:
@@ -219,6 +247,9 @@ class SglangPoolBackend(SglangBackend):
         if aot and not ok:
             return f"reaches the AOT op {aot[0][4:]}, unavailable here ({why})"
         return None
+
+    def coverage_labels(self, case: Case) -> Mapping[str, str | int | bool]:
+        return MappingProxyType({"io_backend": io_backend(case)})
 
     def plan(self, case: Case, platform: Platform) -> Plan:
         paths, _ = expected_run(case, platform)
@@ -258,11 +289,12 @@ class SglangPoolBackend(SglangBackend):
                 ]
                 host_facade = mods.HostPoolGroup(entries)
             placed = _place(mods, case, host_facade, [h for _, _, h in built], buffers)
+            io = io_backend(case)
             with common.recording() as events:
                 try:
                     for (_pool, device_pool, host_pool), (host_idx, dev_idx) in zip(built, placed, strict=True):
                         for method, layer in pool_transfers(case):
-                            transfer(host_pool, method, layer, device_pool, host_idx, dev_idx)
+                            transfer(host_pool, method, layer, device_pool, host_idx, dev_idx, io)
                 finally:
                     if buffers.device.type != "cpu":
                         torch.cuda.synchronize(buffers.device)
@@ -296,10 +328,11 @@ class SglangPoolBackend(SglangBackend):
         return pairs
 
 
-def transfer(host_pool: Any, method: str, layer: int | None, device_pool: Any, host_idx: Any, dev_idx: Any) -> None:
-    """One of pool_transfers' calls on a host pool, with the kernel io backend."""
+def transfer(host_pool: Any, method: str, layer: int | None, device_pool: Any, host_idx: Any, dev_idx: Any,
+             io: str = pool_layouts.KERNEL) -> None:
+    """One of pool_transfers' calls on a host pool, with the io backend `io` (the case's io_backend)."""
     layer_arg = () if layer is None else (layer,)
-    getattr(host_pool, method)(device_pool, host_idx, dev_idx, *layer_arg, "kernel")
+    getattr(host_pool, method)(device_pool, host_idx, dev_idx, *layer_arg, io)
 
 
 # The controller takes the host indices of a write-back from the host pool's own allocator (HostKVCache.alloc),
@@ -458,7 +491,7 @@ def _copy_out(pool: Any, device_pool: Any, host_pool: Any) -> None:
 
 def _place(mods: Any, case: Case, facade: Any, host_pools: list[Any], buffers: Materialized) -> list[Any]:
     """Run the controller's index placement; one (host, device) index pair per pool."""
-    controller = types.SimpleNamespace(io_backend="kernel", mem_pool_host=facade, device=buffers.device)
+    controller = types.SimpleNamespace(io_backend=io_backend(case), mem_pool_host=facade, device=buffers.device)
     cls = mods.HiCacheController
     controller.move_indices = types.MethodType(cls.move_indices, controller)
     controller._move_op_indices = types.MethodType(cls._move_op_indices, controller)

@@ -1,5 +1,5 @@
-"""One definition of what ``sglang-pool`` hands sglang: the pools' constructor calls, the controller's index
-placement rule and the pool transfer calls, as data that the backend runs (kernels/sglang_pool.py) and a
+"""One definition of what ``sglang-pool`` hands sglang: the pools' constructor calls, the io backend, the controller's
+index placement rule and the pool transfer calls, as data that the backend runs (kernels/sglang_pool.py) and a
 standalone reproducer prints (harness/findings/standalone_pool.py). So the script builds the same pools with the
 same arguments and makes the same calls as the campaign did, by construction.
 
@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype, PoolSpec
+from hicache_fuzz.oracles import pool_layouts
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
 HOST_MHA = "sglang.srt.mem_cache.pool_host.mha"
 HOST_MLA = "sglang.srt.mem_cache.pool_host.mla"
 BUFFER_INFO = "device_pool.get_device_pool_infos()[0].buffer_info"  # the host pool's first argument
+HOST_CLASSES = {Attention.MHA: "MHATokenToKVPoolHost", Attention.MLA: "MLATokenToKVPoolHost"}
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,8 @@ class PoolConstruction:
 
 def pool_construction(case: Case, spec: PoolSpec) -> PoolConstruction:
     """The device pool of exactly ``device_rows`` rows (``size = device_rows - page_size``: sglang adds the padding
-    page) and the pinned host pool of ``host_slots`` tokens, layout and page size of the case, io backend
-    ``kernel``, every layer of the target model (start layer 0)."""
+    page) and the pinned host pool of ``host_slots`` tokens, layout and page size of the case, every layer of the
+    target model (start layer 0). The io backend is no constructor argument: every transfer call names it."""
     ps, layers = case.page_size, case.layers
     size = case.device_rows - ps
     dtype = _DTYPES[spec.dtype]
@@ -125,19 +127,44 @@ def pool_construction(case: Case, spec: PoolSpec) -> PoolConstruction:
         rope = 64 if spec.head_dim > 64 else 0
         device = Constructor(MEMORY_POOL, "MLATokenToKVPool",
                              (size, ps, dtype, spec.head_dim - rope, rope, layers, DEVICE_NAME, False), ())
-        host = Constructor(HOST_MLA, "MLATokenToKVPoolHost", host_args,
+        host = Constructor(HOST_MLA, HOST_CLASSES[Attention.MLA], host_args,
                            (*host_kwargs, ("target_layer_num", layers)))
     else:
         device = Constructor(MEMORY_POOL, "MHATokenToKVPool",
                              (size, ps, dtype, spec.heads, spec.head_dim, layers, DEVICE_NAME, False),
                              (("enable_alt_stream", False),))
-        host = Constructor(HOST_MHA, "MHATokenToKVPoolHost", host_args, host_kwargs)
+        host = Constructor(HOST_MHA, HOST_CLASSES[Attention.MHA], host_args, host_kwargs)
     return PoolConstruction(device, host, device_buffers(spec), spec.write_back_jit)
 
 
 def device_buffers(spec: PoolSpec) -> tuple[str, ...]:
     """The device pool's attributes holding each component's per-layer tensors, in the spec's component order."""
     return ("kv_buffer",) if spec.attention is Attention.MLA else ("k_buffer", "v_buffer")
+
+
+def io_backend_for(cls: pool_layouts.PoolClass, layout: HostLayout, wanted: str) -> str:
+    """The io backend a host pool of class `cls` moves `layout` with when `wanted` is asked for: `wanted` where
+    the class moves the layout with it, else the other io backend where only that one does, else `wanted` (a
+    value that names no io backend, or a layout neither moves: the case is then unsupported by the class's rule).
+
+    A case's layout is drawn before its knobs and its storages are laid out in it, so the io backend gives way.
+    sglang's server resolves the same pairs at start-up (``resolve_layout_io_compatibility``):
+    page_first_direct with kernel io runs direct io; page_first with direct io becomes page_first_direct, a
+    layout the case does not have, so the case keeps page_first and takes the kernel io backend."""
+    if wanted not in pool_layouts.IO_BACKENDS or layout in cls.layouts_for(wanted):
+        return wanted
+    other = pool_layouts.DIRECT if wanted == pool_layouts.KERNEL else pool_layouts.KERNEL
+    return other if layout in cls.layouts_for(other) else wanted
+
+
+def io_backend(case: Case) -> str:
+    """The io backend of an sglang-pool case, the controller's and every pool transfer's: the ``io_backend``
+    knob (``kernel`` where the case has none) resolved by :func:`io_backend_for` against the anchor pool's host
+    class (the group's layout is the anchor's; the MHA and MLA classes move the same layouts with each io
+    backend but page_head, which this backend does not draw)."""
+    wanted = str(case.tuning_value("io_backend", pool_layouts.KERNEL))
+    name = HOST_CLASSES.get(case.pools[0].attention)
+    return wanted if name is None else io_backend_for(pool_layouts.pool_class(name), case.layout, wanted)
 
 
 class Placement(enum.Enum):
@@ -155,7 +182,9 @@ def placement(case: Case) -> Placement:
         return Placement.MOVE_ALL
     if case.tuning_value("controller", "hybrid") == "base":
         return Placement.BASE_WRITE
-    if case.layout is not HostLayout.PAGE_FIRST:
+    # the HybridCacheController routes per pool only for a page_first back-up with kernel io
+    # (hybrid_cache_controller.py:856); direct io takes move_indices, whose direct branch keeps indices on the CPU
+    if case.layout is not HostLayout.PAGE_FIRST or io_backend(case) != pool_layouts.KERNEL:
         return Placement.MOVE_ALL
     return Placement.HYBRID_SPLIT
 
