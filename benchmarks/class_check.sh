@@ -17,7 +17,7 @@
 #   alarms), FA_SECONDS [60], FA_JOBS [10], FA_DEADLINE [none]: false-alarms --start-deadline; FA_FIRST [0]: 1 runs
 #   the false alarms before the selections (a short device call then ends in the replays, not in them);
 #   FA_MINIMIZE [1]: one reproducer of each new identity the false alarms raise is minimized (its trigger derived
-#   by running) into $OUT/minimized, FA_MINIMIZE_LIMIT [150] s;
+#   by running) into $OUT/minimized.tgz, FA_MINIMIZE_LIMIT [150] s;
 #   KNOWN [corpus/sglang]; PYTHON [python3].
 # Writes to $OUT: rcs.txt (each step's exit code and seconds; per selection the cases saved and the replay's
 # outcomes), aot.log, jit-warm.log, replay-<n>.json and .log per selection, fa.json, fa.md, fa.log and
@@ -82,7 +82,9 @@ PY
 )
   [ "${#first[@]}" -gt 0 ] || return 0
   step "minimize ${#first[@]} new" timeout "${FA_MINIMIZE_LIMIT:-150}" "$py" -m hicache_fuzz minimize --platform \
-    "$platform" --max-seconds 40 --no-progress --corpus "$out/minimized" "${first[@]}" > "$out/minimize.log" 2>&1
+    "$platform" --max-seconds 40 --no-progress --corpus "$work/minimized" "${first[@]}" > "$out/minimize.log" 2>&1
+  # one file: a device call brings back only a handful of files
+  tar czf "$out/minimized.tgz" -C "$work" minimized 2>/dev/null
 }
 [ "${FA_FIRST:-0}" = 1 ] && false_alarms
 n=0
