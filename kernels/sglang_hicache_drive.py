@@ -189,16 +189,18 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     if name == "MLATokenToKVPoolHost":
         return _finish(mods, case, Built(device_pool, draft_pools, _mla_host(mods, case, device_pool, draft_pools,
                                                                              start)))
-    info = device_pool.get_device_pool_infos()[0].buffer_info
     size, ps = case.device_rows - case.page_size, case.page_size
     common: dict[str, Any] = {"device_capacity_tokens": size, "start_layer": start, "end_layer": start + target}
     cls = getattr(mods.mha, pool_class(name).name)
     if name == K_ONLY:
-        # the anchor host pool it is sized from in production (an MHA pool beside it): read for its page size and
-        # capacity only
+        # built over the device pool itself, whose class has no device pool provider (sglang's
+        # get_device_pool_infos raises for it); the anchor host pool it is sized from in production (an MHA pool
+        # beside it) is read for its page size and capacity only
         anchor = types.SimpleNamespace(page_size=ps, size=case.host_slots, page_num=case.host_slots // ps)
         host_pool = cls(device_pool, anchor, case.layout.value, True, "cpu", "default")
-    elif name == "HiSparseMHATokenToKVPoolHost":
+        return _finish(mods, case, Built(device_pool, draft_pools, host_pool))
+    info = device_pool.get_device_pool_infos()[0].buffer_info
+    if name == "HiSparseMHATokenToKVPoolHost":
         # sized from the device pool: host slots = (int(size * ratio) // ps + 1) * ps, so this ratio gives the
         # case's host_slots exactly (the half slot keeps float rounding below the next integer)
         ratio = (case.host_slots - ps + 0.5) / size

@@ -129,14 +129,16 @@ class DeviceAllocator:  # the scheduler's device allocator: grants the rows each
 def build():
     from sglang.srt.mem_cache.pool_host import {module} as host_module
     target, drafts = device_pool(TARGET, START), [device_pool(1, 0) for _ in range(DRAFTS)]
+    cls = getattr(host_module, CLASS)
+    if CLASS == "MHATokenToKOnlyPoolHost":
+        # built over the device pool itself (its class has no device pool provider) and sized from its anchor
+        # pool, of which only page size and capacity are read
+        anchor = SimpleNamespace(page_size=PS, size=HOST_SLOTS, page_num=HOST_SLOTS // PS)
+        return target, drafts, cls(target, anchor, LAYOUT, True, "cpu", "default")
     info = target.get_device_pool_infos()[0].buffer_info
     draft_infos = [p.get_device_pool_infos()[0].buffer_info for p in drafts]
     common = dict(device_capacity_tokens=SIZE, start_layer=START, end_layer=START + TARGET)
-    cls = getattr(host_module, CLASS)
-    if CLASS == "MHATokenToKOnlyPoolHost":  # sized from its anchor pool: only page size and capacity are read
-        anchor = SimpleNamespace(page_size=PS, size=HOST_SLOTS, page_num=HOST_SLOTS // PS)
-        host = cls(target, anchor, LAYOUT, True, "cpu", "default")
-    elif CLASS == "HiSparseMHATokenToKVPoolHost":
+    if CLASS == "HiSparseMHATokenToKVPoolHost":
         host = cls(info, (HOST_SLOTS - PS + 0.5) / SIZE, PS, **common)
     elif MLA:
         host = cls(info, 2.0, 0, PS, LAYOUT, True, "cpu", "default", None, draft_infos, target_layer_num=TARGET,

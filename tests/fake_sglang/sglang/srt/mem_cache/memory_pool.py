@@ -112,6 +112,10 @@ class MHATokenToKOnlyPool(_DevicePool):
         self.k_buffer = [torch.zeros((size + page_size, head_num, head_dim), dtype=dtype, device=device)
                          for _ in range(layer_num)]
 
+    def get_device_pool_infos(self) -> list[SimpleNamespace]:
+        # as sglang's: this class has no device pool provider (its host pool is built over the pool itself)
+        raise NotImplementedError(f"{type(self).__name__} has no device pool provider")
+
 
 class DSATokenToKVPool(MLATokenToKVPool):
     """Only the class attribute the DSA indexer's declaration reads: the harness stands in for the pool itself."""
