@@ -29,14 +29,26 @@ Host indices of every back-up are granted by the pool's own allocator inside the
 allocator's free list is set up first through its own ``alloc``/``free`` (oracles/sequence.py, ``prologue``), so
 the oracle knows the grants without reading them back. The pools' ``prepare_transfer_indices`` hooks run where the
 controller's transfer engine runs them.
+
+A load is consumed as the forward pass consumes it: ``start_loading()`` returns a producer id of the controller's
+``LayerDoneCounter``; on a stream of its own (the forward stream's stand-in) that id is made the consumer, as the
+model runner makes it, and for each transfer layer in order ``wait_until(layer)`` is followed by a copy of the
+load's rows of that device layer. Each copy must equal the layer once the whole load has finished. One load in two
+(drawn from the case and the step) is submitted with sglang's test knob ``SGLANG_TEST_HICACHE_H2D_DELAY_CYCLES``
+set, which slows every layer of that submission on the H2D stream, so that a wait that does not cover its layer
+reads bytes the load has not yet written.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import types
+import zlib
 from collections import deque
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 import torch
 
@@ -57,7 +69,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
 )
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
 from hicache_fuzz.oracles import sequence
-from hicache_fuzz.oracles.pool_layouts import pool_class
+from hicache_fuzz.oracles.pool_layouts import owned_device_layers, pool_class
 
 K_ONLY = "MHATokenToKOnlyPoolHost"
 # Pools whose loads their own coordinator makes, not a HiCache controller: the HiSparse MHA pool takes the stage's
@@ -69,6 +81,14 @@ UNGUARDED = COORDINATOR_LOADED | {K_ONLY, mamba.MAMBA} | pagerow.PAGE_ROW_CLASSE
 DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
           KVDtype.FP8: torch.float8_e4m3fn}
 WRITE_POLICY = "write_through"
+# sglang's test knob (mem_cache/l2_transfer.py, submit_host_to_device): read on every submission, it sleeps this
+# many GPU cycles on the H2D stream before each layer's copies. ~100 us a layer at H100 clocks: longer than the host
+# takes to enqueue a layer, so the H2D stream falls behind the forward stream's reads.
+H2D_DELAY_ENV = "SGLANG_TEST_HICACHE_H2D_DELAY_CYCLES"
+H2D_DELAY_CYCLES = 200_000
+# Every load's submission holds it: the knob is process-wide, and a delayed submission's setting must not leak
+# into another thread's submission, nor be restored over another's.
+_H2D_DELAY_LOCK = threading.Lock()
 
 
 class DeviceAllocatorStandIn:
@@ -124,6 +144,7 @@ class Built:
         self.side: side_pools.SidePool | None = None  # the group's side pool, if the case has one
         self.dsa: dsa.DsaGroup | None = None  # a DSA indexer's anchor and config, if the case's pool is one
         self.mxfp8: mxfp8.ScaleStorages | None = None  # the MXFP8 pool's scale blocks, if the case's pool is one
+        self.forward_stream: Any = None  # the stream standing for the forward stream (CUDA), made at first use
 
     @property
     def allocating_pool(self) -> Any:
@@ -280,15 +301,24 @@ def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
     return [host.kv_buffer]
 
 
+def _device_layers(pool: PoolBuffers, built: Built) -> list[tuple[str, int, torch.Tensor]]:
+    """sglang's tensor of each layer of the case's device storage, as (component, layer, uint8 view of
+    device_rows x row bytes)."""
+    if built.dsa is not None:
+        component = pool.spec.components[0]
+        return [(component, layer, theirs)
+                for layer, (_ours, theirs) in enumerate(dsa.case_pairs(pool, built.dsa)[: pool.case.layers])]
+    rows = pool.case.device_rows
+    return [(component, layer, theirs.view(torch.uint8).view(rows, -1))
+            for component in pool.spec.components
+            for layer, theirs in enumerate(_device_tensors(pool, built, component))]
+
+
 def _pairs(pool: PoolBuffers, built: Built) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(ours, theirs) of equal shape: the case's storages and sglang's tensors holding the same bytes."""
     if built.dsa is not None:
         return dsa.case_pairs(pool, built.dsa)
-    rows = pool.case.device_rows
-    out = []
-    for component in pool.spec.components:
-        for layer, theirs in enumerate(_device_tensors(pool, built, component)):
-            out.append((pool.device_layer(component, layer), theirs.view(torch.uint8).view(rows, -1)))
+    out = [(pool.device_layer(component, layer), theirs) for component, layer, theirs in _device_layers(pool, built)]
     start = 0
     payload = pool.host.payload
     for tensor in _host_tensors(pool, built):
@@ -393,19 +423,27 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
             host = _indices(step.host_indices, torch.device("cpu"))
             rows = _indices(step.device_indices, device)
             if _name in COORDINATOR_LOADED:
+                # its coordinator loads layer after layer on the current stream, no producer to consume: nothing
+                # to read layer by layer
                 _coordinator_load(controller, built, host, rows, _start, case.layers)
                 label = "load_to_device_per_layer over the stage's layer ids (the HiSparse coordinator's loop)"
             else:
+                label = f"{type(controller).__name__}.load + start_loading"
                 allocator.grants.append(rows)
+                layers = _layers_by_wait(built, pool)  # before the submission: the reads must follow it closely
                 controller.load(host, **_sidecars(built))
-                controller.start_loading()
+                with _h2d_delay(_h2d_delayed(case, step)):
+                    producer = controller.start_loading()
+                reads = _read_layer_by_layer(built, layers, producer, rows)
                 controller.ack_load_queue.pop().finish_event.synchronize()
+                why = _stale_read(reads, rows)
+                if why:
+                    raise AssertionError(f"{step.label()} [{label}]: {why}")
                 # the hybrid controller loads the packed draft layers itself; the base one leaves them to the
                 # draft pass
                 own_drafts = 0 if controller_kind(case) == HYBRID else drafts
                 _draft_and_foreign_loads(controller, built, host, rows, io_backend, case.layers - drafts, own_drafts,
                                          () if _name in UNGUARDED else _foreign_layer_ids(built))
-                label = f"{type(controller).__name__}.load + start_loading"
             _sync(device)
         if built.mxfp8 is not None:
             _sync(device)
@@ -431,6 +469,118 @@ def _images_fit(buffers: Materialized) -> bool:
 def _head(granted: torch.Tensor) -> str:
     values = granted.tolist()
     return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...] ({len(values)})"
+
+
+def _h2d_delayed(case: Case, step: sequence.Step) -> bool:
+    """Whether the load of `step` is submitted with the H2D delay: one load in two, a function of the case and the
+    step only, so that a replay of the case delays the same loads."""
+    return zlib.crc32(f"{case.case_id}:{step.index}".encode()) % 2 == 0
+
+
+@contextmanager
+def _h2d_delay(delayed: bool) -> Iterator[None]:
+    """sglang's H2D delay knob set for the submissions inside (`delayed`), then as it was: sglang reads it on every
+    submission, so only the delayed loads pay for it."""
+    with _H2D_DELAY_LOCK:
+        if not delayed:
+            yield
+            return
+        before = os.environ.get(H2D_DELAY_ENV)
+        os.environ[H2D_DELAY_ENV] = str(H2D_DELAY_CYCLES)
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(H2D_DELAY_ENV, None)
+            else:
+                os.environ[H2D_DELAY_ENV] = before
+
+
+class LayerRead(NamedTuple):
+    """One device layer of a load as the forward stream read it."""
+
+    component: str
+    layer: int  # of the case's device storage
+    waited_for: int  # the transfer layer id passed to wait_until before the read
+    tensor: torch.Tensor  # sglang's tensor of the layer (device_rows x row bytes, uint8)
+    read: torch.Tensor  # its rows of the load, copied on the forward stream after the wait
+
+
+def _layer_done_at(case: Case, built: Built) -> list[int | None]:
+    """For each layer of the case's device storage, the transfer layer id whose event marks it loaded: a target
+    layer its own (a DSA indexer's layer the device layer owning its index keys), a packed draft layer under the
+    hybrid controller the last one (sglang finishes every draft before the final target-layer event), under the
+    base controller none (the draft pass loads it after the load)."""
+    drafts = settings(case)[3]
+    target = owned_device_layers(skip_topk_layers(case)) if built.dsa is not None else range(case.layers - drafts)
+    draft_at = built.controller.transfer_layer_id_max - 1 if controller_kind(case) == HYBRID else None
+    return [*target, *[draft_at] * drafts]
+
+
+@contextmanager
+def _forward_stream(built: Built, device: torch.device) -> Iterator[None]:
+    """Work inside runs on the stand-in for the forward stream, after the current stream's work (the load's row
+    indices are made there). On the CPU (the fake sglang) there are no streams: work runs in order."""
+    if device.type != "cuda":
+        yield
+        return
+    if built.forward_stream is None:
+        built.forward_stream = torch.cuda.Stream(device)
+    stream = built.forward_stream
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        yield
+
+
+def _layers_by_wait(built: Built, pool: PoolBuffers) -> list[tuple[int, list[tuple[str, int, torch.Tensor]]]]:
+    """The layers of the case's device storage that a load brings, grouped by the transfer layer id whose event
+    marks them loaded, in the order of the ids: the case's device storage only (an MXFP8 pool's scale blocks and a
+    DSA case's MLA anchor, loaded beside it, are judged once the load is done)."""
+    done_at = _layer_done_at(pool.case, built)
+    by_transfer_layer: dict[int, list[tuple[str, int, torch.Tensor]]] = {}
+    for component, layer, tensor in _device_layers(pool, built):
+        at = done_at[layer]
+        if at is not None:
+            by_transfer_layer.setdefault(at, []).append((component, layer, tensor))
+    return sorted(by_transfer_layer.items())
+
+
+def _read_layer_by_layer(built: Built, layers: list[tuple[int, list[tuple[str, int, torch.Tensor]]]], producer: int,
+                         rows: torch.Tensor) -> list[LayerRead]:
+    """The load of `producer` consumed as the forward pass consumes it (the model runner's ``set_consumer``, then
+    the device pool's ``wait_until(layer)`` before attention reads the layer): the load's rows of each of `layers`
+    (``_layers_by_wait``), copied after the wait for the transfer layer that marks it loaded."""
+    counter = built.controller.layer_done_counter
+    reads = []
+    with _forward_stream(built, rows.device):
+        counter.set_consumer(producer)
+        for at, loaded in layers:
+            counter.wait_until(at)
+            reads += [LayerRead(component, layer, at, tensor, tensor.index_select(0, rows))
+                      for component, layer, tensor in loaded]
+        counter.set_consumer(-1)  # as a batch without a load sets it: later reads wait on nothing
+    return reads
+
+
+def _stale_read(reads: list[LayerRead], rows: torch.Tensor) -> str:
+    """'' if every layer the forward stream read holds what that layer holds once the whole load has finished,
+    else the first that does not. The whole load is the runner's to compare with the oracle (the step's image or
+    the final storages): a load that moves wrong bytes is reported there, against the oracle; what only the reads
+    can show is a wait that returned before its layer was loaded."""
+    if not reads:
+        return ""
+    _sync(rows.device)
+    loaded = [r.tensor.index_select(0, rows) for r in reads]
+    if torch.equal(torch.cat([r.read.view(-1) for r in reads]), torch.cat([t.view(-1) for t in loaded])):
+        return ""
+    for r, now in zip(reads, loaded, strict=True):
+        differs = (r.read != now).nonzero()
+        if len(differs):
+            index, byte = (int(v) for v in differs[0])
+            return (f"layer-wise read: device layer {r.layer} ({r.component.upper()}) as the forward stream read it "
+                    f"after layer_done_counter.wait_until({r.waited_for}) differs from the layer once the load had "
+                    f"finished in {len(differs)} bytes, the first at device row {int(rows[index])} byte {byte}")
+    return ""
 
 
 def _coordinator_load(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor, start: int,

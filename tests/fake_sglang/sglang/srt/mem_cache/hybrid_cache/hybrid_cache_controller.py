@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from sglang.srt.managers.cache_controller import HiCacheController, L2Transfer
+from sglang.srt.managers.cache_controller import HiCacheController, L2Transfer, LayerDoneCounter
 from sglang.srt.mem_cache.hicache_storage import PoolName
 from sglang.srt.mem_cache.pool_host.base import planted_bug
 
@@ -26,8 +26,10 @@ class HybridCacheController(HiCacheController):
                  host_memory_mode: str = "cache") -> None:
         super().__init__(token_to_kv_pool_allocator, mem_pool_host, page_size, tp_group, load_cache_event,
                          write_policy=write_policy, io_backend=io_backend)
-        if transfer_layer_id_max is not None:
+        # transfer ids span every pool of the group, so the counter has one event per transfer id (as sglang)
+        if transfer_layer_id_max is not None and transfer_layer_id_max != self.transfer_layer_id_max:
             self.transfer_layer_id_max = transfer_layer_id_max
+            self.layer_done_counter = LayerDoneCounter(self.transfer_layer_id_max)
 
     def write(self, device_indices: torch.Tensor, priority: int | None = None, node_id: int = -1,
               extra_pools: Any = None, flush: bool = True, start_owner: int | None = None) -> torch.Tensor | None:
