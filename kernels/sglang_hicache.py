@@ -65,7 +65,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     skip_topk_layers,
 )
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
-from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_available, pool_paths
+from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_assumptions, aot_state, pool_paths
 from hicache_fuzz.oracles import pool_layouts, sequence
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
 
@@ -122,8 +122,7 @@ class SglangHicacheBackend(SglangBackend):
         )
 
     def prediction_assumptions(self, platform: Platform) -> tuple[str, ...]:
-        callable_, why = aot_state(platform)
-        return (f"sgl_kernel's AOT ops: {why}",) if callable_ and why == AOT_ASSUMED else ()
+        return aot_assumptions(platform)
 
     def coverage_labels(self, case: Case) -> Mapping[str, str | int | bool]:
         name, io_backend, start, drafts = case_settings(case)
@@ -239,25 +238,6 @@ class SglangHicacheBackend(SglangBackend):
         return controller_path(case)
 
     _kept: tuple[tuple[object, ...], Any] | None = None
-
-
-# What a prediction for another machine assumes about sgl_kernel's AOT ops (see aot_state).
-AOT_ASSUMED = ("assumed callable: the modelled accelerator is not this machine's, and sglang's server runs with "
-               "sgl_kernel installed")
-
-
-def aot_state(platform: Platform) -> tuple[bool, str]:
-    """(callable, why) for sgl_kernel's AOT ops on `platform`. Probed where this machine has the platform's
-    accelerator (a campaign's workers); a prediction for another machine (``fuzz --dry-run --platform cuda`` on a
-    CPU-only machine) cannot probe it and assumes the production set-up, in which sgl_kernel is installed beside
-    sglang: the pools' AOT paths and the ``direct`` io backend then count as running cases, as they do on the
-    GPU."""
-    import torch
-
-    here = torch.cuda.is_available() and (platform.kind == "rocm") == bool(getattr(torch.version, "hip", None))
-    if here:
-        return aot_available()
-    return True, AOT_ASSUMED
 
 
 def controller_path(case: Case) -> str:

@@ -92,6 +92,29 @@ def aot_available() -> tuple[bool, str]:
     return aot_status()
 
 
+# What a prediction for another machine assumes about sgl_kernel's AOT ops (see aot_state).
+AOT_ASSUMED = ("assumed callable: the modelled accelerator is not this machine's, and sglang's server runs with "
+               "sgl_kernel installed")
+
+
+def aot_state(platform: Platform) -> tuple[bool, str]:
+    """(callable, why) for sgl_kernel's AOT ops on `platform`. Probed where this machine has the platform's
+    accelerator (a campaign's workers); a prediction for another machine (``fuzz --dry-run --platform cuda`` on a
+    CPU-only machine) cannot probe it and assumes the production set-up, in which sgl_kernel is installed beside
+    sglang: the pools' AOT paths and the ``direct`` io backend then count as running cases, as they do on the
+    GPU."""
+    here = torch.cuda.is_available() and (platform.kind == "rocm") == bool(getattr(torch.version, "hip", None))
+    if here:
+        return aot_available()
+    return True, AOT_ASSUMED
+
+
+def aot_assumptions(platform: Platform) -> tuple[str, ...]:
+    """What a prediction for `platform` assumes about the AOT ops (a backend's ``prediction_assumptions``)."""
+    callable_, why = aot_state(platform)
+    return (f"sgl_kernel's AOT ops: {why}",) if callable_ and why == AOT_ASSUMED else ()
+
+
 def pool_paths(case: Case, spec: PoolSpec, platform: Platform) -> str:
     """The implementation sglang's pool picks for this pool (mha.py:579-711, 424-564; mla.py:696-1143)."""
     if io_backend(case) == pool_layouts.DIRECT:
@@ -242,11 +265,14 @@ class SglangPoolBackend(SglangBackend):
         if case.device_rows <= ps or case.device_rows % ps:
             return "a device pool has size + page_size rows, a multiple of the page size"
         paths, _ = expected_run(case, platform)
-        ok, why = aot_available()
+        ok, why = aot_state(platform)
         aot = [p for p in paths if p.startswith("aot:")]
         if aot and not ok:
             return f"reaches the AOT op {aot[0][4:]}, unavailable here ({why})"
         return None
+
+    def prediction_assumptions(self, platform: Platform) -> tuple[str, ...]:
+        return aot_assumptions(platform)
 
     def coverage_labels(self, case: Case) -> Mapping[str, str | int | bool]:
         return MappingProxyType({"io_backend": io_backend(case)})

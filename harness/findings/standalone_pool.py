@@ -12,6 +12,7 @@ from hicache_fuzz.kernels.sglang_pool_calls import (
     BUFFER_INFO,
     Placement,
     PoolConstruction,
+    io_backend,
     placement,
     pool_construction,
     pool_transfers,
@@ -21,6 +22,7 @@ from hicache_fuzz.oracles.contract import Platform
 
 def pool_call(case: Case, platform: Platform) -> str:
     built = [(spec.name, pool_construction(case, spec)) for spec in case.pools]
+    io = io_backend(case)  # the controller's and every transfer's, as kernels/sglang_pool.py runs them
     classes: dict[str, set[str]] = {}
     for _, made in built:
         for constructor in (made.device_pool, made.host_pool):
@@ -66,7 +68,7 @@ def pool_call(case: Case, platform: Platform) -> str:
         lines.append(f'facade = pools["{case.pools[0].name}"][1]')
     lines += [
         "# The controller's index placement, on a stand-in controller (the real methods, called unbound)",
-        'controller = SimpleNamespace(io_backend="kernel", mem_pool_host=facade, device=DEVICE)',
+        f'controller = SimpleNamespace(io_backend="{io}", mem_pool_host=facade, device=DEVICE)',
         "controller.move_indices = MethodType(HiCacheController.move_indices, controller)",
         "controller._move_op_indices = MethodType(HiCacheController._move_op_indices, controller)",
         *_placement_lines(placement(case)),
@@ -75,7 +77,7 @@ def pool_call(case: Case, platform: Platform) -> str:
     ]
     for method, layer in pool_transfers(case):
         layer_arg = "" if layer is None else f"{layer}, "
-        lines.append(f'        host_pool.{method}(device_pool, h, d, {layer_arg}"kernel")')
+        lines.append(f'        host_pool.{method}(device_pool, h, d, {layer_arg}"{io}")')
     lines += ["finally:",
               '    if DEVICE.type == "cuda":',
               "        torch.cuda.synchronize()",

@@ -75,6 +75,9 @@ SYNTHETIC = {
                                 [8, 9, 10, 11], page_size=2, host_index="cpu", tuning={"controller": "hybrid"}),
     "pool-mla-lf-load": case("sglang-pool", "load_back", "all_layers", "layer_first", [MLA], [4, 5], [8, 9],
                              page_size=2, host_index="cpu"),
+    "pool-mha-lf-direct-load": case("sglang-pool", "load_back", "all_layers", "layer_first", [pool()],
+                                    [6, 7, 2, 3], [8, 9, 10, 11], page_size=2, host_index="cpu",
+                                    tuning={"io_backend": "direct"}),
 }
 
 

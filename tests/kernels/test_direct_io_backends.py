@@ -193,6 +193,7 @@ def test_a_pool_case_of_an_unknown_io_backend_is_unsupported(monkeypatch: pytest
 
 
 def test_a_direct_pool_case_is_unsupported_where_the_aot_ops_are_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the accelerator is this machine's: probed
     monkeypatch.setattr(sglang_pool, "aot_available", lambda: (False, "no sgl_kernel"))
     backend = SglangPoolBackend()
     reason = backend.unsupported_reason(pool_case(), H200)
@@ -210,3 +211,17 @@ def test_sglang_pool_draws_direct_on_layer_first_about_half_the_time() -> None:
     lf = io_by_layout[LF]
     assert 0.42 < lf[DIRECT] / (lf[DIRECT] + lf[KERNEL]) < 0.58, lf
     assert set(io_by_layout[PF]) == {KERNEL}
+
+
+def test_a_prediction_assumes_the_aot_ops_for_a_pool_case_that_reaches_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sglang-pool's direct-io cases reach sgl_kernel's AOT ops. A prediction for a CUDA machine made without one
+    (fuzz --dry-run) runs them, as sglang-hicache's, and says it assumed the ops; on the accelerator itself the
+    probe decides."""
+    backend, case = SglangPoolBackend(), pool_case()
+    assert backend.plan(case, H200).path == "aot:transfer_kv_direct"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert backend.unsupported_reason(case, H200) is None
+    assert backend.prediction_assumptions(H200) == (f"sgl_kernel's AOT ops: {sglang_pool.AOT_ASSUMED}",)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(sglang_pool, "aot_available", lambda: (False, "no sgl_kernel"))
+    assert backend.prediction_assumptions(H200) == ()

@@ -239,15 +239,15 @@ def test_mamba_kernel_io_needs_16_byte_state_rows() -> None:
 def test_aot_ops_are_probed_here_and_assumed_for_a_modelled_accelerator(monkeypatch) -> None:
     """A prediction for a CUDA machine made on a machine without one (fuzz --dry-run) cannot probe sgl_kernel's
     AOT ops and assumes the production set-up; where the accelerator is this machine's, the probe decides."""
-    from hicache_fuzz.kernels import sglang_hicache
+    from hicache_fuzz.kernels import sglang_pool
 
     backend = SglangHicacheBackend()
     direct = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, io_backend="direct")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert sglang_hicache.aot_state(H200) == (True, sglang_hicache.AOT_ASSUMED)
+    assert sglang_pool.aot_state(H200) == (True, sglang_pool.AOT_ASSUMED)
     assert backend.unsupported_reason(direct, H200) is None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(sglang_hicache, "aot_available", lambda: (False, "no sgl_kernel"))
+    monkeypatch.setattr(sglang_pool, "aot_available", lambda: (False, "no sgl_kernel"))
     assert "unavailable here (no sgl_kernel)" in (backend.unsupported_reason(direct, H200) or "")
 
 

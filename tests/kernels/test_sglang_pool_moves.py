@@ -92,6 +92,9 @@ def test_pool_paths() -> None:
 
 
 def test_pool_unsupported_when_aot_is_needed_but_missing(registry, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the accelerator is this machine's: probed
     monkeypatch.setattr(sglang_pool, "aot_available", lambda: (False, "no sgl_kernel"))
     pool = registry.get("sglang-pool")
     assert "AOT op" in pool.unsupported_reason(pool_case(GROUP, "hybrid"), H200)
