@@ -53,6 +53,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     POOL_KINDS,
     PROFILES,
     PROGRAMS,
+    REQUEST_SLOT_CLASSES,
     ROW_GROWTH,
     SIDE_POOL_CLASSES,
     SIDE_POOLS,
@@ -61,6 +62,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     controller_kind,
     index_topk_freq,
     operation_kinds,
+    request_slot_kinds,
     side_pool,
     skip_topk_layers,
 )
@@ -136,6 +138,7 @@ class SglangHicacheBackend(SglangBackend):
             "draft_layer": drafts > 0,
             "skipped_index_layers": any(skip_topk_layers(case)),
             "operation": "+".join(operation_kinds(case)),
+            "request_slots": "+".join(request_slot_kinds(case)) or "none",
             "sequence_length": 1 + len(sequence.program(case)) if _program_ok(case) else 1,
         })
 
@@ -162,6 +165,9 @@ class SglangHicacheBackend(SglangBackend):
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
         if index_topk_freq(case) < 1:
             return f"index_topk_freq {case.tuning_value('index_topk_freq')!r} is not a positive integer"
+        if sequence.request_slots(case) and name not in REQUEST_SLOT_CLASSES:
+            return (f"{sequence.REQUESTS_KEY}: host slots in the HiSparse coordinator's request table, which drives "
+                    f"{', '.join(sorted(REQUEST_SLOT_CLASSES))}, not {name}")
         spec = case.pools[0]
         why = pool_layouts.mismatch(pool_layouts.pool_class(name), spec.attention, case.layout, io_backend, drafts,
                                     case.page_size, tuple(spec.row_bytes(c) for c in spec.components))
