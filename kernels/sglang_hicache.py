@@ -18,7 +18,9 @@ class the oracle does not model, which is reported unsupported with the reason),
 ``draft_layers`` (the last of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of
 the stage's layers own index keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the
 hybrid controller's group, which no transfer names: its flags change the group's, and its bytes must stay as they
-were) and ``ops`` (the program). ``draft_layers`` is an upper bound: a pool packs at most ``layers - 1`` draft
+were), ``ops`` (the program) and ``requests`` (present in the HiSparse profile's cases: the HiSparse pool's host
+slots held in its coordinator's request table, each back-up of the program a request's tokens; oracles/sequence.py).
+``draft_layers`` is an upper bound: a pool packs at most ``layers - 1`` draft
 layers, so a one-layer case has none. Generation and labels import neither sglang nor torch's GPU side.
 """
 

@@ -9,6 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hicache_fuzz.harness.campaign.minimize import minimize, shorter_sequences
+from hicache_fuzz.harness.findings.identity import signature
 from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, make_tuning
 from hicache_fuzz.harness.model.outcome import Outcome
@@ -227,3 +229,22 @@ def test_request_slot_cases_reuse_the_objects_of_their_geometry(fake_sglang) -> 
     second = first.replace(tuning=make_tuning({**dict(first.tuning), "requests": "new:end:1,0:alloc:p"}))
     assert run_case(second, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
     assert backend._kept[1] is built
+
+
+def test_leaving_a_backup_out_takes_its_entry_with_it() -> None:
+    case = hisparse_case(ops="backup,load,backup,evict", requests="0:end:1,new:0:p")
+    candidates = {(c.tuning_value("ops"), c.tuning_value("requests")) for c in shorter_sequences(case) if c}
+    assert {("", ""), ("load,backup,evict", "new:0:p"), ("backup,load,evict", "0:end:1"),
+            ("backup,load,backup", "0:end:1,new:0:p")} <= candidates
+
+
+def test_a_failing_request_slot_sequence_shrinks_to_what_the_bug_needs(fake_sglang, monkeypatch) -> None:
+    """Slot 0 never freed needs a request holding it and its release: the case's own back-up, once the shrunk
+    case's host indices hold slot 0, and one evict."""
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "hisparse_slot0")
+    case = REQUEST_CASES["extend-release-reuse"]
+    first = run_on_cpu(case)
+    done = minimize(case, run_on_cpu, first, max_runs=120)
+    assert sequence.program(done.case) == ("evict",) and 0 in done.case.host_indices
+    assert done.signature == signature(first, case)
+    assert "release of request 0" in run_on_cpu(done.case).summary
