@@ -18,7 +18,9 @@ class the oracle does not model, which is reported unsupported with the reason),
 ``draft_layers`` (the last of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of
 the stage's layers own index keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the
 hybrid controller's group, which no transfer names: its flags change the group's, and its bytes must stay as they
-were) and ``ops`` (the program). ``draft_layers`` is an upper bound: a pool packs at most ``layers - 1`` draft
+were), ``ops`` (the program) and ``requests`` (present in the HiSparse profile's cases: the HiSparse pool's host
+slots held in its coordinator's request table, each back-up of the program a request's tokens; oracles/sequence.py).
+``draft_layers`` is an upper bound: a pool packs at most ``layers - 1`` draft
 layers, so a one-layer case has none. Generation and labels import neither sglang nor torch's GPU side.
 """
 
@@ -53,6 +55,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     POOL_KINDS,
     PROFILES,
     PROGRAMS,
+    REQUEST_SLOT_CLASSES,
     ROW_GROWTH,
     SIDE_POOL_CLASSES,
     SIDE_POOLS,
@@ -61,6 +64,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     controller_kind,
     index_topk_freq,
     operation_kinds,
+    request_slot_kinds,
     side_pool,
     skip_topk_layers,
 )
@@ -135,6 +139,7 @@ class SglangHicacheBackend(SglangBackend):
             "draft_layer": drafts > 0,
             "skipped_index_layers": any(skip_topk_layers(case)),
             "operation": "+".join(operation_kinds(case)),
+            "request_slots": "+".join(request_slot_kinds(case)) or "none",
             "sequence_length": 1 + len(sequence.program(case)) if _program_ok(case) else 1,
         })
 
@@ -161,6 +166,9 @@ class SglangHicacheBackend(SglangBackend):
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
         if index_topk_freq(case) < 1:
             return f"index_topk_freq {case.tuning_value('index_topk_freq')!r} is not a positive integer"
+        if sequence.request_slots(case) and name not in REQUEST_SLOT_CLASSES:
+            return (f"{sequence.REQUESTS_KEY}: host slots in the HiSparse coordinator's request table, which drives "
+                    f"{', '.join(sorted(REQUEST_SLOT_CLASSES))}, not {name}")
         spec = case.pools[0]
         why = pool_layouts.mismatch(pool_layouts.pool_class(name), spec.attention, case.layout, io_backend, drafts,
                                     case.page_size, tuple(spec.row_bytes(c) for c in spec.components))

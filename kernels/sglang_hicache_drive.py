@@ -17,17 +17,23 @@ Stand-ins (each is the least the controller needs from outside HiCache):
   ``MambaStateBufferInfo`` (sglang's class, built over the case's device tensors).
 * The DSA indexer's device pool (kernels/sglang_hicache_dsa.py): ``DSATokenToKVPool``'s constructor needs the
   model's DSA configuration; a stand-in holds the index buffers beside a real ``MLATokenToKVPool`` for the KV rows.
-* HiSparse loads: the HiSparse MHA pool is loaded by its own coordinator (global layer ids of the stage, the kernel
-  io backend), which this module reproduces as that loop; its back-ups go through the controller's ``write``,
-  which makes the same pool call the coordinator does.
+* The HiSparse coordinator (``HiSparseCoordinator``), for the HiSparse MHA pool: its loads are that coordinator's
+  loop (global layer ids of the stage, the kernel io backend). A case with the ``requests`` knob holds its host
+  slots as the coordinator does (``RequestTable``): the coordinator's request table, filled by the pool's own
+  ``alloc_paged_token_slots`` for each back-up, whose grant is backed up with ``backup_from_device_all_layer``
+  (``admit_request_into_staging``), loaded from the request's row, and freed on release through
+  ``allocated_host_indices`` and the pool's ``free`` (``request_finished``). Without the knob its back-ups go
+  through the controller's ``write`` (the same pool call, slots from ``HostKVCache.alloc``).
 * The draft pass of a load under the base controller: it loads the target model's layers only; the hybrid
   controller's draft transfers call the host pool's ``load_to_device_per_layer(..., is_draft=True)`` for each
   packed draft layer, which this module does after each load of the base controller, with the controller's own
   index placement. Under the hybrid controller (``controller=hybrid``) the controller makes them itself.
 
-Host indices of every back-up are granted by the pool's own allocator inside the controller's ``write``; the
-allocator's free list is set up first through its own ``alloc``/``free`` (oracles/sequence.py, ``prologue``), so
-the oracle knows the grants without reading them back. The pools' ``prepare_transfer_indices`` hooks run where the
+Host indices of every back-up are granted by the pool's own allocator inside the controller's ``write`` (or, under
+request slots, inside ``alloc_paged_token_slots``); the allocator's free list is set up first through its own
+``alloc``/``free`` (oracles/sequence.py, ``prologue``), so the oracle knows the grants without reading them back.
+Under request slots every grant, the request table after it and the allocator's free count are compared with the
+oracle's before the grant is used. The pools' ``prepare_transfer_indices`` hooks run where the
 controller's transfer engine runs them.
 
 A load is consumed as the forward pass consumes it: ``start_loading()`` returns a producer id of the controller's
@@ -62,6 +68,7 @@ from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
 from hicache_fuzz.kernels.sglang_hicache_settings import (
     BASE,
     HYBRID,
+    REQUEST_SLOT_CLASSES,
     controller_kind,
     k_only_heads,
     side_pool,
@@ -74,7 +81,7 @@ from hicache_fuzz.oracles.pool_layouts import owned_device_layers, pool_class
 K_ONLY = "MHATokenToKOnlyPoolHost"
 # Pools whose loads their own coordinator makes, not a HiCache controller: the HiSparse MHA pool takes the stage's
 # global layer ids and has no guard for others (its coordinator never asks for them).
-COORDINATOR_LOADED = frozenset({"HiSparseMHATokenToKVPoolHost"})
+COORDINATOR_LOADED = REQUEST_SLOT_CLASSES
 # Pools without a guard for layer ids outside them, or whose guard raises (their controllers never pass such
 # ids): no foreign loads.
 UNGUARDED = COORDINATOR_LOADED | {K_ONLY, mamba.MAMBA} | pagerow.PAGE_ROW_CLASSES
@@ -155,8 +162,9 @@ class Built:
 
 def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
     """What sglang's objects of a case are built from: cases with equal keys can share them (index variants of
-    one geometry), since every run resets the allocator and copies all bytes in."""
-    knobs = tuple((k, v) for k, v in case.tuning if k != sequence.OPS_KEY)
+    one geometry), since every run resets the allocator and copies all bytes in (the request table is made per
+    run)."""
+    knobs = tuple((k, v) for k, v in case.tuning if k not in (sequence.OPS_KEY, sequence.REQUESTS_KEY))
     return (case.page_size, case.layers, case.device_rows, case.host_slots, case.layout, case.pools, knobs,
             str(device))
 
@@ -408,11 +416,17 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
     prepare_allocator(case, built.allocating_pool)
     record = bool(sequence.program(case)) and _images_fit(buffers)
     buffers.step_images = []
+    table = RequestTable(case, device) if sequence.request_slots(case) else None
     for step in sequence.plan_steps(case):
-        if step.op == sequence.EVICT:
+        if table is not None:
+            label = _request_step(built, table, step, _start, case.layers)
+            if not step.transfers:
+                continue
+            _sync(device)
+        elif step.op == sequence.EVICT:
             controller.evict_host(_indices(step.host_indices, torch.device("cpu")))
             continue
-        if step.op == sequence.BACKUP:
+        elif step.op == sequence.BACKUP:
             granted = controller.write(_indices(step.device_indices, device), **_sidecars(built))
             if granted is None:
                 raise AssertionError(f"{step.label()}: the host allocator refused {len(step.device_indices)} slots "
@@ -581,6 +595,96 @@ def _stale_read(reads: list[LayerRead], rows: torch.Tensor) -> str:
                     f"after layer_done_counter.wait_until({r.waited_for}) differs from the layer once the load had "
                     f"finished in {len(differs)} bytes, the first at device row {int(rows[index])} byte {byte}")
     return ""
+
+
+class RequestTable:
+    """The HiSparse coordinator's request table (``hisparse_coordinator.py``): ``req_to_host_pool``, one row of host
+    slots per request (-1 where none), int64 on the device, and ``req_to_host_pool_allocated_len``, each row's
+    allocated length, int64 on the CPU. The pool's own ``alloc_paged_token_slots`` fills it and
+    ``allocated_host_indices`` reads it. A row is the coordinator's longest context plus a page wide; no request
+    here holds more than the pool's capacity, which stands for that context."""
+
+    def __init__(self, case: Case, device: torch.device) -> None:
+        width = case.host_slots + case.page_size
+        self.slots = torch.full((sequence.REQUEST_ROWS, width), -1, dtype=torch.int64, device=device)
+        self.allocated = torch.zeros(sequence.REQUEST_ROWS, dtype=torch.int64)
+
+    def release(self, request: int) -> None:
+        """The row emptied, as the coordinator's ``request_finished`` leaves it."""
+        self.slots[request, :] = -1
+        self.allocated[request] = 0
+
+    def differs(self, step: sequence.Step) -> str:
+        """'' if the table is the oracle's after `step`, else its first difference."""
+        lengths = [len(row) for row in step.table]
+        if self.allocated.tolist() != lengths:
+            return f"req_to_host_pool_allocated_len is {self.allocated.tolist()}, the oracle's {lengths}"
+        got = self.slots.cpu()
+        want = torch.full_like(got, -1)
+        for request, row in enumerate(step.table):
+            want[request, : len(row)] = torch.tensor(row, dtype=torch.int64)
+        differs = (got != want).nonzero()
+        if not len(differs):
+            return ""
+        request, token = (int(v) for v in differs[0])
+        return (f"req_to_host_pool row {request} holds {int(got[request, token])} at token {token}, the oracle's "
+                f"{int(want[request, token])}")
+
+
+def _request_step(built: Built, table: RequestTable, step: sequence.Step, start: int, layers: int) -> str:
+    """One step of a request-slot sequence as the HiSparse coordinator makes it (the label names its calls): a
+    back-up's or reservation's grant from the pool's ``alloc_paged_token_slots``, backed up with
+    ``backup_from_device_all_layer`` (the kernel io backend; a grant of no tokens moves nothing, as the
+    coordinator's ``_backup_device_locs_to_host`` skips it); a load from the request's row, layer by layer over the
+    stage's global layer ids; a release through ``allocated_host_indices`` and the pool's ``free``. The grant, the
+    freed slots, the table and the allocator's free count must be the oracle's (AssertionError otherwise), the
+    grant before it is used."""
+    pool, device = built.host_pool, table.slots.device
+    count = len(step.host_indices)
+    why = ""
+    if step.op == sequence.RELEASE:
+        freed = pool.allocated_host_indices(table.slots, step.request, table.allocated[step.request])
+        label = f"allocated_host_indices of request {step.request} + free"
+        why = _slots_differ("allocated_host_indices", freed, step.host_indices, device)
+        if not why and freed.numel() > 0:
+            pool.free(freed)
+        table.release(step.request)
+    elif step.op == sequence.LOAD:
+        host = table.slots[step.request, step.start : step.start + count]
+        rows = _indices(step.device_indices, device)
+        for layer in range(start, start + layers):
+            pool.load_to_device_per_layer(built.device_pool, host, rows, layer, io_backend="kernel")
+        return f"load_to_device_per_layer of request {step.request}'s slots over the stage's layer ids"
+    else:
+        granted = pool.alloc_paged_token_slots(table.slots, table.allocated, step.request, step.start, count)
+        label = f"alloc_paged_token_slots granted {_head(granted)}"
+        why = _slots_differ("alloc_paged_token_slots", granted, step.host_indices, device)
+        if not why and step.transfers:
+            label += " + backup_from_device_all_layer"
+            pool.backup_from_device_all_layer(built.device_pool, granted, _indices(step.device_indices, device),
+                                              io_backend="kernel")
+    why = why or table.differs(step)
+    if not why and pool.available_size() != step.free:
+        why = f"the host pool has {pool.available_size()} free slots, the oracle's free list {step.free}"
+    if why:
+        raise AssertionError(f"{step.label()} [{label}]: {why}")
+    return label
+
+
+def _slots_differ(call: str, got: torch.Tensor, want: tuple[int, ...], device: torch.device) -> str:
+    """'' if `got` holds the slots `want` as the coordinator hands them to the transfer kernels (int64 on the
+    request table's device), else how it differs."""
+    if got.dtype != torch.int64 or got.device != device:
+        return (f"{call} returned {got.dtype} on {got.device}, not the request table's int64 on {device} (the "
+                f"coordinator hands it to the transfer kernels as it is)")
+    values = got.tolist()
+    if values == list(want):
+        return ""
+    at = next((i for i, (a, b) in enumerate(zip(values, want, strict=False)) if a != b), min(len(values), len(want)))
+    got_at = values[at] if at < len(values) else "nothing"
+    want_at = want[at] if at < len(want) else "nothing"
+    return (f"{call} returned {len(values)} slots, the oracle's {len(want)}; the first difference at position {at}: "
+            f"{got_at}, the oracle's {want_at}")
 
 
 def _coordinator_load(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor, start: int,

@@ -3,6 +3,7 @@ the drive)."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
@@ -85,11 +86,47 @@ MXFP8_PROFILE = SpaceProfile(
              ("small_rate", 0.0)),
     tuning=(("pool_kind", (MXFP8,)), ("draft_layers", (0,))))
 CLASS_OF_KIND = {HISPARSE: "HiSparseMHATokenToKVPoolHost", K_ONLY: "MHATokenToKOnlyPoolHost", **FITTED_KINDS}
+# Classes the HiSparse coordinator drives (sglang's HiSparseHostPoolMixin), whose host slots the ``requests`` knob
+# puts in its request table (oracles/sequence.py). sglang's MLA host pool has the mixin too (the DSA HiSparse
+# coordinator's); this backend drives it through the HiCache controllers only.
+REQUEST_SLOT_CLASSES = frozenset({"HiSparseMHATokenToKVPoolHost"})
+
+
+def request_schedules(count: int, backups: int, seed: int = 0) -> tuple[str, ...]:
+    """`count` values of the ``requests`` knob (oracles/sequence.py), each with an entry for `backups` back-ups,
+    drawn once from `seed` so that the menu is fixed. Each entry names the previous entry's request (step 0's
+    request 0 before the first) in almost half the entries, so that requests are extended, else a new request or
+    one of rows 0-2; its start is mostly the request's end (an extension, unaligned after an unaligned count), else
+    a token before or after it, its allocated length or one before that, or token 0; its count is 0, 1, one page
+    and one token either side of it, or the case's tokens or one fewer. Together they take the pages a request
+    lacks and stay within the pages it has, from starts on and off page boundaries."""
+    rng = random.Random(seed)
+    starts = ("end",) * 8 + ("end-1",) * 3 + ("end+1", "end+1", "alloc", "alloc", "alloc", "alloc-1", "alloc-1", "0",
+                                                "0")
+    counts = ("0", "0", "1", "1", "1", "1", "p-1", "p-1", "p", "p", "p+1", "p+1", "p+1", "n", "n", "n-1", "n-1")
+    out = []
+    for _ in range(count):
+        previous, entries = "0", []
+        for _ in range(backups):
+            roll = rng.random()
+            request = previous if roll < 0.45 else sequence.NEW_REQUEST if roll < 0.65 else str(rng.randrange(3))
+            entries.append(f"{request}:{rng.choice(starts)}:{rng.choice(counts)}")
+            previous = request if request != sequence.NEW_REQUEST else previous
+        out.append(",".join(entries))
+    return tuple(out)
+
+
+# The HiSparse profile's ``requests`` menu: every back-up of a generated program (at most 5) has an entry. A few
+# empty values plan each back-up as a request of its own over the case's tokens (the model without request slots,
+# through the coordinator's calls).
+REQUEST_SCHEDULES: tuple[str, ...] = ("",) * 8 + request_schedules(248, 5)
 
 
 def class_profile(kind: str) -> SpaceProfile:
     """The profile of a pool kind: the attention kinds and layouts its class stores (with some io backend), page
-    size 1 for a class of one slot per page, the kind set."""
+    size 1 for a class of one slot per page, the kind set. The HiSparse profile's cases hold their host slots in
+    the HiSparse coordinator's request table (a ``requests`` value from REQUEST_SCHEDULES), always have a program
+    and no draft layers (the class packs none)."""
     cls = pool_layouts.pool_class(CLASS_OF_KIND[kind])
     stored = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
     changes: list[tuple[str, object]] = [
@@ -97,8 +134,11 @@ def class_profile(kind: str) -> SpaceProfile:
         ("attentions", tuple(a for a in (Attention.MHA, Attention.MLA, Attention.MHA_ASYM) if a in cls.attentions))]
     if cls.slot_pages:
         changes.append(("page_sizes", (1,)))
-    return SpaceProfile(name=kind, per_mille=PROFILE_PER_MILLE, changes=tuple(changes),
-                        tuning=(("pool_kind", (kind,)),))
+    tuning: list[tuple[str, tuple[int | str | bool, ...]]] = [("pool_kind", (kind,))]
+    if CLASS_OF_KIND[kind] in REQUEST_SLOT_CLASSES:
+        tuning += [("draft_layers", (0,)), (sequence.OPS_KEY, sequence.valid_programs(5)),
+                   (sequence.REQUESTS_KEY, REQUEST_SCHEDULES)]
+    return SpaceProfile(name=kind, per_mille=PROFILE_PER_MILLE, changes=tuple(changes), tuning=tuple(tuning))
 
 
 PROFILES: tuple[SpaceProfile, ...] = (*(class_profile(kind) for kind in CLASS_OF_KIND if kind != MXFP8),
@@ -238,7 +278,13 @@ def _int(value: Any) -> int:
 
 
 def operation_kinds(case: Case) -> tuple[str, ...]:
-    """The operation kinds a case's sequence performs (step 0's transfer included), sorted."""
+    """The operation kinds a case's sequence performs (step 0's transfer included), sorted; under request slots
+    those of its planned steps (``release`` for an evict, ``reserve`` for a load-back case's slots)."""
+    if sequence.request_slots(case):
+        try:
+            return tuple(sorted({step.op for step in sequence.plan_steps(case)}))
+        except sequence.SequenceError:
+            pass
     first = sequence.BACKUP if case.direction is Direction.WRITE_BACK else sequence.LOAD
     try:
         ops = sequence.program(case)
@@ -252,3 +298,29 @@ def k_only_heads(spec: PoolSpec) -> tuple[int, int]:
     (8, 4, 2 or 1) as divide it; any split gives the same bytes."""
     heads = next(h for h in (8, 4, 2, 1) if spec.head_dim % h == 0)
     return heads, spec.head_dim // heads
+
+
+def request_slot_kinds(case: Case) -> tuple[str, ...]:
+    """What a request-slot case's grants do (oracles/sequence.py), sorted: ``empty`` (no tokens), ``first_pages``
+    (pages for a request that held none), ``more_pages`` (pages added to a request's), ``in_pages`` (tokens within
+    the pages it holds), ``unaligned_start`` (a grant from a token inside a page); empty for other cases."""
+    if not sequence.request_slots(case):
+        return ()
+    try:
+        steps = sequence.plan_steps(case)
+    except sequence.SequenceError:
+        return ()
+    kinds = set()
+    for step in steps:
+        if step.op not in (sequence.BACKUP, sequence.RESERVE):
+            continue
+        held_before = len(step.table[step.request]) - step.new_pages * case.page_size
+        if not step.host_indices:
+            kinds.add("empty")
+        elif step.new_pages:
+            kinds.add("more_pages" if held_before else "first_pages")
+        else:
+            kinds.add("in_pages")
+        if step.host_indices and step.start % case.page_size:
+            kinds.add("unaligned_start")
+    return tuple(sorted(kinds))

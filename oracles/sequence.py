@@ -26,14 +26,42 @@ Operations (what the radix tree asks the controller for):
 A program is valid when every ``load`` and ``evict`` finds a held entry. :func:`valid_programs` lists the
 programs valid whatever the geometry (a back-up may evict all older entries, so only the entry it creates is
 counted on).
+
+**Request slots** (the tuning entry ``requests``, present even if empty): the HiSparse coordinator's way of holding
+host slots (``managers/hisparse_coordinator.py``), for the pools with sglang's ``HiSparseHostPoolMixin``. Host slots
+belong to requests: a table of :data:`REQUEST_ROWS` rows, each the host slots of one request's tokens ``[0,
+allocated)``, and each row's allocated length, always a whole number of pages. The same operations, with these
+meanings:
+
+* ``backup`` of request ``r`` over tokens ``[s, s + k)`` (the program's i-th back-up takes the knob's i-th entry,
+  ``<request>:<start>:<count>``; a back-up without an entry is ``new:0:n``): the request's row grows by the pages
+  that ``[0, s + k)`` rounded up to whole pages adds to it, taken from the allocator's free list in order
+  (``alloc_paged_token_slots``); the grant is the row's slots of tokens ``[s, s + k)``, and token ``t`` is backed up
+  from the case's device row ``t mod n``. ``new`` is the lowest row not held by a live request; ``start`` is a
+  number, ``end`` (the request's first token not backed up yet), or ``alloc`` (its allocated length), each with an
+  optional ``+m``/``-m``, clamped to ``[0, allocated]``; ``count`` a number, ``p`` (the page size) or ``n`` (the
+  case's token count), with an optional ``+m``/``-m``, clamped to ``[0, n]``. Where the free list lacks the new
+  pages, the oldest other live requests are released first, then the count is shortened to what fits. A back-up
+  of no tokens takes no slot and moves nothing; it admits the request all the same.
+* ``load``: the last ``min(end, n)`` backed-up tokens of the live request backed up most recently, from the slots
+  its row holds, to the first rows of the case's device pages in reverse page order. Nothing if no live request
+  holds a token.
+* ``evict``: the oldest live request (by admission) is released: every slot of its row is freed, in row order
+  (``allocated_host_indices``, then the pool's ``free``), and its row is emptied. Nothing if none is live.
+
+Step 0 is request 0 over ``[0, n)``: the case's write-back, or for a load-back case a reservation (the slots the
+decode side's pre-allocation takes before the transfer fills them) followed by the case's load. The prologue frees
+the case's host indices first in both directions, so request 0 is granted exactly them. With no entries this plans
+the very transfers of the same case without the knob: every back-up admits a request of its own over ``[0, n)``.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,6 +72,14 @@ OPS_KEY = "ops"
 BACKUP, LOAD, EVICT = "backup", "load", "evict"
 OPS = (BACKUP, LOAD, EVICT)
 MAX_PROGRAM = 6
+REQUESTS_KEY = "requests"
+# Steps of the request-slot model only: the slots a load-back case's request holds before its load, and a request
+# released (an evict of that model).
+RESERVE, RELEASE = "reserve", "release"
+# Rows of the request table: one more than the longest program's back-ups, so that every back-up of a program can
+# admit a request of its own (as each entry of the model without request slots is one).
+REQUEST_ROWS = MAX_PROGRAM + 1
+NEW_REQUEST = "new"
 
 
 class SequenceError(ValueError):
@@ -53,23 +89,37 @@ class SequenceError(ValueError):
 @dataclass(frozen=True)
 class Step:
     """One operation of a sequence. ``host_indices``/``device_indices`` are the slots and rows it moves
-    (evict: the host slots it frees, no device rows)."""
+    (evict and release: the host slots it frees, no device rows; reserve: the slots granted, no device rows).
+
+    Steps of the request-slot model also name their request and first token (a back-up's or reservation's grant,
+    a load's first token), and hold the request table after the step (each row's slots, its allocated length
+    being its length) and the allocator's free slot count."""
 
     index: int  # 0 is the case's own transfer
     op: str
     host_indices: tuple[int, ...]
     device_indices: tuple[int, ...]
+    request: int = -1  # -1: a step without request slots
+    start: int = 0
+    table: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
+    free: int = -1
+    new_pages: int = 0  # pages a back-up or reservation added to its request's row
 
     @property
     def transfers(self) -> bool:
-        return self.op != EVICT
+        return self.op in (BACKUP, LOAD) and bool(self.device_indices)
 
     @property
     def direction(self) -> Direction:
         return Direction.WRITE_BACK if self.op == BACKUP else Direction.LOAD_BACK
 
     def label(self) -> str:
-        return f"step {self.index} ({self.op})"
+        if self.request < 0:
+            return f"step {self.index} ({self.op})"
+        if self.op == RELEASE:
+            return f"step {self.index} ({self.op} of request {self.request})"
+        end = self.start + len(self.host_indices)
+        return f"step {self.index} ({self.op} of request {self.request}, tokens [{self.start}, {end}))"
 
 
 def program(case: Case) -> tuple[str, ...]:
@@ -91,10 +141,10 @@ def format_program(ops: tuple[str, ...]) -> str:
 def prologue(case: Case) -> list[tuple[int, ...]]:
     """The frees that follow one grant of the whole host pool, in order: they set the allocator's free list so
     that step 0's write-back is granted exactly the case's host indices. A load-back case keeps its host
-    indices held (they are the entry it loads)."""
+    indices held (they are the entry it loads), except under request slots, where its request is granted them."""
     own = case.host_indices
     rest = tuple(sorted(set(range(case.host_slots)) - set(own)))
-    if case.direction is Direction.WRITE_BACK:
+    if case.direction is Direction.WRITE_BACK or request_slots(case):  # request 0 is granted them at step 0
         return [own, rest] if rest else [own]
     return [rest] if rest else []
 
@@ -106,6 +156,8 @@ def reversed_pages(indices: tuple[int, ...], page_size: int) -> tuple[int, ...]:
 
 def plan_steps(case: Case) -> list[Step]:
     """Every step of the case's sequence, step 0 first. Raises SequenceError if the program cannot run."""
+    if request_slots(case):
+        return _RequestTable(case).plan()
     ops = program(case)
     n, ps = case.n, case.page_size
     free: deque[int] = deque(x for chunk in prologue(case) for x in chunk)
@@ -145,7 +197,7 @@ def plan_steps(case: Case) -> list[Step]:
 
 def step_case(case: Case, step: Step) -> Case:
     """The single transfer of `step` as a case of its own (all layers, the step's index lists, no program)."""
-    tuning = tuple((k, v) for k, v in case.tuning if k != OPS_KEY)
+    tuning = tuple((k, v) for k, v in case.tuning if k not in (OPS_KEY, REQUESTS_KEY))
     return case.replace(direction=step.direction, scope=Scope.ALL_LAYERS, host_indices=step.host_indices,
                         device_indices=step.device_indices, tuning=tuning)
 
@@ -199,3 +251,183 @@ def transfer_steps(case: Case) -> Iterator[Step]:
                    case.device_indices)
         return
     yield from (s for s in plan_steps(case) if s.transfers)
+
+
+# ---- request slots (the HiSparse coordinator's request table; see the module doc) --------------------------
+
+_TERM = re.compile(r"(?P<base>[a-z]+)(?P<offset>[+-]\d+)?|(?P<number>\d+)")
+_START_BASES = ("end", "alloc")
+_COUNT_BASES = ("p", "n")
+
+
+def request_slots(case: Case) -> bool:
+    """Whether the case's host slots belong to requests (the ``requests`` knob is present, even empty)."""
+    return any(key == REQUESTS_KEY for key, _ in case.tuning)
+
+
+@dataclass(frozen=True)
+class SlotRequest:
+    """One back-up's request parameters: ``<request>:<start>:<count>`` (see the module doc)."""
+
+    request: int | None  # None: a new request
+    start: tuple[str, int]  # (base, offset); base "" is a plain number
+    count: tuple[str, int]
+
+    def text(self) -> str:
+        return ":".join((NEW_REQUEST if self.request is None else str(self.request), _term_text(self.start),
+                         _term_text(self.count)))
+
+
+DEFAULT_REQUEST = SlotRequest(None, ("", 0), ("n", 0))
+
+
+def _term_text(term: tuple[str, int]) -> str:
+    base, offset = term
+    if not base:
+        return str(offset)
+    return base if not offset else f"{base}{offset:+d}"
+
+
+def _term(text: str, bases: tuple[str, ...], where: str) -> tuple[str, int]:
+    match = _TERM.fullmatch(text.strip())
+    if match is None or match["base"] not in (None, *bases):
+        raise SequenceError(f"tuning.{REQUESTS_KEY}: {where} {text!r} is not a number or {' / '.join(bases)} "
+                            f"with an optional +m / -m")
+    if match["number"] is not None:
+        return "", int(match["number"])
+    return match["base"], int(match["offset"] or 0)
+
+
+def slot_requests(case: Case) -> tuple[SlotRequest, ...]:
+    """The ``requests`` knob's entries, one per back-up of the program in order."""
+    text = case.tuning_value(REQUESTS_KEY, "")
+    if not isinstance(text, str):
+        raise SequenceError(f"tuning.{REQUESTS_KEY}: expected a comma-separated string, got {text!r}")
+    out = []
+    for entry in (e.strip() for e in text.split(",") if e.strip()):
+        parts = entry.split(":")
+        if len(parts) != 3:
+            raise SequenceError(f"tuning.{REQUESTS_KEY}: {entry!r} is not <request>:<start>:<count>")
+        who = parts[0].strip()
+        if who != NEW_REQUEST and not (who.isdigit() and int(who) < REQUEST_ROWS):
+            raise SequenceError(f"tuning.{REQUESTS_KEY}: request {who!r} is neither {NEW_REQUEST!r} nor a row "
+                                f"0..{REQUEST_ROWS - 1} of the request table")
+        out.append(SlotRequest(None if who == NEW_REQUEST else int(who), _term(parts[1], _START_BASES, "start"),
+                               _term(parts[2], _COUNT_BASES, "count")))
+    return tuple(out)
+
+
+def format_requests(entries: tuple[SlotRequest, ...]) -> str:
+    return ",".join(e.text() for e in entries)
+
+
+@dataclass
+class _Held:
+    """One live request: the host slots of its tokens [0, allocated), its first token not backed up yet, and
+    when it was admitted and last backed up."""
+
+    slots: list[int]
+    end: int
+    admitted: int
+    used: int
+
+
+class _RequestTable:
+    """The request-slot model's planner: the allocator's free list and the request table, step by step."""
+
+    def __init__(self, case: Case) -> None:
+        self.case, self.n, self.ps = case, case.n, case.page_size
+        self.entries = slot_requests(case)
+        self.ops = program(case)
+        self.free: deque[int] = deque(x for chunk in prologue(case) for x in chunk)
+        self.live: dict[int, _Held] = {}
+        self.clock = 0
+        self.steps: list[Step] = []
+
+    def plan(self) -> list[Step]:
+        case = self.case
+        if case.direction is Direction.WRITE_BACK:
+            self._backup(0, 0, 0, self.n)
+        else:
+            granted, new = self._grant(0, 0, self.n)
+            self.steps.append(self._step(0, RESERVE, granted, (), 0, 0, new))
+            self.steps.append(self._step(0, LOAD, granted, case.device_indices, 0, 0))
+        backups = 0
+        for i, op in enumerate(self.ops, start=1):
+            if op == BACKUP:
+                entry = self.entries[backups] if backups < len(self.entries) else DEFAULT_REQUEST
+                backups += 1
+                request = self._new_row(i) if entry.request is None else entry.request
+                held = self.live.get(request)
+                end, allocated = (held.end, len(held.slots)) if held else (0, 0)
+                start = min(max(_value(entry.start, {"end": end, "alloc": allocated}), 0), allocated)
+                count = min(max(_value(entry.count, {"p": self.ps, "n": self.n}), 0), self.n)
+                self._backup(i, request, start, count)
+            elif op == LOAD:
+                self._load(i)
+            elif self.live:
+                self._release(i, min(self.live, key=lambda r: self.live[r].admitted))
+        return self.steps
+
+    def _new_row(self, index: int) -> int:
+        row = next((r for r in range(REQUEST_ROWS) if r not in self.live), None)
+        if row is None:
+            raise SequenceError(f"step {index} (backup): every one of the {REQUEST_ROWS} request rows is live")
+        return row
+
+    def _backup(self, index: int, request: int, start: int, count: int) -> None:
+        held = self.live.get(request)
+        allocated = len(held.slots) if held else 0
+        wanted = -(-(start + count) // self.ps) * self.ps - allocated
+        while wanted > len(self.free):
+            others = [r for r in self.live if r != request]
+            if not others:
+                break
+            self._release(index, min(others, key=lambda r: self.live[r].admitted))
+        if wanted > len(self.free):  # the request itself holds the rest: as many tokens as its pages can take
+            count = allocated + len(self.free) - start
+        granted, new = self._grant(request, start, count)
+        rows = self.case.device_indices  # token t from device row t mod n: distinct rows for up to n tokens
+        device = tuple(rows[t % self.n] for t in range(start, start + count))
+        self.steps.append(self._step(index, BACKUP, granted, device, request, start, new))
+
+    def _grant(self, request: int, start: int, count: int) -> tuple[tuple[int, ...], int]:
+        """alloc_paged_token_slots: the request's row grows to whole pages past start + count (only the pages it
+        lacks are taken); (the slots of tokens [start, start + count), the pages taken). No tokens: nothing taken
+        or changed, but the request is admitted."""
+        self.clock += 1
+        held = self.live.setdefault(request, _Held([], 0, self.clock, self.clock))
+        held.used = self.clock
+        new = 0
+        if count > 0:
+            page_end = -(-(start + count) // self.ps) * self.ps
+            new = max(0, page_end - len(held.slots))
+            held.slots += [self.free.popleft() for _ in range(new)]
+            held.end = max(held.end, start + count)
+        return tuple(held.slots[start : start + count]), new // self.ps
+
+    def _load(self, index: int) -> None:
+        holding = [r for r in self.live if self.live[r].end > 0]
+        if not holding:
+            return
+        request = max(holding, key=lambda r: self.live[r].used)
+        held = self.live[request]
+        m = min(held.end, self.n)
+        self.steps.append(self._step(index, LOAD, tuple(held.slots[held.end - m : held.end]),
+                                     reversed_pages(self.case.device_indices, self.ps)[:m], request, held.end - m))
+
+    def _release(self, index: int, request: int) -> None:
+        """allocated_host_indices then free: every slot of the row, in row order; the row emptied."""
+        freed = tuple(self.live.pop(request).slots)
+        self.free.extend(freed)
+        self.steps.append(self._step(index, RELEASE, freed, (), request, 0))
+
+    def _step(self, index: int, op: str, host: tuple[int, ...], device: tuple[int, ...], request: int,
+              start: int, new_pages: int = 0) -> Step:
+        table = tuple(tuple(self.live[r].slots) if r in self.live else () for r in range(REQUEST_ROWS))
+        return Step(index, op, host, device, request, start, table, len(self.free), new_pages)
+
+
+def _value(term: tuple[str, int], bases: dict[str, int]) -> int:
+    base, offset = term
+    return (bases[base] if base else 0) + offset

@@ -323,21 +323,29 @@ def _program_length(case: Case) -> int:
 
 def shorter_sequences(case: Case) -> Iterator[Case | None]:
     """Fewer operations in a sequence case's program (oracles/sequence.py): none, then each half, then each
-    single operation left out, so a failing sequence shrinks to its shortest failing form."""
+    single operation left out, so a failing sequence shrinks to its shortest failing form. Under request slots a
+    back-up left out takes its ``requests`` entry with it, so the back-ups kept keep theirs."""
     try:
         ops = sequence.program(case)
+        entries = sequence.slot_requests(case)
     except sequence.SequenceError:
         return
     if not ops:
         return
-    shorter = [(), ops[: len(ops) // 2], ops[len(ops) // 2 :]] + [ops[:i] + ops[i + 1 :] for i in range(len(ops))]
-    seen: set[tuple[str, ...]] = set()
-    for candidate in shorter:
-        if candidate in seen or len(candidate) >= len(ops):
+    whole = tuple(range(len(ops)))
+    half = len(ops) // 2
+    shorter = [(), whole[:half], whole[half:]] + [whole[:i] + whole[i + 1 :] for i in range(len(ops))]
+    entry_of = {i: sum(op == sequence.BACKUP for op in ops[:i]) for i in whole}
+    seen: set[tuple[int, ...]] = set()
+    for kept in shorter:
+        if kept in seen or len(kept) >= len(ops):
             continue
-        seen.add(candidate)
+        seen.add(kept)
         knobs = dict(case.tuning)
-        knobs[sequence.OPS_KEY] = sequence.format_program(candidate)
+        knobs[sequence.OPS_KEY] = sequence.format_program(tuple(ops[i] for i in kept))
+        if sequence.request_slots(case):
+            knobs[sequence.REQUESTS_KEY] = sequence.format_requests(tuple(
+                entries[entry_of[i]] for i in kept if ops[i] == sequence.BACKUP and entry_of[i] < len(entries)))
         yield _candidate(case, tuning=make_tuning(knobs))
 
 

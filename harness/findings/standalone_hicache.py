@@ -2,8 +2,11 @@
 builds the case's host pool class and controller as ``kernels/sglang_hicache_drive.py`` does, runs the case's
 sequence (its steps written in as lists, from ``oracles/sequence.py``), keeps its own copy of what every byte must
 be after each transfer (per-token row copies in sglang's own tensor shapes), and compares all of sglang's pool
-tensors with it after every transfer. Exit 0: every step right; 1: the first wrong step and byte are printed;
-3: sglang cannot run here. The storages' fill is the script's own (seeded random bytes), not the harness's.
+tensors with it after every transfer. A case with request slots holds them in its own copy of the HiSparse
+coordinator's request table, through the pool's ``alloc_paged_token_slots`` and ``allocated_host_indices``, and
+checks every grant and every freed list against the steps. Exit 0: every step right; 1: the first wrong step and
+byte (or slot) are printed; 3: sglang cannot run here. The storages' fill is the script's own (seeded random bytes),
+not the harness's.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ def unscripted_reason(case: Case) -> str | None:
 def hicache_script(case: Case, reproducer: dict[str, Any]) -> str:
     name, io_backend, start, drafts = case_settings(case)
     spec = case.pools[0]
-    steps = [(s.op, list(s.host_indices), list(s.device_indices)) for s in sequence.plan_steps(case)]
+    steps = [(s.op, list(s.host_indices), list(s.device_indices), s.request, s.start)
+             for s in sequence.plan_steps(case)]
     observed = reproducer.get("observed", {})
     summary = str(observed.get("summary") or observed.get("error") or "(not recorded)").splitlines()[0]
     module = pool_class(name).module
@@ -66,6 +70,8 @@ def hicache_script(case: Case, reproducer: dict[str, Any]) -> str:
         "k_dim": k_only_heads(spec)[1],
         "prologue": [list(chunk) for chunk in sequence.prologue(case)],
         "steps": steps,
+        "requests": sequence.request_slots(case),
+        "request_rows": sequence.REQUEST_ROWS,
         "seed": case.seed,
     }
     return _SCRIPT.format(**fields)
@@ -94,7 +100,10 @@ DTYPE, MLA, HEADS, HEAD_DIM, V_HEAD_DIM = {dtype}, {mla}, {heads}, {head_dim}, {
 K_HEADS, K_DIM = {k_heads}, {k_dim}  # a K-only pool's split of the row (any split gives the same bytes)
 TARGET = LAYERS - DRAFTS
 PROLOGUE = {prologue}  # frees after one grant of the whole host pool: the allocator's free list, in order
-STEPS = {steps}  # (operation, host slots, device rows), step 0 first
+STEPS = {steps}  # (operation, host slots, device rows, request, first token), step 0 first
+# Host slots held by requests in the HiSparse coordinator's request table (its req_to_host_pool and allocated
+# lengths), granted by the pool's alloc_paged_token_slots and freed through allocated_host_indices
+REQUESTS, REQUEST_ROWS = {requests}, {request_rows}
 
 
 def device_pool(layers, start):
@@ -195,6 +204,32 @@ def sync():
         torch.cuda.synchronize()
 
 
+def request_step(host, target, table, lengths, op, slots, rows, request, start):
+    """One step as the HiSparse coordinator makes it; a message if sglang's slots are not the step's."""
+    device_rows = torch.tensor(rows, dtype=torch.int64, device=DEVICE)
+    if op == "release":
+        freed = host.allocated_host_indices(table, request, lengths[request])
+        got = freed.tolist()
+        if freed.numel() > 0:
+            host.free(freed)
+        table[request, :] = -1
+        lengths[request] = 0
+        if got != slots:
+            return f"allocated_host_indices returned {{got[:8]}} ({{len(got)}}), want {{slots[:8]}} ({{len(slots)}})"
+        return None
+    if op == "load":
+        for layer in range(START, START + TARGET):
+            host.load_to_device_per_layer(target, table[request, start : start + len(slots)], device_rows, layer,
+                                          io_backend="kernel")
+        return None
+    granted = host.alloc_paged_token_slots(table, lengths, request, start, len(slots))
+    if granted.dtype != torch.int64 or granted.tolist() != slots:
+        return f"alloc_paged_token_slots returned {{granted.dtype}} {{granted.tolist()[:8]}}, want int64 {{slots[:8]}}"
+    if op == "backup" and slots:
+        host.backup_from_device_all_layer(target, granted, device_rows, io_backend="kernel")
+    return None
+
+
 def first_difference(want, got, what):
     a, b = want.reshape(-1).view(torch.uint8), got.reshape(-1).view(torch.uint8)
     where = (a != b).nonzero()
@@ -222,14 +257,24 @@ def main():
     host.alloc(host.available_size())
     for chunk in PROLOGUE:
         host.free(torch.tensor(chunk, dtype=torch.int64))
-    for number, (op, slots, rows) in enumerate(STEPS):
+    table = torch.full((REQUEST_ROWS, HOST_SLOTS + PS), -1, dtype=torch.int64, device=DEVICE)
+    lengths = torch.zeros(REQUEST_ROWS, dtype=torch.int64)
+    for number, (op, slots, rows, request, start) in enumerate(STEPS):
+        if REQUESTS:
+            problem = request_step(host, target, table, lengths, op, slots, rows, request, start)
+            if problem:
+                print(f"FAIL at step {{number}} ({{op}} of request {{request}}): {{problem}}")
+                return 1
+            if op in ("reserve", "release") or not rows:
+                continue
         if op == "evict":
             controller.evict_host(torch.tensor(slots, dtype=torch.int64))
             continue
         if op == "backup":
-            granted = controller.write(torch.tensor(rows, dtype=torch.int64, device=DEVICE))
-            controller.ack_write_queue.pop().finish_event.synchronize()
-            print(f"step {{number}} backup: granted host slots {{granted.tolist()[:8]}}")
+            if not REQUESTS:
+                granted = controller.write(torch.tensor(rows, dtype=torch.int64, device=DEVICE))
+                controller.ack_write_queue.pop().finish_event.synchronize()
+                print(f"step {{number}} backup: granted host slots {{granted.tolist()[:8]}}")
             for c, per in enumerate(model_dev):
                 for layer in range(LAYERS):
                     for h, d in zip(slots, rows):
@@ -238,10 +283,10 @@ def main():
             cpu_slots = torch.tensor(slots, dtype=torch.int64)
             device_rows = torch.tensor(rows, dtype=torch.int64, device=DEVICE)
             h_idx, d_idx = controller.move_indices(cpu_slots, device_rows)
-            if CLASS == "HiSparseMHATokenToKVPoolHost":  # loaded by its coordinator: the stage's layer ids
+            if CLASS == "HiSparseMHATokenToKVPoolHost" and not REQUESTS:  # loaded by its coordinator's loop
                 for layer in range(START, START + TARGET):
                     host.load_to_device_per_layer(target, h_idx, d_idx, layer, io_backend="kernel")
-            else:
+            elif not REQUESTS:  # (with request slots request_step loaded the request's row)
                 allocator.grants.append(device_rows)
                 controller.load(cpu_slots)
                 controller.start_loading()

@@ -29,7 +29,16 @@ CASES = {
     "hisparse-start": hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, page_size=32, pages=2, host_pages=4,
                                    device_pages=3, layers=2, ops="load,backup,load", pool_kind="hisparse",
                                    start_layer=3),
+    "hisparse-requests": hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, page_size=32, pages=2, host_pages=6,
+                                      device_pages=3, layers=2, ops="backup,backup,load,evict,backup,load",
+                                      pool_kind="hisparse", start_layer=2, requests="0:end:p+1,0:end-1:1,new:alloc:0"),
+    "hisparse-requests-load-back": hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, page_size=3, pages=2,
+                                                host_pages=6, device_pages=3, layers=2, direction=Direction.LOAD_BACK,
+                                                ops="backup,load,backup,evict,load", pool_kind="hisparse",
+                                                requests="0:end:1,1:0:n"),
 }
+# The scripts of request-slot cases catch the planted bugs of the HiSparse request-slot allocation.
+REQUEST_SLOT_BUGS = ("hisparse_len_row", "hisparse_pages_squared", "hisparse_empty_int32", "hisparse_slot0")
 
 
 def _run(tmp_path: Path, bug: str) -> dict[str, tuple[int, str]]:
@@ -72,7 +81,24 @@ def test_scripts_name_the_failing_step_on_a_planted_bug(tmp_path: Path, bug: str
     for output in failed.values():
         assert "FAIL at step" in output
     if bug == "page32":  # every case backs up pages of 32 or more tokens
-        assert set(failed) == set(CASES)
+        assert set(failed) == {name for name, case in CASES.items() if case.page_size >= 32}
+
+
+# Where each planted bug of the HiSparse request-slot allocation stops the request-slot scripts: a wrong grant or
+# freed list is named at its step (exit 1); sglang's own assertion (a start past the allocated length, left by the
+# length written to another row) or its failed allocation (page_size^2 too many slots) kills the script (exit 2).
+REQUEST_SLOT_EXITS = {"hisparse_len_row": {"hisparse-requests": 2, "hisparse-requests-load-back": 2},
+                      "hisparse_pages_squared": {"hisparse-requests": 2, "hisparse-requests-load-back": 2},
+                      "hisparse_empty_int32": {"hisparse-requests": 1},  # the only one asking for no tokens
+                      "hisparse_slot0": {"hisparse-requests": 1, "hisparse-requests-load-back": 1}}
+
+
+@pytest.mark.parametrize("bug", REQUEST_SLOT_BUGS)
+def test_request_slot_scripts_stop_on_the_planted_allocation_bugs(tmp_path: Path, bug: str) -> None:
+    results = _run(tmp_path, bug)
+    assert {name: code for name, (code, _) in results.items() if code} == REQUEST_SLOT_EXITS[bug], results
+    for name, code in REQUEST_SLOT_EXITS[bug].items():
+        assert code == 2 or "FAIL at step" in results[name][1]
 
 
 def test_classes_the_script_cannot_build_get_no_script_and_say_why() -> None:

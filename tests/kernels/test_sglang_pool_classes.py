@@ -143,7 +143,8 @@ def test_generated_cases_cover_the_pool_dimensions_without_sglang() -> None:
     assert set(values["start_layer_nonzero"]) == {True, False}
     assert set(values["draft_layer"]) == {True, False}
     assert set(values["controller"]) == {"hybrid", "base"}
-    assert multi_step_ops == {"backup", "load", "evict"}
+    # release and reserve: the HiSparse profile's cases hold their slots in the coordinator's request table
+    assert multi_step_ops == {"backup", "load", "evict", "release", "reserve"}
     assert any(ps >= 32 and ps & (ps - 1) for ps in page_sizes)  # non-powers of two past 32 run
     assert not [m for m in sys.modules if m.split(".")[0] == "sglang"]  # generation never imports sglang
 

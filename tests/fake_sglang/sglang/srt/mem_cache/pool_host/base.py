@@ -7,7 +7,9 @@ double-free checks, per-token backup of every layer and per-layer load with the 
 * ``alloc_twice``: ``free`` queues the freed slots twice and ``alloc`` skips its double-alloc check, so a freed
   slot is granted twice;
 * ``side_write`` (hybrid_cache_controller.py): every back-up also writes the group's side pools that no transfer
-  names; ``mamba_conv`` (pool_host/mamba.py): the Mamba pool does not back up its last layer's conv state.
+  names; ``mamba_conv`` (pool_host/mamba.py): the Mamba pool does not back up its last layer's conv state;
+  ``hisparse_len_row``, ``hisparse_pages_squared``, ``hisparse_empty_int32``, ``hisparse_slot0``
+  (pool_host/hisparse.py): the HiSparse request-slot allocation's.
 """
 
 from __future__ import annotations

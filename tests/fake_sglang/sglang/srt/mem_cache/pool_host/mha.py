@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from sglang.srt.mem_cache.pool_host.base import HostPool
+from sglang.srt.mem_cache.pool_host.hisparse import HiSparseHostPoolMixin
 
 
 class MHATokenToKVPoolHost(HostPool):
@@ -27,7 +28,7 @@ class AsymmetricMHATokenToKVPoolHost(MHATokenToKVPoolHost):
     io_layouts = {"kernel": ("page_first",), "direct": ("page_first_direct",)}  # noqa: RUF012
 
 
-class HiSparseMHATokenToKVPoolHost(MHATokenToKVPoolHost):
+class HiSparseMHATokenToKVPoolHost(HiSparseHostPoolMixin, MHATokenToKVPoolHost):
     io_layouts = {"kernel": ("layer_first",)}  # noqa: RUF012
 
     def __init__(self, buffer_info: Any, host_to_device_ratio: float, page_size: int, *,

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sglang.srt.mem_cache.pool_host.base import HostPool
+from sglang.srt.mem_cache.pool_host.hisparse import HiSparseHostPoolMixin
 
 
-class MLATokenToKVPoolHost(HostPool):
+class MLATokenToKVPoolHost(HiSparseHostPoolMixin, HostPool):
     components = ("kv",)
     layouts = ("layer_first", "page_first", "page_first_direct")
     io_layouts = {"kernel": ("layer_first", "page_first"), "direct": ("layer_first", "page_first_direct")}  # noqa: RUF012
