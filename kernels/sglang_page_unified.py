@@ -56,7 +56,7 @@ from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.base import Availability, Plan
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
 from hicache_fuzz.kernels.sglang_call import SglangCall
-from hicache_fuzz.kernels.sglang_jit import JIT_INDEX_DEVICES, SglangBackend, SglangJitBackend, gpu_space
+from hicache_fuzz.kernels.sglang_jit import JIT_INDEX_DEVICES, SglangBackend, gpu_space
 from hicache_fuzz.kernels.sglang_pool_calls import HOST_MHA, HOST_MLA, MEMORY_POOL, Constructor, pool_construction
 from hicache_fuzz.kernels.sglang_staged import (
     INDEX_DTYPES,
@@ -154,9 +154,16 @@ class SglangPageUnifiedBackend(SglangBackend):
                     jobs.append(lambda unit=unit: module._jit_page_unified_write_back(unit, is_mla=False))
             if row % 16 == 0:
                 jobs.append(lambda row=row: module._jit_page_unified_write_back(row, is_mla=True))
-        # The host pools' constructors ask sglang whether their whole rows take the JIT register or TMA kernel
-        # (can_use_hicache_jit_kernel), which builds those modules: the ones sglang-jit builds for these rows.
-        return jobs + SglangJitBackend().compile_jobs(space, platform)
+        # The host pools' constructors ask sglang whether their whole rows take the JIT kernels
+        # (can_use_hicache_jit_kernel with the case's page size), which builds the TMA module or the row's register
+        # module: asked here as they ask it, with no page size (the TMA gate) and with page size 1 (the register
+        # module, for the page sizes the TMA gate's page rule turns away).
+        gate = getattr(module, "can_use_hicache_jit_kernel", None)
+        if gate is not None:
+            for row in sorted(set(space.row_bytes)):
+                jobs.append(lambda row=row: gate(element_size=row))
+                jobs.append(lambda row=row: gate(element_size=row, page_size=1))
+        return jobs
 
     def sglang_calls(self, case: Case, platform: Platform) -> list[SglangCall]:
         """One call per pool: the one-layer load-back, or the all-layer write-back of whole pages through a
