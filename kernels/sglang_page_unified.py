@@ -53,6 +53,7 @@ from hicache_fuzz.harness.model.case import (
 from hicache_fuzz.harness.model.space import HEAD_GROUPS_MENU, CaseSpace
 from hicache_fuzz.kernels import sglang_call as calls
 from hicache_fuzz.kernels import sglang_common as common
+from hicache_fuzz.kernels import sglang_pool
 from hicache_fuzz.kernels.base import Availability, Plan
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
 from hicache_fuzz.kernels.sglang_call import SglangCall
@@ -283,7 +284,10 @@ def _destroy(host_pools: dict[str, Any]) -> None:
 
 def host_pool_hooks_missing() -> list[str]:
     """What sglang's host pools lack of what the build uses (qualified names; none where all is there): the
-    page_unified layout with its chunk span and page shape, and the MHA host pool's head groups. Imports them."""
+    page_unified layout with its chunk span and page shape, and the MHA host pool's head groups. Imports them, as
+    the other pool backends do (sglang_pool's loader: the AOT ops made callable first, which the pools' modules bind
+    at import and their constructors' pointer tables call)."""
+    sglang_pool._pool_modules()
     page_unified = importlib.import_module(PAGE_UNIFIED_MODULE)
     mha = importlib.import_module(HOST_MHA)
     for module in (MEMORY_POOL, HOST_MLA):

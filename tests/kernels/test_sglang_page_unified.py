@@ -35,6 +35,7 @@ from hicache_fuzz.harness.model.case import (
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.pipeline.runner import run_case
+from hicache_fuzz.kernels import sglang_aot, sglang_pool
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels import sglang_page_unified as pu
 from hicache_fuzz.kernels.sglang_page_unified import SglangPageUnifiedBackend, span_probes
@@ -69,9 +70,12 @@ def pu_case(direction: Direction, pool: PoolSpec, *, layers: int = 3, page_size:
 
 @pytest.fixture
 def fake_modules(fake_sglang: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:  # noqa: F811
-    """The fake sglang as the module the backend calls; the fake kernel module, whose calls a test may spy on."""
+    """The fake sglang as the module the backend calls, its pool modules loaded as the pool backends load them (and
+    dropped after); the fake kernel module, whose calls a test may spy on."""
     fake = importlib.import_module(common.HICACHE_MODULE)
     monkeypatch.setattr(common, "hicache", lambda: fake)
+    monkeypatch.setattr(sglang_aot, "aot_status", lambda: (True, "the fake sgl_kernel"))
+    monkeypatch.setattr(sglang_pool, "_MODS", None)
     yield fake
 
 
@@ -193,7 +197,7 @@ def test_the_oracles_chunk_spans(pool: PoolSpec, layers: int) -> None:
 
 
 def test_an_mla_pool_of_fewer_pages_than_layers_is_unsupported_as_sglang_cannot_build_it(
-        fake_sglang: None) -> None:  # noqa: F811
+        fake_modules: Any) -> None:
     case = pu_case(Direction.LOAD_BACK, MLA, layers=6)  # 5 host pages
     reason = SglangPageUnifiedBackend().unsupported_reason(case, CUDA)
     assert reason is not None and "IndexError" in reason
@@ -226,8 +230,7 @@ def test_no_sglang_here_is_no_reason_to_refuse_a_case(monkeypatch: pytest.Monkey
         pu._absent_on.cache_clear()
 
 
-def test_a_host_pool_module_without_the_layout_is_named(
-        fake_sglang: None, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_a_host_pool_module_without_the_layout_is_named(fake_modules: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert pu.host_pool_hooks_missing() == []
     page_unified = importlib.import_module(pu.PAGE_UNIFIED_MODULE)
     monkeypatch.delattr(page_unified.PageUnifiedLayout, "chunk_span")
