@@ -1,7 +1,9 @@
 """One definition of what ``sglang-pool`` hands sglang: the pools' constructor calls, the io backend, the controller's
 index placement rule and the pool transfer calls, as data that the backend runs (kernels/sglang_pool.py) and a
 standalone reproducer prints (harness/findings/standalone_pool.py). So the script builds the same pools with the
-same arguments and makes the same calls as the campaign did, by construction.
+same arguments and makes the same calls as the campaign did, by construction. ``sglang-page-unified`` builds its
+page_unified host pools with the same constructor calls (kernels/sglang_page_unified.py,
+harness/findings/standalone_page_unified.py).
 
 A constructor argument is a plain value (int, float, str, bool), a torch dtype (:class:`TorchDtype`) or the
 device the case runs on (:data:`DEVICE_NAME`, ``str(device)``). A host pool's first argument is always its device
