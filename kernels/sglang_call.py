@@ -9,6 +9,10 @@ reproducer prints the same calls as Python (:meth:`SglangCall.source`), in terms
 (``typed(raw, pool, side)``, ``ptrs(tensors)``, ``host_idx``, ``dev_idx``, ``DEVICE``; see
 harness/findings/standalone.py). So the script calls sglang exactly as the campaign did, by construction.
 
+A host tensor that sglang's own host pool allocated (:class:`HostPoolBuffer`, the page_unified pools'
+``kv_buffer``) is no storage of the case: the backend that built the pools hands them to :meth:`SglangCall.run`
+by pool name, and the script builds the same pools into its ``host_pools``.
+
 A tensor reference names its pool and K/V component; the script's ``typed(raw, pool, "device")`` is
 ``(component, layer, rows, heads, dim)`` and ``typed(raw, pool, "host")`` the host tensor in sglang's shape
 (MHA: a leading K/V axis; MLA: none), which is what the buffers' typed views are.
@@ -16,7 +20,9 @@ A tensor reference names its pool and K/V component; the script's ``typed(raw, p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -24,6 +30,8 @@ import torch
 from hicache_fuzz.harness.model.case import Attention, HostLayout, PoolSpec
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
+
+NO_HOST_POOLS: Mapping[str, Any] = MappingProxyType({})
 
 
 def _pool(buffers: Materialized, name: str) -> PoolBuffers:
@@ -65,6 +73,22 @@ class HostTensor:
     def source(self) -> str:
         whole = f'typed(raw, "{self.pool}", "host")'
         return whole if self.index is None else f"{whole}[{self.index}]"
+
+
+@dataclass(frozen=True)
+class HostPoolBuffer:
+    """The host tensor sglang's own host pool of one pool allocated (its ``kv_buffer``), in sglang's shape and dtype:
+    the backend copies the case's host bytes into it before the calls and back after them."""
+
+    pool: str
+
+    def value(self, buffers: Materialized, host_pools: Mapping[str, Any]) -> Any:
+        if self.pool not in host_pools:
+            raise RuntimeError(f"harness: no sglang host pool was built for pool {self.pool!r}")
+        return host_pools[self.pool].kv_buffer
+
+    def source(self) -> str:
+        return f'host_pools["{self.pool}"].kv_buffer'
 
 
 @dataclass(frozen=True)
@@ -139,11 +163,11 @@ class PageIds:
 class Staging:
     """An uninitialised device buffer of `rows` leading rows, shaped and typed like the rest of `like`."""
 
-    like: HostTensor
+    like: HostTensor | HostPoolBuffer
     rows: int
 
-    def value(self, buffers: Materialized) -> Any:
-        like = self.like.value(buffers)
+    def value(self, buffers: Materialized, host_pools: Mapping[str, Any] = NO_HOST_POOLS) -> Any:
+        like = _value(self.like, buffers, host_pools)
         return torch.empty((self.rows, *like.shape[1:]), dtype=like.dtype, device=buffers.device)
 
     def source(self) -> str:
@@ -151,11 +175,15 @@ class Staging:
         return f"torch.empty(({self.rows}, *{like}.shape[1:]), dtype={like}.dtype, device=DEVICE)"
 
 
-Argument = DeviceLayer | HostTensor | HostLayer | LayerTable | Indices | PageIds | Staging | int | None
+Argument = DeviceLayer | HostTensor | HostPoolBuffer | HostLayer | LayerTable | Indices | PageIds | Staging | int | None
 
 
-def _value(argument: Argument, buffers: Materialized) -> Any:
-    return argument if argument is None or isinstance(argument, int) else argument.value(buffers)
+def _value(argument: Argument, buffers: Materialized, host_pools: Mapping[str, Any]) -> Any:
+    if argument is None or isinstance(argument, int):
+        return argument
+    if isinstance(argument, HostPoolBuffer | Staging):
+        return argument.value(buffers, host_pools)
+    return argument.value(buffers)
 
 
 def _source(argument: Argument) -> str:
@@ -171,9 +199,12 @@ class SglangCall:
     args: tuple[Argument, ...] = ()
     kwargs: tuple[tuple[str, Argument], ...] = ()
 
-    def run(self, module: Any, buffers: Materialized) -> None:
+    def run(self, module: Any, buffers: Materialized, host_pools: Mapping[str, Any] = NO_HOST_POOLS) -> None:
+        """The call on the case's storages; `host_pools` are sglang's host pools by pool name, for the arguments
+        that are their tensors (:class:`HostPoolBuffer`)."""
         function = getattr(module, self.function)
-        function(*(_value(a, buffers) for a in self.args), **{k: _value(a, buffers) for k, a in self.kwargs})
+        function(*(_value(a, buffers, host_pools) for a in self.args),
+                 **{k: _value(a, buffers, host_pools) for k, a in self.kwargs})
 
     def source(self) -> str:
         """The call as script lines, one argument a line."""
@@ -197,6 +228,11 @@ def host_tensor(spec: PoolSpec, component: str) -> HostTensor:
 def whole_host(spec: PoolSpec) -> HostTensor:
     """The pool's whole host tensor (page_unified interleaves K and V inside each page: no K/V axis to take)."""
     return HostTensor(spec.name, "", None)
+
+
+def host_pool_buffer(spec: PoolSpec) -> HostPoolBuffer:
+    """The host tensor sglang's host pool of `spec` allocated."""
+    return HostPoolBuffer(spec.name)
 
 
 def host_layer(spec: PoolSpec, component: str, layer: int, layout: HostLayout) -> HostLayer:

@@ -1,7 +1,9 @@
 """One definition of what ``sglang-pool`` hands sglang: the pools' constructor calls, the io backend, the controller's
 index placement rule and the pool transfer calls, as data that the backend runs (kernels/sglang_pool.py) and a
 standalone reproducer prints (harness/findings/standalone_pool.py). So the script builds the same pools with the
-same arguments and makes the same calls as the campaign did, by construction.
+same arguments and makes the same calls as the campaign did, by construction. ``sglang-page-unified`` builds its
+page_unified host pools with the same constructor calls (kernels/sglang_page_unified.py,
+harness/findings/standalone_page_unified.py).
 
 A constructor argument is a plain value (int, float, str, bool), a torch dtype (:class:`TorchDtype`) or the
 device the case runs on (:data:`DEVICE_NAME`, ``str(device)``). A host pool's first argument is always its device
@@ -110,12 +112,16 @@ class PoolConstruction:
     write_back_jit: bool  # False: the host pool's can_use_write_back_jit is switched off after construction
 
 
-def pool_construction(case: Case, spec: PoolSpec) -> PoolConstruction:
+def pool_construction(case: Case, spec: PoolSpec, device_size: int | None = None) -> PoolConstruction:
     """The device pool of exactly ``device_rows`` rows (``size = device_rows - page_size``: sglang adds the padding
     page) and the pinned host pool of ``host_slots`` tokens, layout and page size of the case, every layer of the
-    target model (start layer 0). The io backend is no constructor argument: every transfer call names it."""
+    target model (start layer 0); an MHA host pool on page_unified gets the pool's head groups
+    (``head_group_num``). The io backend is no constructor argument: every transfer call names it.
+
+    `device_size`: the device pool's token capacity instead (sglang adds the padding page), for a caller whose
+    device pool only describes its rows to the host pool's constructor (kernels/sglang_page_unified.py)."""
     ps, layers = case.page_size, case.layers
-    size = case.device_rows - ps
+    size = case.device_rows - ps if device_size is None else device_size
     dtype = _DTYPES[spec.dtype]
     # what both host-pool constructors take alike: (host-to-device ratio, host size, page size, layout) after the
     # buffer info, and the placement keywords
@@ -133,7 +139,9 @@ def pool_construction(case: Case, spec: PoolSpec) -> PoolConstruction:
         device = Constructor(MEMORY_POOL, "MHATokenToKVPool",
                              (size, ps, dtype, spec.heads, spec.head_dim, layers, DEVICE_NAME, False),
                              (("enable_alt_stream", False),))
-        host = Constructor(HOST_MHA, HOST_CLASSES[Attention.MHA], host_args, host_kwargs)
+        groups: tuple[tuple[str, Value], ...] = (
+            (("head_group_num", spec.head_groups),) if case.layout is HostLayout.PAGE_UNIFIED else ())
+        host = Constructor(HOST_MHA, HOST_CLASSES[Attention.MHA], host_args, (*host_kwargs, *groups))
     return PoolConstruction(device, host, device_buffers(spec), spec.write_back_jit)
 
 

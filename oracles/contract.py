@@ -308,7 +308,21 @@ def _staged_rules(case: Case, platform: Platform) -> list[str]:
     return out
 
 
+def page_unified_layout_rules(case: Case) -> list[str]:
+    """Why sglang's page_unified host layout must refuse to lay out a pool of `case` (``PageUnifiedLayout``,
+    sglang/srt/mem_cache/pool_host/page_unified.py, which the pool's constructor builds), in the oracle's terms: one
+    head group's token row (``heads / head_groups`` heads of ``head_dim`` elements; an MLA pool's whole latent row)
+    is the kernels' copy unit, moved as 16-byte vectors, so it must be a multiple of 16 bytes. Its other rules
+    (positive geometry, head groups dividing the heads, one head and one group for MLA) hold for every valid case
+    (harness/model/case.py validates them), so a refusal for them is wrong."""
+    return [f"{pool.name}.{c} group row is not a multiple of 16 bytes"
+            for pool in case.pools for c in pool.components if (pool.row_bytes(c) // pool.head_groups) % 16]
+
+
 def _page_unified_rules(case: Case, platform: Platform) -> list[str]:
+    # The page_unified host layout's rule (page_unified_layout_rules) binds both directions: the backend builds its
+    # host tensor through sglang's host pool. The staged write-back's row unit on page_unified is the same group
+    # row, so its rules state it already.
     if case.direction is Direction.WRITE_BACK:
         return _staged_rules(case, platform)
     # One symbolic index dtype for both lists (hicache.cuh:691-695), as for the register kernel.
@@ -318,11 +332,7 @@ def _page_unified_rules(case: Case, platform: Platform) -> list[str]:
         out.append("the page-unified load-back needs a CUDA or ROCm device")
     if case.layout is not HostLayout.PAGE_UNIFIED or case.scope is not Scope.ONE_LAYER:
         out.append("the page-unified load-back reads one layer of a page_unified pool")
-    for pool in case.pools:
-        for c in pool.components:
-            if (pool.row_bytes(c) // pool.head_groups) % 16:
-                out.append(f"{pool.name}.{c} group row is not a multiple of 16 bytes")
-    return out
+    return out + page_unified_layout_rules(case)
 
 
 def _aot_rules(case: Case, platform: Platform) -> list[str]:

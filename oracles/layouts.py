@@ -160,6 +160,34 @@ def device_row_chunks(case: Case, pool: PoolSpec, component: str, layers: np.nda
     return (base + rows.astype(np.int64, copy=False)[None, :] * E)[:, :, None], E
 
 
+def page_unified_chunk(case: Case, pool: PoolSpec, layer_range: tuple[int, int],
+                       group: int) -> tuple[int, int] | None:
+    """Byte (offset, length), within one page block of a page_unified pool, of the L3 chunk of head group `group`
+    over the layers [start, end) of `layer_range`: the bytes of every row (component, layer in the range, token of
+    the page) restricted to the group's heads (MLA: whole rows, one group). None where the range names no chunk:
+    an empty range, one outside the pool's layers, or a group outside its head groups.
+
+    Taken from the host row chunks of page 0 (a page block starts at offset 0 of its page): within one head group's
+    block the offsets grow with (layer, component, slot, head), so the chunk's first byte is that of its first row's
+    first head and its last that of its last row's last head. That the layout keeps the chunk as one run is checked
+    here: the span must hold exactly the chunk's bytes."""
+    start, end = layer_range
+    groups = pool.head_groups
+    if not (0 <= start < end <= case.layers and 0 <= group < groups):
+        return None
+    ps = case.page_size
+    first, width = host_row_chunks(case, pool, pool.components[0], np.array([start]), np.array([0]))
+    last, _ = host_row_chunks(case, pool, pool.components[-1], np.array([end - 1]), np.array([ps - 1]))
+    per_group = first.shape[-1] // groups  # chunks a group's row splits into: its heads (MHA), one (MLA)
+    offset = int(first[0, 0, group * per_group])
+    length = int(last[0, 0, (group + 1) * per_group - 1]) + width - offset
+    moved = (end - start) * len(pool.components) * ps * per_group * width
+    if length != moved:
+        raise AssertionError(f"oracle: the page_unified chunk of layers {layer_range}, group {group} spans {length} "
+                             f"bytes for {moved} bytes of rows: not one run")
+    return offset, length
+
+
 def chunk_bytes(starts: np.ndarray, width: int) -> np.ndarray:
     """[..., chunks] chunk starts -> [..., chunks * width] byte offsets, chunk by chunk."""
     offsets = starts[..., None] + np.arange(width, dtype=np.int64)

@@ -6,7 +6,8 @@ sglang, in the body of ``call_sglang(raw, host_idx, dev_idx)`` of the generated 
 For the kernel backends the call is not written here: it is the backend's own ``sglang_calls(case, platform)``
 (kernels/sglang_call.py), the definition the backend runs, printed as source; this module adds only the import
 and, for the JIT family, the TMA gate's environment switch the backend sets around its call. ``sglang-pool``
-drives sglang's pool objects and has its own script section (standalone_pool.py).
+drives sglang's pool objects and has its own script section (standalone_pool.py), and so does
+``sglang-page-unified``, whose calls take the host buffer of sglang's own host pools (standalone_page_unified.py).
 
 ``CALLS`` is keyed by backend name; a backend outside it gets no standalone script.
 """
@@ -16,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from hicache_fuzz.harness.findings.standalone_page_unified import page_unified_call
 from hicache_fuzz.harness.findings.standalone_pool import pool_call
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.kernels import sglang_common
 from hicache_fuzz.kernels.sglang_aot import SglangAotBackend
 from hicache_fuzz.kernels.sglang_call import SglangCall
 from hicache_fuzz.kernels.sglang_jit import SglangJitBackend, SglangJitRegisterBackend, SglangJitTmaBackend
-from hicache_fuzz.kernels.sglang_page_unified import SglangPageUnifiedBackend
 from hicache_fuzz.kernels.sglang_staged import SglangStagedBackend
 from hicache_fuzz.oracles.contract import Platform
 
@@ -83,7 +84,7 @@ CALLS: dict[str, CallTemplate] = {
     "sglang-jit-register": _jit(SglangJitRegisterBackend()),
     "sglang-jit-tma": _jit(SglangJitTmaBackend()),
     "sglang-staged": _with_import(SglangStagedBackend(), HICACHE_IMPORT),
-    "sglang-page-unified": _with_import(SglangPageUnifiedBackend(), HICACHE_IMPORT),
+    "sglang-page-unified": page_unified_call,
     "sglang-aot": _with_import(SglangAotBackend(), AOT_IMPORT),
     "sglang-pool": pool_call,
 }

@@ -62,6 +62,9 @@ class HostPool:
             self.device_layers = [[b for info in infos for b in info.kv_buffer]]
         heads, dtype = buffer_info.head_num, buffer_info.dtype
         widths = [buffer_info.head_dim, getattr(buffer_info, "v_head_dim", buffer_info.head_dim)]
+        if layout == "page_unified":
+            self._init_page_unified(heads, widths[0], dtype)
+            return
         halves = [torch.zeros(self._shape(heads, widths[c]), dtype=dtype) for c in range(len(self.components))]
         if self.separate_halves:
             self.k_buffer, self.v_buffer = halves
@@ -77,6 +80,20 @@ class HostPool:
         row_bytes = [heads * w * torch.empty((), dtype=dtype).element_size() for w in widths]
         self.can_use_write_back_jit = layout == "page_first" and all(r % 16 == 0 for r in row_bytes)
         self.clear()
+
+    def _init_page_unified(self, heads: int, width: int, dtype: torch.dtype) -> None:
+        """One tensor of whole page blocks in the layout's byte order (pool_host/page_unified.py); no per-component
+        halves, no per-layer host views (mha.py), no staged write-back and no transfer branch in any pool."""
+        layout = self._page_unified_layout(heads, width, dtype)
+        self.page_unified_layout = layout
+        self.kv_buffer = torch.zeros(layout.page_dims(self.page_num), dtype=dtype)
+        self.halves = []
+        self.size_per_token = layout.bytes_per_page // self.page_size
+        self.can_use_write_back_jit = False
+        self.clear()
+
+    def _page_unified_layout(self, heads: int, width: int, dtype: torch.dtype) -> Any:
+        raise ValueError(f"Unsupported layout: {self.layout}")
 
     def _shape(self, heads: int, width: int) -> tuple[int, ...]:
         L, S, ps, P = self.layer_num, self.size, self.page_size, self.size // self.page_size

@@ -8,18 +8,26 @@ from typing import Any
 
 import torch
 
-from sglang.srt.mem_cache.pool_host.base import HostPool
+from sglang.srt.mem_cache.pool_host.base import LAYOUTS, HostPool
 from sglang.srt.mem_cache.pool_host.hisparse import HiSparseHostPoolMixin
+from sglang.srt.mem_cache.pool_host.page_unified import PageUnifiedLayout
 
 
 class MHATokenToKVPoolHost(HostPool):
     components = ("k", "v")
+    layouts = (*LAYOUTS, "page_unified")
 
-    def __init__(self, buffer_info: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, buffer_info: Any, *args: Any, head_group_num: int = 1, **kwargs: Any) -> None:
         scales = getattr(buffer_info, "scales", None)
         if scales is not None and scales.layout.value != "mxfp8_interleaved":
             raise ValueError(f"MHA host transfers do not support KV scale layout {scales.layout.value!r}.")
+        self.head_group_num = head_group_num
         super().__init__(buffer_info, *args, **kwargs)
+
+    def _page_unified_layout(self, heads: int, width: int, dtype: torch.dtype) -> PageUnifiedLayout:
+        return PageUnifiedLayout(page_size=self.page_size, layer_num=self.layer_num, head_num=heads,
+                                 head_group_num=self.head_group_num, head_dim=width,
+                                 itemsize=torch.empty((), dtype=dtype).element_size())
 
 
 class AsymmetricMHATokenToKVPoolHost(MHATokenToKVPoolHost):
