@@ -46,10 +46,15 @@ from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_hicache_mxfp8 import MXFP8, torch_unsupported
 from hicache_fuzz.kernels.sglang_hicache_settings import (
     CONTROLLERS,
+    DEVICE_ROWS,
+    DEVICE_ROWS_KEY,
     DRAFT_LAYERS,
     INDEX_TOPK_FREQS,
     IO_BACKENDS,
+    LAYER_SHARD_KEY,
+    LAYER_SHARDS,
     LAYOUTS,
+    PACKED,
     POOL_KINDS,
     PROFILES,
     PROGRAMS,
@@ -57,9 +62,13 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     SIDE_POOL_CLASSES,
     SIDE_POOLS,
     START_LAYERS,
+    TOKEN_MAJOR,
     case_settings,
     controller_kind,
+    device_rows,
     index_topk_freq,
+    layer_shard,
+    layer_shard_knob,
     operation_kinds,
     side_pool,
     skip_topk_layers,
@@ -110,9 +119,10 @@ class SglangHicacheBackend(SglangBackend):
             index_dtypes=(IndexDtype.INT64,),
             host_index_devices=(IndexDevice.CPU,),
             device_index_devices=(IndexDevice.DEVICE,),
-            tuning_menus=(("controller", CONTROLLERS), ("draft_layers", DRAFT_LAYERS),
-                          ("index_topk_freq", INDEX_TOPK_FREQS), ("io_backend", IO_BACKENDS), ("ops", PROGRAMS),
-                          ("pool_kind", POOL_KINDS), ("side_pool", SIDE_POOLS), ("start_layer", START_LAYERS)),
+            tuning_menus=(("controller", CONTROLLERS), (DEVICE_ROWS_KEY, DEVICE_ROWS), ("draft_layers", DRAFT_LAYERS),
+                          ("index_topk_freq", INDEX_TOPK_FREQS), ("io_backend", IO_BACKENDS),
+                          (LAYER_SHARD_KEY, LAYER_SHARDS), ("ops", PROGRAMS), ("pool_kind", POOL_KINDS),
+                          ("side_pool", SIDE_POOLS), ("start_layer", START_LAYERS)),
             invalid_rate=0.0,
             irregular_rate=0.0,
             partial_rate=0.0,
@@ -127,6 +137,7 @@ class SglangHicacheBackend(SglangBackend):
 
     def coverage_labels(self, case: Case) -> Mapping[str, str | int | bool]:
         name, io_backend, start, drafts = case_settings(case)
+        shard = layer_shard(case)
         return MappingProxyType({
             "pool_class": name,
             "controller": controller_kind(case),
@@ -134,6 +145,9 @@ class SglangHicacheBackend(SglangBackend):
             "io_backend": io_backend,
             "start_layer_nonzero": start > 0,
             "draft_layer": drafts > 0,
+            "layer_shard": shard.label if shard is not None else "none",
+            "layer_shard_unwritten_host_layers": shard is not None and shard.host_target_layers > shard.owned,
+            "device_rows": device_rows(case),
             "skipped_index_layers": any(skip_topk_layers(case)),
             "operation": "+".join(operation_kinds(case)),
             "sequence_length": 1 + len(sequence.program(case)) if _program_ok(case) else 1,
@@ -142,7 +156,8 @@ class SglangHicacheBackend(SglangBackend):
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         if platform.kind == "cpu":
             return "sglang's kernels need a CUDA or ROCm device"
-        return self.case_unsupported(case) or self.aot_unsupported(case, platform) or torch_unsupported(case)
+        return (self.case_unsupported(case) or self.aot_unsupported(case, platform) or torch_unsupported(case)
+                or self.transfer_unsupported(case, platform))
 
     def case_unsupported(self, case: Case) -> str | None:
         """Why the case is not one this backend drives (platform aside); None if it is."""
@@ -162,6 +177,12 @@ class SglangHicacheBackend(SglangBackend):
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
         if index_topk_freq(case) < 1:
             return f"index_topk_freq {case.tuning_value('index_topk_freq')!r} is not a positive integer"
+        try:
+            layer_shard_knob(case)
+        except ValueError as exc:
+            return f"unknown {exc}"
+        if case.tuning_value(DEVICE_ROWS_KEY, PACKED) not in (PACKED, TOKEN_MAJOR):
+            return f"unknown {DEVICE_ROWS_KEY} {case.tuning_value(DEVICE_ROWS_KEY)!r}"
         spec = case.pools[0]
         why = pool_layouts.mismatch(pool_layouts.pool_class(name), spec.attention, case.layout, io_backend, drafts,
                                     case.page_size, tuple(spec.row_bytes(c) for c in spec.components))
@@ -191,6 +212,23 @@ class SglangHicacheBackend(SglangBackend):
             path = pool_paths(case.replace(direction=direction), case.pools[0], platform)
             if path.startswith("aot:"):
                 return f"reaches the AOT op {path[4:]}, unavailable here ({why})"
+        return None
+
+    def transfer_unsupported(self, case: Case, platform: Platform) -> str | None:
+        """Why sglang builds the case's pool on `platform` and then refuses its transfers (None if it moves them):
+        a layer-sharded MLA pool's back-up on a layout it has no sharded branch for, and the ops the pools refuse on
+        token-major device rows (oracles/pool_layouts.py states both rules and judges the refusals). Whether the
+        JIT kernel takes the row (TMA or the register kernel) is the platform's."""
+        name, io_backend, _start, _drafts = case_settings(case)
+        spec = case.pools[0]
+        row = spec.row_bytes(spec.components[0])
+        jit = common.tma_selected(row, case.page_size, platform) or common.register_row_ok(row, platform)
+        if layer_shard(case) is not None:
+            why = pool_layouts.layer_shard_refusal(case.layout, io_backend, jit)
+            if why:
+                return why
+        if device_rows(case) == TOKEN_MAJOR:
+            return pool_layouts.strided_rows_refusal(name, case.layout, io_backend, jit) or None
         return None
 
     def plan(self, case: Case, platform: Platform) -> Plan:
