@@ -18,8 +18,11 @@ class the oracle does not model, which is reported unsupported with the reason),
 ``draft_layers`` (the last of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of
 the stage's layers own index keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the
 hybrid controller's group, which no transfer names: its flags change the group's, and its bytes must stay as they
-were) and ``ops`` (the program). ``draft_layers`` is an upper bound: a pool packs at most ``layers - 1`` draft
-layers, so a one-layer case has none. Generation and labels import neither sglang nor torch's GPU side.
+were), ``layer_shard`` (``size/rank/remainder``: the MLA pool layer-sharded over context-parallel ranks, the case the
+rank's share), ``device_rows`` (``token_major``: the device pool is sglang's unified pool, whose per-layer tensors
+are strided views; kernels/sglang_hicache_device.py) and ``ops`` (the program). ``draft_layers`` is an upper bound:
+a pool packs at most ``layers - 1`` draft layers, so a one-layer case has none. Generation and labels import neither
+sglang nor torch's GPU side.
 """
 
 from __future__ import annotations

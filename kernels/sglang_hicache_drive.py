@@ -15,6 +15,7 @@ Stand-ins (each is the least the controller needs from outside HiCache):
   them, and no storage backend is attached.
 * The Mamba state pool's device pool (kernels/sglang_hicache_mamba.py): the host pool reads only its
   ``MambaStateBufferInfo`` (sglang's class, built over the case's device tensors).
+* The layer-sharded MLA device pool and the unified pool's second sub-pool (kernels/sglang_hicache_device.py).
 * The DSA indexer's device pool (kernels/sglang_hicache_dsa.py): ``DSATokenToKVPool``'s constructor needs the
   model's DSA configuration; a stand-in holds the index buffers beside a real ``MLATokenToKVPool`` for the KV rows.
 * HiSparse loads: the HiSparse MHA pool is loaded by its own coordinator (global layer ids of the stage, the kernel

@@ -348,3 +348,11 @@ def test_cases_without_the_knobs_replay_as_before() -> None:
     assert Case.from_dict(case.to_dict()).case_id == case.case_id
     explicit = case.replace(tuning=make_tuning({**dict(case.tuning), "layer_shard": "", "device_rows": PACKED}))
     assert drive.objects_key(explicit, torch.device("cpu")) != drive.objects_key(case, torch.device("cpu"))
+
+
+def test_the_standalone_script_leaves_both_shapes_to_the_json_reproducer() -> None:
+    from hicache_fuzz.harness.findings.standalone_hicache import unscripted_reason
+
+    assert unscripted_reason(mla_case(HostLayout.LAYER_FIRST, "")) is None
+    assert "layer-sharded" in (unscripted_reason(mla_case(HostLayout.LAYER_FIRST, "2/1/1")) or "")
+    assert "token-major" in (unscripted_reason(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST)) or "")

@@ -230,9 +230,12 @@ class HostPool:
 
     def load_to_device_per_layer(self, device_pool: Any, host_indices: torch.Tensor, device_indices: torch.Tensor,
                                  layer_id: int, io_backend: str, *, is_draft: bool = False) -> None:
-        if not is_draft and not 0 <= layer_id < self.target_layer_num:
+        if not is_draft and not self._is_target_layer(layer_id):
             return
         self._load_layer(host_indices, device_indices, layer_id, io_backend)
+
+    def _is_target_layer(self, layer_id: int) -> bool:
+        return 0 <= layer_id < self.target_layer_num
 
     def _load_layer(self, host_indices: torch.Tensor, device_indices: torch.Tensor, layer_id: int,
                     io_backend: str) -> None:

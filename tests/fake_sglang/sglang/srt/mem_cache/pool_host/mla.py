@@ -70,10 +70,11 @@ class MLATokenToKVPoolHost(HostPool):
     def _device_buffer(self, layer_id: int) -> torch.Tensor:
         return self.device_layers[0][self._buffer_index_by_layer[layer_id]]
 
-    def load_to_device_per_layer(self, device_pool: Any, host_indices: torch.Tensor, device_indices: torch.Tensor,
-                                 layer_id: int, io_backend: str, *, is_draft: bool = False) -> None:
-        if not is_draft and layer_id not in self._target_layer_indices:
-            return
+    def _is_target_layer(self, layer_id: int) -> bool:
+        return layer_id in self._target_layer_indices
+
+    def _load_layer(self, host_indices: torch.Tensor, device_indices: torch.Tensor, layer_id: int,
+                    io_backend: str) -> None:
         host_layer, destination = self._host_layer_by_controller[layer_id], self._device_buffer(layer_id)
         self._check_io(io_backend, host_indices)
         self._refuse_unpacked_rows(io_backend, backup=False)
