@@ -107,9 +107,14 @@ TOKEN_MAJOR_CLASSES = frozenset(_BY_ATTENTION.values())
 UNIFIED_ROW_ALIGN = 16
 # Layer-sharded MLA pools are rare in the plain draws (one attention kind in three, the standard class, one case in
 # four): a profile of their own draws MLA cases on the layouts whose back-up the sharded pool makes, the knob set.
+# Its rows are DeepSeek's latent rows (512 + 64 elements) in fp8 and bf16: 576 bytes, which the JIT kernels do not
+# take at most page sizes (the TMA kernel's 32-row chunks must tile the page, the register kernel's 128-byte groups
+# the row), so that the sharded layer_first back-up with kernel io takes sgl_kernel's per-layer op, its other
+# branch; and 1152 bytes, which the register kernel takes. The plain draws give sharded cases every other row.
 LAYER_SHARD_PROFILE = SpaceProfile(
     name=LAYER_SHARD_KEY, per_mille=PROFILE_PER_MILLE // 2,
-    changes=(("layouts", (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)), ("attentions", (Attention.MLA,))),
+    changes=(("layouts", (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)), ("attentions", (Attention.MLA,)),
+             ("row_bytes", (576, 1152))),
     tuning=(("pool_kind", (STANDARD,)), (LAYER_SHARD_KEY, LAYER_SHARD_VALUES)))
 
 
