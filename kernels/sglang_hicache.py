@@ -18,10 +18,13 @@ class the oracle does not model, which is reported unsupported with the reason),
 ``draft_layers`` (the last of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of
 the stage's layers own index keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the
 hybrid controller's group, which no transfer names: its flags change the group's, and its bytes must stay as they
-were), ``ops`` (the program) and ``requests`` (present in the HiSparse profile's cases: the HiSparse pool's host
-slots held in its coordinator's request table, each back-up of the program a request's tokens; oracles/sequence.py).
-``draft_layers`` is an upper bound: a pool packs at most ``layers - 1`` draft
-layers, so a one-layer case has none. Generation and labels import neither sglang nor torch's GPU side.
+were), ``layer_shard`` (``size/rank/remainder``: the MLA pool layer-sharded over context-parallel ranks, the case the
+rank's share), ``device_rows`` (``token_major``: the device pool is sglang's unified pool, whose per-layer tensors
+are strided views; kernels/sglang_hicache_device.py), ``ops`` (the program) and ``requests`` (present in the
+HiSparse profile's cases: the HiSparse pool's host slots held in its coordinator's request table, each back-up of
+the program a request's tokens; oracles/sequence.py). ``draft_layers`` is an upper bound: a pool packs at most
+``layers - 1`` draft layers, so a one-layer case has none. Generation and labels import neither sglang nor torch's
+GPU side.
 """
 
 from __future__ import annotations
@@ -48,10 +51,15 @@ from hicache_fuzz.kernels.buffers import Materialized
 from hicache_fuzz.kernels.sglang_hicache_mxfp8 import MXFP8, torch_unsupported
 from hicache_fuzz.kernels.sglang_hicache_settings import (
     CONTROLLERS,
+    DEVICE_ROWS,
+    DEVICE_ROWS_KEY,
     DRAFT_LAYERS,
     INDEX_TOPK_FREQS,
     IO_BACKENDS,
+    LAYER_SHARD_KEY,
+    LAYER_SHARDS,
     LAYOUTS,
+    PACKED,
     POOL_KINDS,
     PROFILES,
     PROGRAMS,
@@ -60,9 +68,13 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     SIDE_POOL_CLASSES,
     SIDE_POOLS,
     START_LAYERS,
+    TOKEN_MAJOR,
     case_settings,
     controller_kind,
+    device_rows,
     index_topk_freq,
+    layer_shard,
+    layer_shard_knob,
     operation_kinds,
     request_slot_kinds,
     side_pool,
@@ -114,9 +126,10 @@ class SglangHicacheBackend(SglangBackend):
             index_dtypes=(IndexDtype.INT64,),
             host_index_devices=(IndexDevice.CPU,),
             device_index_devices=(IndexDevice.DEVICE,),
-            tuning_menus=(("controller", CONTROLLERS), ("draft_layers", DRAFT_LAYERS),
-                          ("index_topk_freq", INDEX_TOPK_FREQS), ("io_backend", IO_BACKENDS), ("ops", PROGRAMS),
-                          ("pool_kind", POOL_KINDS), ("side_pool", SIDE_POOLS), ("start_layer", START_LAYERS)),
+            tuning_menus=(("controller", CONTROLLERS), (DEVICE_ROWS_KEY, DEVICE_ROWS), ("draft_layers", DRAFT_LAYERS),
+                          ("index_topk_freq", INDEX_TOPK_FREQS), ("io_backend", IO_BACKENDS),
+                          (LAYER_SHARD_KEY, LAYER_SHARDS), ("ops", PROGRAMS), ("pool_kind", POOL_KINDS),
+                          ("side_pool", SIDE_POOLS), ("start_layer", START_LAYERS)),
             invalid_rate=0.0,
             irregular_rate=0.0,
             partial_rate=0.0,
@@ -130,6 +143,7 @@ class SglangHicacheBackend(SglangBackend):
 
     def coverage_labels(self, case: Case) -> Mapping[str, str | int | bool]:
         name, io_backend, start, drafts = case_settings(case)
+        shard = layer_shard(case)
         return MappingProxyType({
             "pool_class": name,
             "controller": controller_kind(case),
@@ -137,6 +151,9 @@ class SglangHicacheBackend(SglangBackend):
             "io_backend": io_backend,
             "start_layer_nonzero": start > 0,
             "draft_layer": drafts > 0,
+            "layer_shard": shard.label if shard is not None else "none",
+            "layer_shard_unwritten_host_layers": shard is not None and shard.host_target_layers > shard.owned,
+            "device_rows": device_rows(case),
             "skipped_index_layers": any(skip_topk_layers(case)),
             "operation": "+".join(operation_kinds(case)),
             "request_slots": "+".join(request_slot_kinds(case)) or "none",
@@ -146,7 +163,8 @@ class SglangHicacheBackend(SglangBackend):
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
         if platform.kind == "cpu":
             return "sglang's kernels need a CUDA or ROCm device"
-        return self.case_unsupported(case) or self.aot_unsupported(case, platform) or torch_unsupported(case)
+        return (self.case_unsupported(case) or self.aot_unsupported(case, platform) or torch_unsupported(case)
+                or self.transfer_unsupported(case, platform))
 
     def case_unsupported(self, case: Case) -> str | None:
         """Why the case is not one this backend drives (platform aside); None if it is."""
@@ -169,6 +187,12 @@ class SglangHicacheBackend(SglangBackend):
         if sequence.request_slots(case) and name not in REQUEST_SLOT_CLASSES:
             return (f"{sequence.REQUESTS_KEY}: host slots in the HiSparse coordinator's request table, which drives "
                     f"{', '.join(sorted(REQUEST_SLOT_CLASSES))}, not {name}")
+        try:
+            layer_shard_knob(case)
+        except ValueError as exc:
+            return f"unknown {exc}"
+        if case.tuning_value(DEVICE_ROWS_KEY, PACKED) not in (PACKED, TOKEN_MAJOR):
+            return f"unknown {DEVICE_ROWS_KEY} {case.tuning_value(DEVICE_ROWS_KEY)!r}"
         spec = case.pools[0]
         why = pool_layouts.mismatch(pool_layouts.pool_class(name), spec.attention, case.layout, io_backend, drafts,
                                     case.page_size, tuple(spec.row_bytes(c) for c in spec.components))
@@ -198,6 +222,23 @@ class SglangHicacheBackend(SglangBackend):
             path = pool_paths(case.replace(direction=direction), case.pools[0], platform)
             if path.startswith("aot:"):
                 return f"reaches the AOT op {path[4:]}, unavailable here ({why})"
+        return None
+
+    def transfer_unsupported(self, case: Case, platform: Platform) -> str | None:
+        """Why sglang builds the case's pool on `platform` and then refuses its transfers (None if it moves them):
+        a layer-sharded MLA pool's back-up on a layout it has no sharded branch for, and the ops the pools refuse on
+        token-major device rows (oracles/pool_layouts.py states both rules and judges the refusals). Whether the
+        JIT kernel takes the row (TMA or the register kernel) is the platform's."""
+        name, io_backend, _start, _drafts = case_settings(case)
+        spec = case.pools[0]
+        row = spec.row_bytes(spec.components[0])
+        jit = common.tma_selected(row, case.page_size, platform) or common.register_row_ok(row, platform)
+        if layer_shard(case) is not None:
+            why = pool_layouts.layer_shard_refusal(case.layout, io_backend, jit)
+            if why:
+                return why
+        if device_rows(case) == TOKEN_MAJOR:
+            return pool_layouts.strided_rows_refusal(name, case.layout, io_backend, jit) or None
         return None
 
     def plan(self, case: Case, platform: Platform) -> Plan:

@@ -15,6 +15,7 @@ Stand-ins (each is the least the controller needs from outside HiCache):
   them, and no storage backend is attached.
 * The Mamba state pool's device pool (kernels/sglang_hicache_mamba.py): the host pool reads only its
   ``MambaStateBufferInfo`` (sglang's class, built over the case's device tensors).
+* The layer-sharded MLA device pool and the unified pool's second sub-pool (kernels/sglang_hicache_device.py).
 * The DSA indexer's device pool (kernels/sglang_hicache_dsa.py): ``DSATokenToKVPool``'s constructor needs the
   model's DSA configuration; a stand-in holds the index buffers beside a real ``MLATokenToKVPool`` for the KV rows.
 * The HiSparse coordinator (``HiSparseCoordinator``), for the HiSparse MHA pool: its loads are that coordinator's
@@ -58,7 +59,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
+from hicache_fuzz.harness.model.case import Attention, Case, HostLayout, KVDtype, PoolSpec
+from hicache_fuzz.kernels import sglang_hicache_device as devices
 from hicache_fuzz.kernels import sglang_hicache_dsa as dsa
 from hicache_fuzz.kernels import sglang_hicache_mamba as mamba
 from hicache_fuzz.kernels import sglang_hicache_mxfp8 as mxfp8
@@ -69,8 +71,13 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     BASE,
     HYBRID,
     REQUEST_SLOT_CLASSES,
+    TOKEN_MAJOR,
+    LayerShard,
     controller_kind,
+    device_rows,
+    device_target_layers,
     k_only_heads,
+    layer_shard,
     side_pool,
     skip_topk_layers,
 )
@@ -151,6 +158,9 @@ class Built:
         self.side: side_pools.SidePool | None = None  # the group's side pool, if the case has one
         self.dsa: dsa.DsaGroup | None = None  # a DSA indexer's anchor and config, if the case's pool is one
         self.mxfp8: mxfp8.ScaleStorages | None = None  # the MXFP8 pool's scale blocks, if the case's pool is one
+        self.shard: LayerShard | None = None  # the rank's share of the stage, if the MLA pool is layer-sharded
+        # bytes of sglang's tensors no case storage holds, which must keep their values (kernels/sglang_hicache_device)
+        self.outside = devices.OutsideBytes()
         self.forward_stream: Any = None  # the stream standing for the forward stream (CUDA), made at first use
 
     @property
@@ -213,11 +223,18 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
         built = Built(mxfp8_device, [], mxfp8_host)
         built.mxfp8 = mxfp8.ScaleStorages(case, mxfp8_device, mxfp8_host)
         return _finish(mods, case, built)
-    device_pool = _device_pool(mods, case, spec, target, device, start)
+    shard = layer_shard(case)
+    if device_rows(case) == TOKEN_MAJOR:
+        device_pool = devices.token_major_pool(case, spec, target, DTYPES[spec.dtype], device, start)
+    elif shard is not None:
+        device_pool = devices.shard_mla_pool(_device_pool(mods, case, spec, shard.stage_layers, device, start), shard)
+    else:
+        device_pool = _device_pool(mods, case, spec, target, device, start)
     draft_pools = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
     if name == "MLATokenToKVPoolHost":
-        return _finish(mods, case, Built(device_pool, draft_pools, _mla_host(mods, case, device_pool, draft_pools,
-                                                                             start)))
+        built = Built(device_pool, draft_pools, _mla_host(mods, case, device_pool, draft_pools, start, shard))
+        built.shard = shard
+        return _finish(mods, case, built)
     size, ps = case.device_rows - case.page_size, case.page_size
     common: dict[str, Any] = {"device_capacity_tokens": size, "start_layer": start, "end_layer": start + target}
     cls = getattr(mods.mha, pool_class(name).name)
@@ -241,16 +258,21 @@ def build(mods: Any, case: Case, device: torch.device) -> Built:
     return _finish(mods, case, Built(device_pool, draft_pools, host_pool))
 
 
-def _mla_host(mods: Any, case: Case, device_pool: Any, draft_pools: list[Any], start: int) -> Any:
-    """``MLATokenToKVPoolHost`` over `device_pool` (its layers are the target's) and the packed draft pools."""
+def _mla_host(mods: Any, case: Case, device_pool: Any, draft_pools: list[Any], start: int,
+              shard: LayerShard | None = None) -> Any:
+    """``MLATokenToKVPoolHost`` over `device_pool` (its layers are the target's) and the packed draft pools; for a
+    layer-sharded pool as ``build_kv_host_pool`` builds it (``layer_shard_enabled``, ``ceil(L / size)`` target
+    layers), over the owned range's buffer info that the pool's own ``get_device_pool_infos`` hands out."""
     target = device_pool.layer_num
     info = device_pool.get_device_pool_infos()[0].buffer_info
     draft_infos = [p.get_device_pool_infos()[0].buffer_info for p in draft_pools]
+    sharding: dict[str, Any] = {} if shard is None else {"layer_shard_enabled": True}
     return mods.mla.MLATokenToKVPoolHost(info, 2.0, 0, case.page_size, case.layout.value, True, "cpu", "default", None,
-                                         draft_infos, target_layer_num=target, pool_label=case.pools[0].name,
-                                         host_token_capacity=case.host_slots,
+                                         draft_infos,
+                                         target_layer_num=target if shard is None else shard.host_target_layers,
+                                         pool_label=case.pools[0].name, host_token_capacity=case.host_slots,
                                          device_capacity_tokens=case.device_rows - case.page_size, start_layer=start,
-                                         end_layer=start + target)
+                                         end_layer=start + target, **sharding)
 
 
 def _build_dsa(mods: Any, case: Case, device: torch.device, start: int, drafts: int) -> Built:
@@ -292,7 +314,10 @@ def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[tor
             return list(device_pool.kv_buffer)
         return list(device_pool.k_buffer if component == "k" else device_pool.v_buffer)
 
-    return of(built.device_pool) + [of(p)[0] for p in built.drafts]
+    target = of(built.device_pool)
+    if built.shard is not None:  # the rank's share of the stage's layers
+        target = target[built.shard.start : built.shard.start + built.shard.owned]
+    return target + [of(p)[0] for p in built.drafts]
 
 
 def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
@@ -327,6 +352,8 @@ def _pairs(pool: PoolBuffers, built: Built) -> list[tuple[torch.Tensor, torch.Te
     if built.dsa is not None:
         return dsa.case_pairs(pool, built.dsa)
     out = [(pool.device_layer(component, layer), theirs) for component, layer, theirs in _device_layers(pool, built)]
+    if built.shard is not None:
+        return out + _sharded_host_pairs(pool, built, built.shard)
     start = 0
     payload = pool.host.payload
     for tensor in _host_tensors(pool, built):
@@ -337,6 +364,58 @@ def _pairs(pool: PoolBuffers, built: Built) -> list[tuple[torch.Tensor, torch.Te
         raise RuntimeError(f"harness: sglang's host pool holds {start} bytes, the case's host storage "
                            f"{payload.numel()}")
     return out
+
+
+# The host tensor of the MLA pool per layout, as (shape before the layer axis, the layer axis): the case's host
+# storage has the same shape with the case's layers.
+_MLA_HOST_LAYER_AXIS = {HostLayout.LAYER_FIRST: 0, HostLayout.PAGE_FIRST: 1, HostLayout.PAGE_FIRST_DIRECT: 1}
+
+
+def _mla_host_shape(case: Case, layers: int, row: int) -> tuple[int, ...]:
+    S, ps = case.host_slots, case.page_size
+    return {HostLayout.LAYER_FIRST: (layers, S, row), HostLayout.PAGE_FIRST: (S, layers, row),
+            HostLayout.PAGE_FIRST_DIRECT: (S // ps, layers, ps, row)}[case.layout]
+
+
+def _sharded_host(pool: PoolBuffers, built: Built, shard: LayerShard) -> tuple[torch.Tensor, int]:
+    """sglang's host tensor of a layer-sharded MLA case as uint8 in the case's shape (its own layer count), and
+    the layer axis."""
+    row = pool.spec.row_bytes(pool.spec.components[0])
+    layers = shard.host_target_layers + pool.case.layers - shard.owned
+    host = built.host_pool.kv_buffer.view(torch.uint8).view(_mla_host_shape(pool.case, layers, row))
+    return host, _MLA_HOST_LAYER_AXIS[pool.case.layout]
+
+
+def _sharded_host_pairs(pool: PoolBuffers, built: Built, shard: LayerShard) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(ours, theirs) of a layer-sharded MLA case's host storage (oracles/pool_layouts.py, the layer-sharded
+    section): the owned layers are sglang's first host layers, the drafts its layers from ``ceil(L / size)``."""
+    host, axis = _sharded_host(pool, built, shard)
+    row, drafts = pool.spec.row_bytes(pool.spec.components[0]), pool.case.layers - shard.owned
+    ours = pool.host.payload.view(_mla_host_shape(pool.case, pool.case.layers, row))
+    return [(ours.narrow(axis, 0, shard.owned), host.narrow(axis, 0, shard.owned)),
+            (ours.narrow(axis, shard.owned, drafts), host.narrow(axis, shard.host_target_layers, drafts))]
+
+
+def outside_bytes(pool: PoolBuffers, built: Built) -> devices.OutsideBytes:
+    """The regions of sglang's tensors a case's sequence must not change and no case storage holds: a
+    layer-sharded pool's other device layers and its host layers no owned layer maps to, a token-major pool's
+    entry bytes past its layers' rows."""
+    outside = devices.OutsideBytes()
+    shard = built.shard
+    if shard is not None:
+        for layer, tensor in enumerate(built.device_pool.kv_buffer):
+            if not shard.start <= layer < shard.start + shard.owned:
+                outside.add(f"device layer {layer} (rank {shard.rank} of {shard.size} does not own it)", tensor)
+        host, axis = _sharded_host(pool, built, shard)
+        if shard.host_target_layers > shard.owned:
+            outside.add(f"host layers {shard.owned}..{shard.host_target_layers - 1} (no owned layer maps to them)",
+                        host.narrow(axis, shard.owned, shard.host_target_layers - shard.owned))
+    if device_rows(pool.case) == TOKEN_MAJOR:
+        views = [tensor for component in pool.spec.components for tensor in _device_tensors(pool, built, component)]
+        padding = devices.entry_padding(views)
+        if padding is not None:
+            outside.add("the unified pool's entry bytes past the layers' rows", *padding)
+    return outside
 
 
 def copy_in(pool: PoolBuffers, built: Built) -> None:
@@ -365,7 +444,7 @@ def controller_for(mods: Any, case: Case, built: Built) -> Any:
         return mods.HybridCacheController(built.allocator, mods.HostPoolGroup(dsa.group_entries(mods, built.dsa)),
                                           case.page_size, None, threading.Event(), write_policy=WRITE_POLICY,
                                           io_backend=io_backend, transfer_layer_id_max=built.device_pool.layer_num)
-    target = case.layers - drafts
+    target = device_target_layers(case)
     mapping = mods.with_packed_draft_layer_mapping({layer: layer for layer in range(target)},
                                                    transfer_layer_start=target, target_device_layer_num=target,
                                                    draft_layer_num=drafts)
@@ -456,8 +535,8 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 # the hybrid controller loads the packed draft layers itself; the base one leaves them to the
                 # draft pass
                 own_drafts = 0 if controller_kind(case) == HYBRID else drafts
-                _draft_and_foreign_loads(controller, built, host, rows, io_backend, case.layers - drafts, own_drafts,
-                                         () if _name in UNGUARDED else _foreign_layer_ids(built))
+                _draft_and_foreign_loads(controller, built, host, rows, io_backend, device_target_layers(case),
+                                         own_drafts, () if _name in UNGUARDED else _foreign_layer_ids(built))
             _sync(device)
         if built.mxfp8 is not None:
             _sync(device)
@@ -526,7 +605,11 @@ def _layer_done_at(case: Case, built: Built) -> list[int | None]:
     hybrid controller the last one (sglang finishes every draft before the final target-layer event), under the
     base controller none (the draft pass loads it after the load)."""
     drafts = settings(case)[3]
-    target = owned_device_layers(skip_topk_layers(case)) if built.dsa is not None else range(case.layers - drafts)
+    target: range | tuple[int, ...] = range(case.layers - drafts)
+    if built.dsa is not None:
+        target = owned_device_layers(skip_topk_layers(case))
+    elif built.shard is not None:  # case layer j is the stage's device layer start + j
+        target = range(built.shard.start, built.shard.start + built.shard.owned)
     draft_at = built.controller.transfer_layer_id_max - 1 if controller_kind(case) == HYBRID else None
     return [*target, *[draft_at] * drafts]
 
@@ -703,9 +786,13 @@ def _sidecars(built: Built) -> dict[str, Any]:
 
 def _foreign_layer_ids(built: Built) -> tuple[int, ...]:
     """Layer ids a guarded pool must ignore: -1, the first id past its target device layers (a draft id without
-    is_draft) and, for the DSA indexer, the target layers without index keys."""
+    is_draft), for the DSA indexer the target layers without index keys, and for a layer-sharded pool the layers
+    of the stage its rank does not own."""
     skipped = dsa.skipped_layers(built.dsa) if built.dsa is not None else []
-    return (-1, built.device_pool.layer_num, *skipped)
+    shard = built.shard
+    others = [] if shard is None else [layer for layer in range(shard.stage_layers)
+                                       if not shard.start <= layer < shard.start + shard.owned]
+    return (-1, built.device_pool.layer_num, *skipped, *others)
 
 
 def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor,
@@ -728,6 +815,8 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
     pool's scale blocks (also checked after every transfer where the step images fit their budget)."""
     pool = buffers.pools[0]
     copy_in(pool, built)
+    built.outside = outside_bytes(pool, built)
+    built.outside.fill_and_snapshot()
     if built.side is not None:
         built.side.fill_and_snapshot()
     if built.dsa is not None:
@@ -739,7 +828,8 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
     finally:
         _sync(buffers.device)
         copy_out(pool, built)
-    why = built.side.changed() if built.side is not None else ""
+    why = built.outside.changed()
+    why = why or (built.side.changed() if built.side is not None else "")
     why = why or (dsa.check(buffers.case, built.dsa) if built.dsa is not None else "")
     why = why or (built.mxfp8.check_final() if built.mxfp8 is not None else "")
     if why:

@@ -4,7 +4,7 @@ the drive)."""
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, NamedTuple
 
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
 from hicache_fuzz.harness.model.space import SpaceProfile
@@ -120,6 +120,37 @@ def request_schedules(count: int, backups: int, seed: int = 0) -> tuple[str, ...
 # empty values plan each back-up as a request of its own over the case's tokens (the model without request slots,
 # through the coordinator's calls).
 REQUEST_SCHEDULES: tuple[str, ...] = ("",) * 8 + request_schedules(248, 5)
+# The MLA host pool of a DSA model under prefill context parallelism (oracles/pool_layouts.py, the layer-sharded
+# section): "size/rank/remainder" says the case is rank `rank`'s share of a stage whose layers are split over
+# `size` CP ranks and leave `remainder` over (the stage's layer count follows from the case's layers), "" that the
+# pool is not sharded. Every legal triple (2..4 ranks, each rank, each remainder), all of them together in one
+# case in four.
+LAYER_SHARD_KEY = "layer_shard"
+LAYER_SHARD_VALUES: tuple[str, ...] = tuple(f"{size}/{rank}/{remainder}" for size in (2, 3, 4)
+                                            for rank in range(size) for remainder in range(size))
+LAYER_SHARDS: tuple[str, ...] = ("",) * (3 * len(LAYER_SHARD_VALUES)) + LAYER_SHARD_VALUES
+SHARDED_CLASSES = frozenset({"MLATokenToKVPoolHost"})
+# The device pool's rows: "packed" (one row after another, every device pool sglang builds by default) or
+# "token_major" (--enable-unified-memory: per-layer views of one buffer whose slot entry holds every layer's rows,
+# oracles/pool_layouts.py, the token-major section), one case in four.
+DEVICE_ROWS_KEY = "device_rows"
+PACKED, TOKEN_MAJOR = "packed", "token_major"
+DEVICE_ROWS: tuple[str, ...] = (PACKED,) * 3 + (TOKEN_MAJOR,)
+# The classes sglang builds over a unified pool's views (the standard MHA and MLA host pools); the unified pool
+# lays rows out in 16-byte units and refuses others (--enable-unified-memory does not start).
+TOKEN_MAJOR_CLASSES = frozenset(_BY_ATTENTION.values())
+UNIFIED_ROW_ALIGN = 16
+# Layer-sharded MLA pools are rare in the plain draws (one attention kind in three, the standard class, one case in
+# four): a profile of their own draws MLA cases on the layouts whose back-up the sharded pool makes, the knob set.
+# Its rows are DeepSeek's latent rows (512 + 64 elements) in fp8 and bf16: 576 bytes, which the JIT kernels do not
+# take at most page sizes (the TMA kernel's 32-row chunks must tile the page, the register kernel's 128-byte groups
+# the row), so that the sharded layer_first back-up with kernel io takes sgl_kernel's per-layer op, its other
+# branch; and 1152 bytes, which the register kernel takes. The plain draws give sharded cases every other row.
+LAYER_SHARD_PROFILE = SpaceProfile(
+    name=LAYER_SHARD_KEY, per_mille=PROFILE_PER_MILLE // 2,
+    changes=(("layouts", (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)), ("attentions", (Attention.MLA,)),
+             ("row_bytes", (576, 1152))),
+    tuning=(("pool_kind", (STANDARD,)), (LAYER_SHARD_KEY, LAYER_SHARD_VALUES)))
 
 
 def class_profile(kind: str) -> SpaceProfile:
@@ -142,7 +173,7 @@ def class_profile(kind: str) -> SpaceProfile:
 
 
 PROFILES: tuple[SpaceProfile, ...] = (*(class_profile(kind) for kind in CLASS_OF_KIND if kind != MXFP8),
-                                      MXFP8_PROFILE)
+                                      MXFP8_PROFILE, LAYER_SHARD_PROFILE)
 
 
 def case_settings(case: Case) -> tuple[str, str, int, int]:
@@ -179,6 +210,84 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
     return name, io_backend, _int(case.tuning_value("start_layer", 0)), min(drafts, case.layers - 1)
 
 
+class LayerShard(NamedTuple):
+    """A layer-sharded case's stage (oracles/pool_layouts.py, the layer-sharded section)."""
+
+    size: int  # CP ranks the stage's layers are split over
+    rank: int  # the rank whose share the case is
+    remainder: int  # the stage's layers modulo size
+    stage_layers: int  # the device pool's layers (L)
+    start: int  # the first local layer the rank owns
+    owned: int  # the layers it owns: the case's target layers
+    host_target_layers: int  # the host pool's target layers, ceil(L / size)
+
+    @property
+    def label(self) -> str:
+        return f"{self.size}/{self.rank}/{self.remainder}"
+
+
+def layer_shard_knob(case: Case) -> tuple[int, int, int] | None:
+    """(size, rank, remainder) of the ``layer_shard`` knob (None: not sharded). Raises ValueError for a value that
+    names no legal split."""
+    value = case.tuning_value(LAYER_SHARD_KEY, "")
+    if value == "":
+        return None
+    parts = str(value).split("/")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"{LAYER_SHARD_KEY} {value!r} is not size/rank/remainder")
+    size, rank, remainder = (int(p) for p in parts)
+    if size < 2 or not (0 <= rank < size and 0 <= remainder < size):
+        raise ValueError(f"{LAYER_SHARD_KEY} {value!r}: sglang splits over 2 or more ranks, rank and remainder "
+                         f"below the size")
+    return size, rank, remainder
+
+
+def layer_shard(case: Case) -> LayerShard | None:
+    """The case's layer shard: the ``layer_shard`` knob where the case's class is the MLA host pool (the one sglang
+    builds sharded, for a DSA model's KV rows under prefill context parallelism), None otherwise (or for a value
+    that names no legal split: the case is then unsupported)."""
+    name, _io, _start, drafts = case_settings(case)
+    try:
+        knob = layer_shard_knob(case)
+    except ValueError:
+        return None
+    if knob is None or name not in SHARDED_CLASSES or case.layers - drafts < 1:
+        return None
+    size, rank, remainder = knob
+    owned = case.layers - drafts
+    stage = pool_layouts.shard_stage_layers(owned, size, rank, remainder)
+    start, end = pool_layouts.layer_shard_range(rank, size, stage)
+    if end - start != owned:
+        raise AssertionError(f"harness: rank {rank} of {size} owns {end - start} of {stage} layers, not {owned}")
+    return LayerShard(size, rank, remainder, stage, start, owned, pool_layouts.shard_host_target_layers(stage, size))
+
+
+def device_target_layers(case: Case) -> int:
+    """The target layers of the case's device pool: the stage's for a layer-sharded case (the case holds the
+    rank's share), the case's target layers otherwise (the DSA indexer's anchor: host_pool_layers)."""
+    shard = layer_shard(case)
+    return shard.stage_layers if shard is not None else case.layers - case_settings(case)[3]
+
+
+def device_rows(case: Case) -> str:
+    """``token_major`` where the case asks for it (``device_rows`` knob) and sglang builds its class over a
+    unified pool's views: the standard MHA and MLA host pools, rows of 16-byte multiples (the unified pool's
+    unit), no packed draft layers (a unified pool fuses a draft model's rows into the target's entries, a device
+    layout this backend does not build), an MLA pool only at start layer 0 (sglang's unified MLA pool has no layer
+    range of its own: it is built for the first stage's ids), not layer-sharded; ``packed`` otherwise."""
+    if case.tuning_value(DEVICE_ROWS_KEY, PACKED) != TOKEN_MAJOR:
+        return PACKED
+    name, _io, start, drafts = case_settings(case)
+    spec = case.pools[0]
+    if name not in TOKEN_MAJOR_CLASSES or drafts > 0 or layer_shard(case) is not None:
+        return PACKED
+    if spec.attention is Attention.MLA and start != 0:
+        return PACKED
+    if any(spec.row_bytes(c) % UNIFIED_ROW_ALIGN for c in spec.components):
+        return PACKED
+    return TOKEN_MAJOR
+
+
 def controller_kind(case: Case) -> str:
     """The case's controller. The Mamba state pool is driven by HiCacheController: in production it is a side
     pool of the HybridCacheController's group (moved through ``extra_pools``), which this backend does not build,
@@ -200,6 +309,8 @@ def side_pool(case: Case) -> str:
     wanted = case.tuning_value("side_pool", "")
     name = SIDE_POOL_CLASSES.get(str(wanted), "")
     if not name or controller_kind(case) != HYBRID or case_settings(case)[0] not in _BY_ATTENTION.values():
+        return ""
+    if layer_shard(case) is not None:  # sglang shards a DSA model's pools, whose group has no such side pool
         return ""
     cls = pool_layouts.pool_class(name)
     layouts = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
@@ -240,14 +351,19 @@ def host_pool_layers(case: Case) -> int:
     """The layers sglang's host pool of the case is built with (its ``layer_num``: ``target_layer_num`` plus one per
     packed draft buffer). For the DSA indexer pool the host pool in question is the MLA anchor's, built over a device
     pool of every target layer of the stage, skipped ones included (:func:`skip_topk_layers`), and the drafts
-    (sglang_hicache_drive's ``_build_dsa``), so it holds more layers than the case where layers skip top-k. For every
-    other case it is the case's layers: target and drafts (sglang_hicache_drive's ``build``), every layer of the
-    target model (sglang_pool_calls). Where page_first_direct hands sglang's MLA host pool fewer pages than this,
-    it cannot build its per-layer views (findings/trigger.py's ``host_pages``)."""
+    (sglang_hicache_drive's ``_build_dsa``), so it holds more layers than the case where layers skip top-k. A
+    layer-sharded MLA pool holds ``ceil(L / size)`` target layers, more than the rank's share where it owns fewer
+    (:func:`layer_shard`), and the drafts. For every other case it is the case's layers: target and drafts
+    (sglang_hicache_drive's ``build``), every layer of the target model (sglang_pool_calls). Where page_first_direct
+    hands sglang's MLA host pool fewer pages than this, it cannot build its per-layer views (findings/trigger.py's
+    ``host_pages``)."""
     name, _io, _start, drafts = case_settings(case)
     skip = skip_topk_layers(case)
     if name == DSA_CLASS and skip:
         return len(skip) + max(drafts, 0)
+    shard = layer_shard(case)
+    if shard is not None:
+        return shard.host_target_layers + max(drafts, 0)
     return case.layers
 
 

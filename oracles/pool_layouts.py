@@ -262,3 +262,101 @@ def mxfp8_scale_case(case: Case) -> Case:
     row = mxfp8_scale_row_bytes(spec.row_bytes("k"))
     scales = PoolSpec(name=f"{spec.name}-scales", attention=Attention.MHA, dtype=KVDtype.FP8, heads=1, head_dim=row)
     return case.replace(layout=HostLayout.PAGE_FIRST_DIRECT, pools=(scales,))
+
+
+# ---- A layer-sharded MLA host pool in the oracle's terms (pool_host/mla.py; hybrid_pool_assembler.py) ---------
+#
+# * Where it exists. A DSA MLA model under prefill context parallelism splits each pipeline stage's L device layers
+#   over the CP ranks (``LayerSplitDSATokenToKVPool``): rank r of n stores the contiguous local layers
+#   ``layer_shard_range(r, n, L)`` (the first ``L % n`` ranks one layer more), the other layers are 0-row
+#   placeholders. Its MLA host pool is built over the owned range's buffer info (``_mla_buffer_info``) with
+#   ``layer_shard_enabled`` and ``target_layer_num = ceil(L / n)``: every rank's host pool has the same shape.
+# * Host layers. Compact: owned layer ``s + j`` is host layer j. Host layers from the owned count up to
+#   ``ceil(L / n)`` are never written (a rank owning fewer layers than that leaves them). Packed draft i is host
+#   layer ``ceil(L / n) + i``, transfer id ``L + i``: drafts take no part in the sharding.
+# * The case is the rank's share: its layers are the owned layers, then the drafts, on both sides (case layer j is
+#   device layer ``s + j`` and host layer j; case draft i is the draft device pool i and host layer
+#   ``ceil(L / n) + i``). Every transfer of the case is then the single-transfer oracle's. Bytes outside the case
+#   keep their values: the other ranks' device layers (full buffers in this harness, sglang's host pool never sees
+#   them) and the host layers no owned layer maps to.
+# * Transfers of other layer ids (the other ranks' layers, ids past the stage) move nothing: the pool ignores them.
+# * What moves them: the layer-shard branch of the back-up, one owned layer after another then the drafts, with
+#   the JIT one-layer kernel where it takes the row, else (layer_first only) sgl_kernel's transfer_kv_per_layer_mla;
+#   with direct io, transfer_kv_direct (layer_first only). sglang builds the pool on page_first without the JIT
+#   kernel, and on page_first_direct, and then raises ValueError at every back-up (only loads are wired there): a
+#   geometry it accepts at construction and cannot back up at all, so such cases are unsupported with that rule
+#   as the reason (as the DSA indexer's kernel row rule above).
+
+def layer_shard_range(rank: int, size: int, layers: int) -> tuple[int, int]:
+    """[start, end) of the local layers rank `rank` of `size` owns among `layers`: contiguous ranges, as even as
+    possible, the first ``layers % size`` ranks one layer more."""
+    base, extra = divmod(layers, size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (rank < extra)
+
+
+def shard_stage_layers(owned: int, size: int, rank: int, remainder: int) -> int:
+    """The stage's layer count L with ``L % size == remainder`` of which rank `rank` owns `owned` layers (each
+    remainder gives one: the rank owns the even share, one more where it is among the first `remainder` ranks)."""
+    if not (owned >= 1 and 0 <= rank < size and 0 <= remainder < size):
+        raise ValueError(f"no stage where rank {rank} of {size} owns {owned} layers with remainder {remainder}")
+    return (owned - (rank < remainder)) * size + remainder
+
+
+def shard_host_target_layers(stage_layers: int, size: int) -> int:
+    """The target layers of every rank's MLA host pool: ``ceil(L / size)``."""
+    return -(-stage_layers // size)
+
+
+def layer_shard_refusal(layout: HostLayout, io_backend: str, jit: bool) -> str:
+    """Why sglang's layer-sharded MLA host pool cannot back up a case of this layout and io backend, `jit` whether
+    the JIT one-layer kernel takes its row ('' if it can)."""
+    if layout is HostLayout.LAYER_FIRST:
+        return ""
+    if layout is HostLayout.PAGE_FIRST and io_backend == KERNEL and jit:
+        return ""
+    if layout is HostLayout.PAGE_FIRST and io_backend == KERNEL:
+        return ("the layer-sharded MLA back-up on page_first needs the JIT one-layer kernel, which does not take "
+                "this row (sglang raises ValueError at every back-up)")
+    return (f"the layer-sharded MLA back-up moves layer_first (and page_first with the JIT kernel) only, not "
+            f"{layout.value} with io {io_backend} (sglang raises ValueError at every back-up)")
+
+
+# ---- Token-major (strided) device rows in the oracle's terms (unified_memory_pool.py; pool_host/base.py) --------
+#
+# * Where they exist. Under --enable-unified-memory every KV sub-pool lives in one uint8 buffer whose slot entry
+#   holds all of a token's rows (``UnifiedKVPool``: K_0 V_0 K_1 V_1 ... for MHA, the latent rows for MLA, the entry
+#   rounded up to 32 bytes), and the device pool's per-layer tensors are views of it: row d of layer l is entry d at
+#   layer l's offset, so consecutive rows are an entry apart, not a row apart. The host pool records that stride
+#   when it is built (``_init_device_row_stride``) and its transfers must step device rows by it.
+# * The oracle does not change: the case's device storage holds the logical rows (row d of layer l: the bytes of
+#   layer l's view at row d), the host layouts are the same, and every transfer moves the same rows.
+# * Refusals. The MHA and MLA host pools refuse the sgl_kernel ops that address device rows as index x row width
+#   (``_require_packed_device_rows``: NotImplementedError before the op runs): the per-token AOT ops where the JIT
+#   kernel does not take the row (layer_first, page_first), every page_head op, and the page_first_direct direct
+#   ops. The refusal is right: such an op would read and write rows inside other entries. It is late, though: the
+#   pool is built and then refuses its first transfer, so, as the DSA indexer's kernel row rule above, such cases
+#   are unsupported with the rule as the reason. The JIT kernels (a device stride of its own) and the layer_first
+#   direct op (tensor slices) take the rows, and the staged page_first write-back, which reads whole device pages,
+#   is not selected for them (the pool turns it off).
+# * The asymmetric MHA pool refuses nothing: its page_first kernel io goes through the per-token AOT ops whatever the
+#   device stride. The contract expects the rows moved; a run that moves others is a finding.
+
+def strided_rows_refusal(name: str, layout: HostLayout, io_backend: str, jit: bool) -> str:
+    """The sgl_kernel op class `name` refuses to run on token-major device rows for this layout and io backend,
+    `jit` whether the JIT kernel takes the row ('' if the pool moves them)."""
+    if name == "AsymmetricMHATokenToKVPoolHost":
+        return ""
+    mla = "_mla" if name == "MLATokenToKVPoolHost" else ""
+    if layout is HostLayout.PAGE_HEAD:
+        op = "transfer_kv_per_layer_ph_lf / transfer_kv_all_layer_lf_ph"
+    elif layout is HostLayout.PAGE_FIRST_DIRECT and io_backend == DIRECT:
+        op = "transfer_kv_per_layer_direct_pf_lf / transfer_kv_all_layer_direct_lf_pf"
+    elif io_backend == KERNEL and not jit and layout is HostLayout.LAYER_FIRST:
+        op = f"transfer_kv_per_layer{mla} / transfer_kv_all_layer{mla}"
+    elif io_backend == KERNEL and not jit and layout is HostLayout.PAGE_FIRST:
+        op = f"transfer_kv_per_layer{mla}_pf_lf / transfer_kv_all_layer{mla}_lf_pf"
+    else:
+        return ""
+    return (f"{name} refuses {op} on token-major device rows (NotImplementedError at the first transfer: the op "
+            f"steps device rows by the row width); the refusal is right, and late")

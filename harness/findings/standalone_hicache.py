@@ -14,7 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from hicache_fuzz.harness.model.case import Attention, Case
-from hicache_fuzz.kernels.sglang_hicache_settings import case_settings, controller_kind, k_only_heads, side_pool
+from hicache_fuzz.kernels.sglang_hicache_settings import (
+    TOKEN_MAJOR,
+    case_settings,
+    controller_kind,
+    device_rows,
+    k_only_heads,
+    layer_shard,
+    side_pool,
+)
 from hicache_fuzz.oracles import sequence
 from hicache_fuzz.oracles.pool_layouts import pool_class
 
@@ -35,6 +43,10 @@ def unscripted_reason(case: Case) -> str | None:
         return f"{name}: the standalone script builds the KV host pools only; replay the JSON reproducer"
     if side_pool(case):
         return f"a HostPoolGroup with a {side_pool(case)} side pool: replay the JSON reproducer"
+    if layer_shard(case) is not None:
+        return "a layer-sharded MLA pool (a stand-in for the layer-split DSA device pool): replay the JSON reproducer"
+    if device_rows(case) == TOKEN_MAJOR:
+        return "token-major device rows (sglang's unified pool): replay the JSON reproducer"
     return None
 
 

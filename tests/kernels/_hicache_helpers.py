@@ -62,11 +62,17 @@ def fake_sglang_module() -> Iterator[None]:
     yield from _with_fake_sglang()
 
 
+# The device the fake sglang's JIT gate stands for (sm90 CUDA: TMA): the platform of the transfer rules that
+# depend on whether the JIT kernel takes a row.
+SM90 = Platform("cuda", (9, 0))
+
+
 class CpuHicacheBackend(SglangHicacheBackend):
-    """sglang-hicache on the CPU with the fake sglang: the same case rules (the platform aside) and drive."""
+    """sglang-hicache on the CPU with the fake sglang: the same case rules (the platform's those of the device the
+    fake stands for) and drive."""
 
     def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
-        return self.case_unsupported(case)
+        return self.case_unsupported(case) or self.transfer_unsupported(case, SM90)
 
     def sglang_modules(self) -> Any:
         return sglang_hicache_drive.load_modules()

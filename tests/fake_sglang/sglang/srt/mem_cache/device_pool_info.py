@@ -1,5 +1,6 @@
 """Fake device pool infos: the Mamba state buffers and the packed page rows device pools expose (sglang's field
-names, validate), and the MHA pools' KV scale buffers with their layout."""
+names, validate), the MHA pools' KV scale buffers with their layout, and the MLA pool's rows (``MLABufferInfo``:
+the layers a host pool gets, by their slots in the device pool)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,31 @@ class KVScaleBuffers:
     k: tuple[torch.Tensor, ...]
     v: tuple[torch.Tensor, ...]
     layout: KVScaleLayout
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLABufferInfo:
+    buffers: tuple[torch.Tensor, ...]
+    data_ptrs: torch.Tensor | None
+    layer_indices: tuple[int, ...]
+    device_layer_num: int
+    page_size: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    kv_cache_dim: int
+    dtype: torch.dtype
+    device: torch.device
+    packed_fp8: bool = False
+    scales: tuple[torch.Tensor, ...] | None = None
+
+    def validate(self, *, layer_ids: tuple[int, ...] | None = None) -> None:
+        if layer_ids is not None and len(layer_ids) != len(self.layer_indices):
+            raise ValueError(f"MLA model layers={layer_ids} differ from buffer slots={self.layer_indices}")
+        if len(set(self.layer_indices)) != len(self.layer_indices) or any(
+                i < 0 or i >= self.device_layer_num for i in self.layer_indices):
+            raise ValueError(f"MLA slots={self.layer_indices} outside device_layer_num={self.device_layer_num}")
+        if len(self.buffers) != len(self.layer_indices):
+            raise ValueError(f"MLA buffers={len(self.buffers)}, slots={self.layer_indices}")
+        for tensor in self.buffers:
+            if tensor.ndim != 3 or tensor.shape[1] != 1 or tensor.dtype != self.dtype:
+                raise ValueError(f"MLA buffer {tuple(tensor.shape)} {tensor.dtype} is no (rows, 1, dim) {self.dtype}")

@@ -1,8 +1,11 @@
 """Fake device KV pools: per-layer buffers of size + page_size rows (rows [0, page_size) are padding).
 
 Same constructor signatures as sglang's (the arguments the harness passes); ``get_device_pool_infos`` hands the
-pool itself as its buffer info, which the fake host pools read (an MHA pool's ``scales``: None, or the MXFP8 pool's
-UE8M0 scale buffers).
+MHA pools themselves as their buffer info, which the fake host pools read (an MHA pool's ``scales``: None, or the
+MXFP8 pool's UE8M0 scale buffers), and the MLA pool sglang's ``MLABufferInfo``: the owned range's layers where the
+pool is layer-sharded (``layer_shard_enabled`` and ``_owned_local_layer_range``, which sglang's layer-split DSA
+pool defines). ``_create_buffers`` makes the per-layer buffers, as sglang's; the unified pools override it with
+their views (unified_memory_pool.py).
 """
 
 from __future__ import annotations
@@ -48,11 +51,15 @@ class MHATokenToKVPool(_DevicePool):
         self._init_common(size, page_size, dtype, layer_num, device, start_layer, end_layer)
         self.head_num, self.head_dim = head_num, head_dim
         self.v_head_dim = head_dim if v_head_dim is None else v_head_dim
-        rows = size + page_size
-        self.k_buffer = [torch.zeros((rows, head_num, head_dim), dtype=dtype, device=device) for _ in range(layer_num)]
-        self.v_buffer = [torch.zeros((rows, head_num, self.v_head_dim), dtype=dtype, device=device)
-                         for _ in range(layer_num)]
+        self._create_buffers()
         self.row_bytes = head_num * head_dim * self.k_buffer[0].element_size()
+
+    def _create_buffers(self) -> None:
+        rows = self.size + self.page_size
+        self.k_buffer = [torch.zeros((rows, self.head_num, self.head_dim), dtype=self.dtype, device=self.device)
+                         for _ in range(self.layer_num)]
+        self.v_buffer = [torch.zeros((rows, self.head_num, self.v_head_dim), dtype=self.dtype, device=self.device)
+                         for _ in range(self.layer_num)]
 
 
 class MHATokenToKVPoolMXFP8(MHATokenToKVPool):
@@ -97,10 +104,28 @@ class MLATokenToKVPool(_DevicePool):
                  end_layer: int | None = None) -> None:
         self._init_common(size, page_size, dtype, layer_num, device, start_layer, end_layer)
         width = kv_lora_rank + qk_rope_head_dim
+        self.kv_lora_rank, self.qk_rope_head_dim = kv_lora_rank, qk_rope_head_dim
         self.head_num, self.head_dim, self.kv_cache_dim = 1, width, width
-        self.kv_buffer = [torch.zeros((size + page_size, 1, width), dtype=dtype, device=device)
-                          for _ in range(layer_num)]
+        self._create_buffers()
+        self.data_ptrs = torch.tensor([x.data_ptr() for x in self.kv_buffer], dtype=torch.uint64)
         self.row_bytes = width * self.kv_buffer[0].element_size()
+
+    def _create_buffers(self) -> None:
+        self.kv_buffer = [torch.zeros((self.size + self.page_size, 1, self.kv_cache_dim), dtype=self.store_dtype,
+                                      device=self.device) for _ in range(self.layer_num)]
+
+    def get_device_pool_infos(self) -> list[SimpleNamespace]:
+        return [SimpleNamespace(buffer_info=self._mla_buffer_info())]
+
+    def _mla_buffer_info(self) -> Any:
+        from sglang.srt.mem_cache.device_pool_info import MLABufferInfo
+
+        start, end = self._owned_local_layer_range() if self.layer_shard_enabled else (0, self.layer_num)
+        return MLABufferInfo(buffers=tuple(self.kv_buffer[start:end]), data_ptrs=self.data_ptrs[start:end],
+                             layer_indices=tuple(range(start, end)), device_layer_num=self.layer_num,
+                             page_size=self.page_size, kv_lora_rank=self.kv_lora_rank,
+                             qk_rope_head_dim=self.qk_rope_head_dim, kv_cache_dim=self.kv_cache_dim,
+                             dtype=self.store_dtype, device=self.device)
 
 
 class MHATokenToKOnlyPool(_DevicePool):

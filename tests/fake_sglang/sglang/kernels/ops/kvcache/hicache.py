@@ -1,10 +1,13 @@
 """Fake ``sglang.kernels.ops.kvcache.hicache``: the JIT transfer entry points, in plain torch on the CPU.
 
 Same names and keyword arguments as the real module; the semantics are the contract's (per-token for the
-one/all-layer ops, page runs for the staged write-back, page ids for the page_unified write-back).
+one/all-layer ops, page runs for the staged write-back, page ids for the page_unified write-back); and the gate the
+pools ask whether a JIT kernel takes a row, as sglang answers it on an sm90 CUDA device.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -108,3 +111,41 @@ def transfer_hicache_all_layer_mla_staged_lf_page_unified(ptrs: torch.Tensor, sr
                                                           dst_pages: torch.Tensor, staging: torch.Tensor,
                                                           host: torch.Tensor) -> None:
     _page_unified_write([ptrs], src_pages, dst_pages, host, mla=True)
+
+
+# ---- the JIT kernels' gate (sglang's can_use_hicache_jit_kernel on an sm90 CUDA device) --------------------------
+
+TMA_STAGE_BYTES = 32 * 1024
+COPY_GROUP_THREADS = 32
+GROUP_BYTES = (128,)  # CUDA's copy groups
+TMA_ENV = "SGLANG_HICACHE_TMA_TRANSFER"
+
+
+def hicache_tma_rows_per_chunk(element_size: int) -> int:
+    rows = 1
+    while rows * 2 <= TMA_STAGE_BYTES // element_size and rows * 2 <= 128:
+        rows *= 2
+    return rows
+
+
+def _tma_enabled() -> bool:
+    return os.environ.get(TMA_ENV, "1").strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def _default_unroll(element_size: int) -> int:
+    return 4 if element_size <= 512 else 2 if element_size <= 1024 else 1
+
+
+def can_use_hicache_jit_kernel(*, element_size: int, unroll: int | None = None, block_quota: int | None = None,
+                               page_size: int | None = None) -> bool:
+    """The TMA kernel where it takes the row (16-byte multiples, pages tiling its chunk), else the register kernel
+    where the row tiles its copy rounds."""
+    if _tma_enabled() and element_size % 16 == 0 and (
+            page_size is None or page_size % hicache_tma_rows_per_chunk(element_size) == 0):
+        return True
+    unroll = unroll or _default_unroll(element_size)
+    if unroll <= 0 or COPY_GROUP_THREADS % unroll:
+        return False
+    lanes = COPY_GROUP_THREADS // unroll
+    return any(group % lanes == 0 and element_size % group == 0 and group // lanes in (4, 8, 16)
+               for group in GROUP_BYTES)

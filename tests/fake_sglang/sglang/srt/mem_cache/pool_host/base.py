@@ -1,11 +1,21 @@
 """Fake host KV pools: sglang's host layouts, its first-in first-out slot allocator with the double-alloc and
 double-free checks, per-token backup of every layer and per-layer load with the target-layer guard.
 
+Device rows: the pool records the row stride of strided (token-major) device buffers as sglang's
+``_init_device_row_stride`` does (refusing buffers of several strides, or strided beside packed ones), turns the
+staged page_first write-back off for them, and refuses the sgl_kernel ops sglang's MHA and MLA pools refuse on them
+(``_require_packed_device_rows``: the per-token AOT ops where the JIT kernel does not take the row, the page_head
+ops, the page_first_direct direct ops). Whether the JIT kernel takes a row is sglang's gate on an sm90 CUDA device
+(``can_use_hicache_jit_kernel``, the fake hicache module).
+
 ``FAKE_SGLANG_POOL_BUG`` plants one bug for the tests to catch:
 
 * ``page32``: for page sizes >= 32 the last token of every page is not backed up (an off-by-one);
 * ``alloc_twice``: ``free`` queues the freed slots twice and ``alloc`` skips its double-alloc check, so a freed
   slot is granted twice;
+* ``stride_ge``: ``_init_device_row_stride`` compares the number of strides with ``>=`` where sglang's has ``>``,
+  so every strided device pool is refused at construction;
+* ``shard_swap`` / ``shard_aot_drop`` (pool_host/mla.py): the layer-sharded MLA back-up;
 * ``side_write`` (hybrid_cache_controller.py): every back-up also writes the group's side pools that no transfer
   names; ``mamba_conv`` (pool_host/mamba.py): the Mamba pool does not back up its last layer's conv state;
   ``hisparse_len_row``, ``hisparse_pages_squared``, ``hisparse_empty_int32``, ``hisparse_slot0``
@@ -15,12 +25,13 @@ double-free checks, per-token backup of every layer and per-layer load with the 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 
 from sglang._fake_core import indices, pairs
+from sglang.kernels.ops.kvcache.hicache import can_use_hicache_jit_kernel
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 
@@ -44,7 +55,7 @@ class HostPool:
         if layout not in self.layouts:
             raise ValueError(f"{type(self).__name__}: unsupported layout {layout!r}")
         infos = (buffer_info, *draft_buffer_infos)
-        self.target_layer_num = buffer_info.layer_num if target_layer_num is None else target_layer_num
+        self.target_layer_num = self._info_layers(buffer_info) if target_layer_num is None else target_layer_num
         self.layer_num = self.target_layer_num + len(draft_buffer_infos)
         self.page_size, self.layout, self.device, self.pin_memory = page_size, layout, device, pin_memory
         self.start_layer, self.end_layer, self.pool_label = start_layer, end_layer, pool_label
@@ -55,13 +66,8 @@ class HostPool:
         else:
             self.size = (int(device_capacity_tokens * host_to_device_ratio) // page_size + 1) * page_size
         self.page_num = self.size // page_size
-        if len(self.components) == 2:
-            self.device_layers = [[b for info in infos for b in info.k_buffer],
-                                  [b for info in infos for b in info.v_buffer]]
-        else:
-            self.device_layers = [[b for info in infos for b in info.kv_buffer]]
-        heads, dtype = buffer_info.head_num, buffer_info.dtype
-        widths = [buffer_info.head_dim, getattr(buffer_info, "v_head_dim", buffer_info.head_dim)]
+        self.device_layers = self._device_buffers(infos)
+        heads, widths, dtype = self._row_geometry(buffer_info)
         if layout == "page_unified":
             self._init_page_unified(heads, widths[0], dtype)
             return
@@ -78,7 +84,12 @@ class HostPool:
                                                                                               self.v_buffer]
         self.size_per_token = sum(h[0].numel() for h in self.halves) * dtype.itemsize
         row_bytes = [heads * w * torch.empty((), dtype=dtype).element_size() for w in widths]
-        self.can_use_write_back_jit = layout == "page_first" and all(r % 16 == 0 for r in row_bytes)
+        self.token_stride_size = row_bytes[0]
+        self._init_device_row_stride([b for per_layer in self.device_layers for b in per_layer])
+        self.can_use_jit = can_use_hicache_jit_kernel(element_size=row_bytes[0], page_size=page_size)
+        # the staged write-back reads whole device pages: packed rows only
+        self.can_use_write_back_jit = (layout == "page_first" and self.device_rows_packed
+                                       and all(r % 16 == 0 for r in row_bytes))
         self.clear()
 
     def _init_page_unified(self, heads: int, width: int, dtype: torch.dtype) -> None:
@@ -94,6 +105,73 @@ class HostPool:
 
     def _page_unified_layout(self, heads: int, width: int, dtype: torch.dtype) -> Any:
         raise ValueError(f"Unsupported layout: {self.layout}")
+    def _info_layers(self, buffer_info: Any) -> int:
+        return int(buffer_info.layer_num)
+
+    def _device_buffers(self, infos: Sequence[Any]) -> list[list[torch.Tensor]]:
+        """The device tensors of each component, target layers then drafts (an MHA pool's buffer info is the
+        device pool itself)."""
+        if len(self.components) == 2:
+            return [[b for info in infos for b in info.k_buffer], [b for info in infos for b in info.v_buffer]]
+        return [[b for info in infos for b in info.kv_buffer]]
+
+    def _row_geometry(self, buffer_info: Any) -> tuple[int, list[int], torch.dtype]:
+        """(heads, K and V head dims, the rows' storage dtype)."""
+        dtype = getattr(buffer_info, "store_dtype", buffer_info.dtype)
+        return buffer_info.head_num, [buffer_info.head_dim, getattr(buffer_info, "v_head_dim",
+                                                                     buffer_info.head_dim)], dtype
+
+    # ---- device rows (pool_host/base.py: strided device rows) -----------------------------------------
+    _strided_device_row_bytes: int | None = None
+
+    def _init_device_row_stride(self, device_buffers: Iterable[torch.Tensor]) -> None:
+        buffers = list(device_buffers)
+        strides = {buf.stride(0) * buf.element_size() for buf in buffers if not buf.is_contiguous()}
+        if not strides:
+            return
+        mixed = any(buf.is_contiguous() for buf in buffers)
+        several = len(strides) >= 1 if planted_bug() == "stride_ge" else len(strides) > 1
+        if several or mixed:
+            raise NotImplementedError(f"HiCache: the device KV buffers do not share one row stride (strided rows "
+                                      f"{sorted(strides)} B, mixed with packed ones)")
+        for buf in buffers:
+            assert buf.stride(-1) == 1, f"HiCache needs packed device rows; got strides {buf.stride()}"
+        self._strided_device_row_bytes = strides.pop()
+
+    @property
+    def device_rows_packed(self) -> bool:
+        return self._strided_device_row_bytes is None
+
+    @property
+    def device_row_stride_bytes(self) -> int:
+        return self._strided_device_row_bytes or self.token_stride_size
+
+    def _require_packed_device_rows(self, kernel: str) -> None:
+        if not self.device_rows_packed:
+            raise NotImplementedError(f"HiCache: {kernel} steps device rows by the row width "
+                                      f"({self.token_stride_size} B), but this device pool's rows are "
+                                      f"{self.device_row_stride_bytes} B apart. Use the JIT HiCache kernels with a "
+                                      f"layer_first or page_first host layout.")
+
+    def _refuse_unpacked_rows(self, io_backend: str, backup: bool) -> None:
+        """sglang's MHA and MLA pools: the ops of this io backend and layout that step device rows by the row width
+        refuse strided rows (the JIT kernels and transfer_kv_direct take them)."""
+        if self.device_rows_packed:
+            return
+        mla = "_mla" if len(self.components) == 1 else ""
+        if io_backend == "kernel" and self.layout == "page_head":
+            op = "transfer_kv_all_layer_lf_ph" if backup else "transfer_kv_per_layer_ph_lf"
+        elif io_backend == "kernel" and self.can_use_jit:
+            return
+        elif io_backend == "kernel" and self.layout == "layer_first":
+            op = f"transfer_kv_all_layer{mla}" if backup else f"transfer_kv_per_layer{mla}"
+        elif io_backend == "kernel":
+            op = f"transfer_kv_all_layer{mla}_lf_pf" if backup else f"transfer_kv_per_layer{mla}_pf_lf"
+        elif self.layout == "page_first_direct":
+            op = "transfer_kv_all_layer_direct_lf_pf" if backup else "transfer_kv_per_layer_direct_pf_lf"
+        else:
+            return
+        self._require_packed_device_rows(op)
 
     def _shape(self, heads: int, width: int) -> tuple[int, ...]:
         L, S, ps, P = self.layer_num, self.size, self.page_size, self.size // self.page_size
@@ -158,6 +236,7 @@ class HostPool:
     def backup_from_device_all_layer(self, device_pool: Any, host_indices: torch.Tensor,
                                      device_indices: torch.Tensor, io_backend: str) -> None:
         self._check_io(io_backend, host_indices)
+        self._refuse_unpacked_rows(io_backend, backup=True)
         index_pairs = pairs(host_indices, device_indices)
         ps = self.page_size
         if planted_bug() == "page32" and ps >= 32:
@@ -169,13 +248,17 @@ class HostPool:
 
     def load_to_device_per_layer(self, device_pool: Any, host_indices: torch.Tensor, device_indices: torch.Tensor,
                                  layer_id: int, io_backend: str, *, is_draft: bool = False) -> None:
-        if not is_draft and not 0 <= layer_id < self.target_layer_num:
+        if not is_draft and not self._is_target_layer(layer_id):
             return
         self._load_layer(host_indices, device_indices, layer_id, io_backend)
+
+    def _is_target_layer(self, layer_id: int) -> bool:
+        return 0 <= layer_id < self.target_layer_num
 
     def _load_layer(self, host_indices: torch.Tensor, device_indices: torch.Tensor, layer_id: int,
                     io_backend: str) -> None:
         self._check_io(io_backend, host_indices)
+        self._refuse_unpacked_rows(io_backend, backup=False)
         for component, per_layer in enumerate(self.device_layers):
             for d, h in pairs(device_indices, host_indices):
                 per_layer[layer_id][d].copy_(self._host_row(component, layer_id, h))

@@ -35,6 +35,10 @@ class AsymmetricMHATokenToKVPoolHost(MHATokenToKVPoolHost):
     layouts = ("page_first", "page_first_direct")
     io_layouts = {"kernel": ("page_first",), "direct": ("page_first_direct",)}  # noqa: RUF012
 
+    def _refuse_unpacked_rows(self, io_backend: str, backup: bool) -> None:
+        """Nothing: sglang's asymmetric pool has no packed-rows check (its transfers move the rows here, the
+        contract's semantics)."""
+
 
 class HiSparseMHATokenToKVPoolHost(HiSparseHostPoolMixin, MHATokenToKVPoolHost):
     io_layouts = {"kernel": ("layer_first",)}  # noqa: RUF012

@@ -1,0 +1,358 @@
+"""sglang-hicache's two device-pool shapes beyond the packed per-layer pool (fake sglang on the CPU): the
+layer-sharded MLA pool (``layer_shard``) and token-major device rows (``device_rows=token_major``), their rules in
+the oracle, their knobs' draws and labels, and the planted bugs of the three mutants they reach, each caught."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import pytest
+import torch
+
+from hicache_fuzz.harness.generation.generate import case_for_index
+from hicache_fuzz.harness.model.case import Attention, Case, HostLayout, KVDtype, PoolSpec, make_tuning
+from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.model.platform import Platform
+from hicache_fuzz.harness.model.space import CaseSpace
+from hicache_fuzz.kernels import sglang_hicache_device as devices
+from hicache_fuzz.kernels import sglang_hicache_drive as drive
+from hicache_fuzz.kernels.registry import load_registry
+from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend
+from hicache_fuzz.kernels.sglang_hicache_settings import (
+    LAYER_SHARD_VALUES,
+    PACKED,
+    TOKEN_MAJOR,
+    device_rows,
+    device_target_layers,
+    host_pool_layers,
+    layer_shard,
+    side_pool,
+)
+from hicache_fuzz.oracles import pool_layouts
+from tests.kernels._hicache_helpers import SM90, fake_sglang, hicache_case, run_on_cpu
+
+__all__ = ["fake_sglang"]  # the fixture, used by name
+
+OPS = "backup,load,evict,backup,load"
+# Latent rows: 48 bytes (24 bf16) the JIT kernels do not take at page size 2 (sgl_kernel's AOT ops move them), 128
+# bytes (64 bf16) the register kernel takes.
+AOT_ROW, JIT_ROW = 24, 64
+
+
+def mla_case(layout: HostLayout, shard: str, *, head_dim: int = JIT_ROW, layers: int = 4, **knobs: int | str) -> Case:
+    case = hicache_case(Attention.MLA, layout, layers=layers, ops=OPS, layer_shard=shard, start_layer=3, **knobs)
+    return case.replace(pools=(PoolSpec("kv", Attention.MLA, KVDtype.BF16, 1, head_dim),))
+
+
+def built_for(case: Case) -> drive.Built:
+    return drive.build(drive.load_modules(), case, torch.device("cpu"))
+
+
+# ---- the layer-sharded MLA pool -----------------------------------------------------------------------------------
+
+def test_the_stage_follows_from_the_rank_its_share_and_the_remainder() -> None:
+    for size, owned in itertools.product((2, 3, 4), (1, 2, 5)):
+        for rank, remainder in itertools.product(range(size), range(size)):
+            stage = pool_layouts.shard_stage_layers(owned, size, rank, remainder)
+            start, end = pool_layouts.layer_shard_range(rank, size, stage)
+            assert stage % size == remainder and end - start == owned
+            # every rank's share, side by side, is the whole stage
+            ranges = [pool_layouts.layer_shard_range(r, size, stage) for r in range(size)]
+            assert ranges[0][0] == 0 and ranges[-1][1] == stage
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    with pytest.raises(ValueError):
+        pool_layouts.shard_stage_layers(0, 2, 0, 0)
+
+
+@pytest.mark.parametrize("controller", ["hybrid", "base"])
+@pytest.mark.parametrize(("layout", "io", "head_dim"), [(HostLayout.LAYER_FIRST, "kernel", JIT_ROW),
+                                                        (HostLayout.LAYER_FIRST, "kernel", AOT_ROW),
+                                                        (HostLayout.LAYER_FIRST, "direct", AOT_ROW),
+                                                        (HostLayout.PAGE_FIRST, "kernel", JIT_ROW)])
+@pytest.mark.parametrize("shard", ["2/0/0", "3/1/2", "3/2/1", "4/3/0"])
+def test_a_layer_sharded_mla_pool_holds_its_rank_s_layers_compacted(fake_sglang, controller: str, layout: HostLayout,
+                                                                   io: str, head_dim: int, shard: str) -> None:
+    case = mla_case(layout, shard, head_dim=head_dim, io_backend=io, controller=controller, draft_layers=1)
+    sharding = layer_shard(case)
+    assert sharding is not None and sharding.owned == case.layers - 1
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.PASS, result.summary
+    built = built_for(case)
+    host, device = built.host_pool, built.device_pool
+    assert device.layer_num == sharding.stage_layers == device_target_layers(case)
+    assert host.target_layer_num == sharding.host_target_layers and host.layer_num == host_pool_layers(case)
+    assert tuple(host._target_layer_indices) == tuple(range(sharding.start, sharding.start + sharding.owned))
+    assert len(host._target_layer_indices) == sharding.owned
+
+
+@pytest.mark.parametrize("where", ["device", "host"])
+def test_bytes_outside_the_rank_s_share_are_judged(fake_sglang, monkeypatch, where: str) -> None:
+    """A load that writes another rank's device layer, or a back-up that writes a host layer no owned layer maps
+    to, fails the case although every case storage is right."""
+    from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
+
+    case = mla_case(HostLayout.LAYER_FIRST, "3/2/1")  # rank 2 owns 3 of 10 layers: 4 host target layers
+    sharding = layer_shard(case)
+    assert sharding is not None and sharding.host_target_layers > sharding.owned
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    load, backup = MLATokenToKVPoolHost.load_to_device_per_layer, MLATokenToKVPoolHost.backup_from_device_all_layer
+
+    def load_others_too(self, device_pool, host_indices, device_indices, layer_id, io_backend, *, is_draft=False):
+        if not is_draft and layer_id not in self._target_layer_indices and 0 <= layer_id < device_pool.layer_num:
+            device_pool.kv_buffer[layer_id][device_indices] = 0
+        load(self, device_pool, host_indices, device_indices, layer_id, io_backend, is_draft=is_draft)
+
+    def back_up_a_spare_layer_too(self, device_pool, host_indices, device_indices, io_backend):
+        backup(self, device_pool, host_indices, device_indices, io_backend)
+        self.kv_buffer[sharding.owned][host_indices] = 0
+
+    if where == "device":
+        monkeypatch.setattr(MLATokenToKVPoolHost, "load_to_device_per_layer", load_others_too)
+    else:
+        monkeypatch.setattr(MLATokenToKVPoolHost, "backup_from_device_all_layer", back_up_a_spare_layer_too)
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.WRONGLY_REJECTED, result.summary
+    assert ("does not own it" if where == "device" else "no owned layer maps to them") in result.summary
+
+
+def test_a_planted_index_swap_in_the_sharded_back_up_is_caught(fake_sglang, monkeypatch) -> None:
+    """Mutant fb872783738d (mla.py:1009): the owned layers' back-ups get host and device indices swapped."""
+    case = mla_case(HostLayout.LAYER_FIRST, "2/1/0")
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "shard_swap")
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 0 (backup)"), result.summary
+    unsharded = mla_case(HostLayout.LAYER_FIRST, "")
+    assert run_on_cpu(unsharded).outcome is Outcome.PASS  # the planted bug is in the layer-shard branch only
+
+
+def test_a_planted_drop_of_the_sharded_aot_back_up_is_caught(fake_sglang, monkeypatch) -> None:
+    """Mutant b96a64bdd457 (mla.py:873): the sharded back-up on layer_first without the JIT kernel never calls
+    transfer_kv_per_layer_mla; it needs a row the JIT kernels do not take."""
+    case = mla_case(HostLayout.LAYER_FIRST, "3/0/2", head_dim=AOT_ROW)
+    jit = mla_case(HostLayout.LAYER_FIRST, "3/0/2", head_dim=JIT_ROW)
+    assert not built_for(case).host_pool.can_use_jit and built_for(jit).host_pool.can_use_jit
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "shard_aot_drop")
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 0 (backup)"), result.summary
+    assert run_on_cpu(jit).outcome is Outcome.PASS  # the JIT one-layer kernel moves it
+
+
+def test_sharded_back_ups_sglang_refuses_are_unsupported_with_its_rule(fake_sglang) -> None:
+    """page_first without the JIT kernel and page_first_direct: sglang builds the pool and raises ValueError at
+    every back-up (the fake as sglang); the backend reports the rule instead of running them."""
+    backend = SglangHicacheBackend()
+    refused = [mla_case(HostLayout.PAGE_FIRST, "2/0/1", head_dim=AOT_ROW),
+               mla_case(HostLayout.PAGE_FIRST_DIRECT, "2/0/1", io_backend="direct")]
+    for case in refused:
+        reason = backend.transfer_unsupported(case, SM90)
+        assert reason is not None and "ValueError at every back-up" in reason
+        assert backend.case_unsupported(case) is None
+        result = drive_without_rules(case)
+        assert result.outcome is Outcome.WRONGLY_REJECTED and "ValueError" in (result.error or "")
+    for case in (mla_case(HostLayout.PAGE_FIRST, "2/0/1"), mla_case(HostLayout.LAYER_FIRST, "2/0/1", head_dim=AOT_ROW)):
+        assert backend.transfer_unsupported(case, SM90) is None
+
+
+def drive_without_rules(case: Case):  # type: ignore[no-untyped-def]
+    """The case run with the case rules only (no transfer rule): what the fake sglang does with it."""
+    from hicache_fuzz.harness.pipeline.runner import run_case
+    from tests.kernels._hicache_helpers import CPU, CpuHicacheBackend
+
+    class Unruled(CpuHicacheBackend):
+        def unsupported_reason(self, case: Case, platform: Platform) -> str | None:
+            return self.case_unsupported(case)
+
+    return run_case(case, Unruled(), CPU, torch.device("cpu"))
+
+
+def test_the_knob_shards_only_the_mla_host_pool() -> None:
+    assert layer_shard(mla_case(HostLayout.LAYER_FIRST, "3/1/1")) is not None
+    assert layer_shard(mla_case(HostLayout.LAYER_FIRST, "")) is None
+    for other in (hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, layer_shard="2/0/0"),
+                  hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, layer_shard="2/0/0", pool_kind="k_only"),
+                  hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, layer_shard="2/0/0", pool_kind="dsa")):
+        assert layer_shard(other) is None
+    # a DSA model's group has no K-only or Mamba side pool
+    assert side_pool(mla_case(HostLayout.LAYER_FIRST, "2/0/0", side_pool="k_only")) == ""
+    assert side_pool(mla_case(HostLayout.LAYER_FIRST, "", side_pool="k_only")) == "MHATokenToKOnlyPoolHost"
+    backend = SglangHicacheBackend()
+    for bad in ("1/0/0", "2/2/0", "2/0/2", "x", "2/0"):
+        reason = backend.case_unsupported(mla_case(HostLayout.LAYER_FIRST, bad))
+        assert reason is not None and reason.startswith("unknown layer_shard"), bad
+
+
+# ---- token-major device rows --------------------------------------------------------------------------------------
+
+def token_major_case(attention: Attention, layout: HostLayout, io: str = "kernel", head_dim: int = 0,
+                     **knobs: int | str) -> Case:
+    case = hicache_case(attention, layout, layers=3, ops=OPS, io_backend=io, **{"device_rows": TOKEN_MAJOR, **knobs})
+    if head_dim:
+        spec = case.pools[0]
+        case = case.replace(pools=(PoolSpec("kv", attention, KVDtype.BF16, spec.heads, head_dim,
+                                            v_head_dim=spec.v_head_dim),))
+    return case
+
+
+# JIT rows: MHA 2 heads x 32 bf16 = 128 bytes, MLA 64 bf16 = 128 bytes; the helpers' rows (32 and 48 bytes) are AOT
+TOKEN_MAJOR_RUNS = [(Attention.MHA, HostLayout.LAYER_FIRST, "kernel", 32), (Attention.MHA, HostLayout.PAGE_FIRST,
+                                                                              "kernel", 32),
+                    (Attention.MHA, HostLayout.LAYER_FIRST, "direct", 0), (Attention.MLA, HostLayout.LAYER_FIRST,
+                                                                           "kernel", JIT_ROW),
+                    (Attention.MLA, HostLayout.PAGE_FIRST, "kernel", JIT_ROW),
+                    (Attention.MLA, HostLayout.LAYER_FIRST, "direct", AOT_ROW),
+                    (Attention.MHA_ASYM, HostLayout.PAGE_FIRST, "kernel", 0),
+                    (Attention.MHA_ASYM, HostLayout.PAGE_FIRST_DIRECT, "direct", 0)]
+
+
+@pytest.mark.parametrize("controller", ["hybrid", "base"])
+@pytest.mark.parametrize(("attention", "layout", "io", "head_dim"), TOKEN_MAJOR_RUNS)
+def test_token_major_device_rows_are_moved_row_for_row(fake_sglang, controller: str, attention: Attention,
+                                                      layout: HostLayout, io: str, head_dim: int) -> None:
+    case = token_major_case(attention, layout, io, head_dim, controller=controller)
+    assert device_rows(case) == TOKEN_MAJOR
+    assert SglangHicacheBackend().transfer_unsupported(case, SM90) is None
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.PASS, result.summary
+    built = built_for(case)
+    assert type(built.device_pool).__name__.startswith("Unified")
+    buffers = built.device_pool.kv_buffer if attention is Attention.MLA else built.device_pool.k_buffer
+    assert not buffers[0].is_contiguous()
+    assert not built.host_pool.device_rows_packed
+    assert built.host_pool.device_row_stride_bytes == buffers[0].stride(0) * buffers[0].element_size()
+
+
+def test_entry_padding_of_a_token_major_pool_is_judged(fake_sglang, monkeypatch) -> None:
+    """3 latent rows of 48 bytes fill 144 of a 160-byte entry: a back-up that writes past a row's end lands in
+    the padding (or the next layer's row), which no case storage holds."""
+    from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
+
+    case = token_major_case(Attention.MLA, HostLayout.LAYER_FIRST, "direct", AOT_ROW)
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    load = MLATokenToKVPoolHost.load_to_device_per_layer
+
+    def load_past_the_row(self, device_pool, host_indices, device_indices, layer_id, io_backend, *, is_draft=False):
+        load(self, device_pool, host_indices, device_indices, layer_id, io_backend, is_draft=is_draft)
+        if layer_id == device_pool.layer_num - 1:  # the last layer's row ends where the padding begins
+            last = self._device_buffer(layer_id).view(torch.uint8)  # rows 160 bytes apart, at entry byte 96
+            padding = torch.as_strided(last, (last.shape[0], 16), (last.stride(0), 1), 3 * 48)
+            padding[device_indices] = 0xEE
+
+    monkeypatch.setattr(MLATokenToKVPoolHost, "load_to_device_per_layer", load_past_the_row)
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.WRONGLY_REJECTED and "entry bytes" in result.summary, result.summary
+
+
+def test_a_planted_off_by_one_in_the_stride_check_is_caught(fake_sglang, monkeypatch) -> None:
+    """Mutant 6dd5b555800b (base.py:322): ``len(strides) >= 1`` refuses every strided device pool at construction."""
+    case = token_major_case(Attention.MHA, HostLayout.LAYER_FIRST, "direct")
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "stride_ge")
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.WRONGLY_REJECTED and "do not share one row stride" in (result.error or "")
+    packed = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, layers=3, ops=OPS, io_backend="direct")
+    assert run_on_cpu(packed).outcome is Outcome.PASS  # packed rows never reach the check's comparison
+
+
+@pytest.mark.parametrize(("attention", "layout", "io"), [
+    (a, layout, io) for a in (Attention.MHA, Attention.MLA, Attention.MHA_ASYM) for io in pool_layouts.IO_BACKENDS
+    for layout in sorted(pool_layouts.pool_class({Attention.MHA: "MHATokenToKVPoolHost",
+                                                   Attention.MLA: "MLATokenToKVPoolHost",
+                                                   Attention.MHA_ASYM: "AsymmetricMHATokenToKVPoolHost"}[a])
+                         .layouts_for(io), key=lambda x: x.value)])
+@pytest.mark.parametrize("jit", [True, False])
+def test_the_contract_s_refusals_are_the_ones_sglang_makes(fake_sglang, attention: Attention, layout: HostLayout,
+                                                           io: str, jit: bool) -> None:
+    """For every class, layout, io backend and JIT availability: the oracle's rule names a refusal exactly where the
+    pool refuses (NotImplementedError naming the op, before any byte moves), and the rest run."""
+    head_dim = {Attention.MHA: 32 if jit else 8, Attention.MLA: JIT_ROW if jit else AOT_ROW,
+                Attention.MHA_ASYM: 32 if jit else 8}[attention]
+    case = token_major_case(attention, layout, io, head_dim)
+    assert device_rows(case) == TOKEN_MAJOR and built_for(case).host_pool.can_use_jit is jit
+    reason = SglangHicacheBackend().transfer_unsupported(case, SM90)
+    result = drive_without_rules(case)
+    if reason is None:
+        assert result.outcome is Outcome.PASS, result.summary
+    else:
+        assert result.outcome is Outcome.WRONGLY_REJECTED and "NotImplementedError" in (result.error or "")
+        assert result.diff == {"bytes_changed_before_rejection": False}
+        op = (result.error or "").split("HiCache: ")[1].split(" ")[0]
+        assert op in reason
+
+
+def test_token_major_rows_resolve_to_packed_where_sglang_builds_no_unified_pool() -> None:
+    assert device_rows(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST)) == TOKEN_MAJOR
+    assert device_rows(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST, draft_layers=1)) == PACKED
+    assert device_rows(token_major_case(Attention.MLA, HostLayout.PAGE_FIRST, start_layer=2)) == PACKED
+    assert device_rows(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST, start_layer=2)) == TOKEN_MAJOR
+    assert device_rows(token_major_case(Attention.MHA, HostLayout.LAYER_FIRST, pool_kind="hisparse")) == PACKED
+    assert device_rows(token_major_case(Attention.MLA, HostLayout.LAYER_FIRST, pool_kind="k_only")) == PACKED
+    assert device_rows(mla_case(HostLayout.LAYER_FIRST, "2/0/0", device_rows=TOKEN_MAJOR)) == PACKED
+    narrow = token_major_case(Attention.MHA, HostLayout.PAGE_FIRST).replace(
+        pools=(PoolSpec("kv", Attention.MHA, KVDtype.BF16, 1, 4),))  # 8-byte rows: no unified pool
+    assert device_rows(narrow) == PACKED
+    unknown = token_major_case(Attention.MHA, HostLayout.PAGE_FIRST, device_rows="strided")
+    assert (SglangHicacheBackend().case_unsupported(unknown) or "").startswith("unknown device_rows")
+
+
+def test_outside_bytes_notice_a_changed_region() -> None:
+    outside = devices.OutsideBytes()
+    whole, rows = torch.zeros(6, dtype=torch.bfloat16), torch.zeros((4, 8), dtype=torch.uint8)
+    outside.add("whole", whole)
+    outside.add("columns", rows, torch.tensor([1, 5]))
+    outside.fill_and_snapshot()
+    assert outside.changed() == ""
+    rows[:, 2] = 0xFF  # not one of the region's columns
+    assert outside.changed() == ""
+    rows[3, 5] = rows[3, 5] + 1
+    assert outside.changed().startswith("columns changed (1 bytes)")
+
+
+# ---- the knobs' draws ---------------------------------------------------------------------------------------------
+
+def test_both_knobs_are_drawn_over_their_legal_ranges_and_labelled() -> None:
+    """Over a dry run's cases for an sm90 GPU: every legal layer_shard triple is drawn, and cases predicted to run
+    have every shard size, a rank owning fewer layers than the host holds and one owning as many, and token-major
+    rows of every standard class."""
+    backend = load_registry().get("sglang-hicache")
+    h200 = Platform("cuda", (9, 0))
+    space = backend.case_space(CaseSpace(), h200)
+    drawn: set[object] = set()
+    labels: dict[str, collections.Counter[object]] = collections.defaultdict(collections.Counter)
+    token_major_classes = set()
+    for index in range(3000):
+        case = case_for_index(5, index, space)
+        drawn.add(case.tuning_value("layer_shard"))
+        if backend.case_unsupported(case) is None and backend.transfer_unsupported(case, h200) is None:
+            for name, value in backend.coverage_labels(case).items():
+                labels[name][value] += 1
+            if device_rows(case) == TOKEN_MAJOR:
+                token_major_classes.add(backend.coverage_labels(case)["pool_class"])
+    assert drawn == {"", *LAYER_SHARD_VALUES}
+    sizes = {str(v).split("/")[0] for v in labels["layer_shard"] if v != "none"}
+    assert sizes == {"2", "3", "4"}
+    assert set(labels["layer_shard_unwritten_host_layers"]) == {True, False}
+    assert set(labels["device_rows"]) == {PACKED, TOKEN_MAJOR}
+    assert token_major_classes == {"MHATokenToKVPoolHost", "MLATokenToKVPoolHost", "AsymmetricMHATokenToKVPoolHost"}
+
+
+def test_cases_without_the_knobs_replay_as_before() -> None:
+    """A case file written before the knobs (no layer_shard, no device_rows) is the same case: packed rows, no
+    shard, its id unchanged by the knobs' defaults."""
+    case = hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, ops=OPS)
+    assert "layer_shard" not in dict(case.tuning) and "device_rows" not in dict(case.tuning)
+    assert layer_shard(case) is None and device_rows(case) == PACKED
+    assert SglangHicacheBackend().transfer_unsupported(case, SM90) is None
+    assert Case.from_dict(case.to_dict()).case_id == case.case_id
+    explicit = case.replace(tuning=make_tuning({**dict(case.tuning), "layer_shard": "", "device_rows": PACKED}))
+    assert drive.objects_key(explicit, torch.device("cpu")) != drive.objects_key(case, torch.device("cpu"))
+
+
+def test_the_standalone_script_leaves_both_shapes_to_the_json_reproducer() -> None:
+    from hicache_fuzz.harness.findings.standalone_hicache import unscripted_reason
+
+    assert unscripted_reason(mla_case(HostLayout.LAYER_FIRST, "")) is None
+    assert "layer-sharded" in (unscripted_reason(mla_case(HostLayout.LAYER_FIRST, "2/1/1")) or "")
+    assert "token-major" in (unscripted_reason(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST)) or "")
