@@ -127,13 +127,13 @@ def key_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def harness_folders() -> list[Path]:
-    """The folders of the harness's own code (the import root maps onto them)."""
-    import hicache_fuzz.harness
+    """The folders of the harness's own code (the import root maps onto them): harness/ (this module's
+    grandparent, the package root's folder inside it), kernels/, oracles/."""
     import hicache_fuzz.kernels
     import hicache_fuzz.oracles
 
-    return [Path(module.__file__ or "").resolve().parent
-            for module in (hicache_fuzz.harness, hicache_fuzz.kernels, hicache_fuzz.oracles)]
+    return [Path(__file__).resolve().parents[1],
+            *(Path(module.__file__ or "").resolve().parent for module in (hicache_fuzz.kernels, hicache_fuzz.oracles))]
 
 
 def worker_key(python: str, platform_kind: str, plugins: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
