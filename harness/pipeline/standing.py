@@ -41,6 +41,7 @@ import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,9 @@ CONNECT_TIMEOUT_S = 2.0
 ANSWER_TIMEOUT_S = 30.0  # the server fingerprints the sources before it answers a take
 STATUS_WAIT_S = 10.0  # for the server's report of a worker that is gone
 MESSAGE_BYTES = 1 << 20
+# A campaign's own key is reused for this long: a pool's members ask for workers together, and each key walks the
+# sglang package (thousands of files). The server checks its workers' keys afresh; only the asking side reuses.
+KEY_REUSE_S = 1.0
 
 
 class RuntimeDirError(OSError):
@@ -160,6 +164,28 @@ def worker_key(python: str, platform_kind: str, plugins: Sequence[str], env: Map
         key[package] = source_state.installed_version(package)
         key[f"{package}_files"] = source_state.package_files(package)
     return key
+
+
+_reused_keys: dict[str, tuple[float, dict[str, str]]] = {}
+_reused_lock = threading.Lock()
+
+
+def campaign_key(python: str, platform_kind: str, plugins: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
+    """worker_key for the asking campaign, computed at most once per KEY_REUSE_S for the same inputs (the path this
+    process locates packages on included). A campaign whose sources change within that second of its start-up may
+    take workers of the sources it started with, as its own parent process imported them."""
+    inputs = json.dumps([python, platform_kind, list(plugins), key_env(env), device_set(platform_kind, env),
+                         os.getcwd(), sys.path])
+    now = time.monotonic()
+    with _reused_lock:
+        kept = _reused_keys.get(inputs)
+        if kept is not None and now - kept[0] < KEY_REUSE_S:
+            return dict(kept[1])
+    key = worker_key(python, platform_kind, plugins, env)
+    with _reused_lock:
+        _reused_keys.clear()  # one entry: a process asks under one set of inputs
+        _reused_keys[inputs] = (now, key)
+    return dict(key)
 
 
 def differences(ours: Mapping[str, str], theirs: Mapping[str, str]) -> list[str]:
@@ -327,7 +353,7 @@ def take(python: str, platform_kind: str, backends: Sequence[str], plugins: Sequ
     connection = connect(path)
     if connection is None:
         return Taken()
-    request = {"op": "take", "protocol": PROTOCOL, "key": worker_key(python, platform_kind, plugins, env),
+    request = {"op": "take", "protocol": PROTOCOL, "key": campaign_key(python, platform_kind, plugins, env),
                "backends": list(backends), "mps": env.get(MPS_PIPE_ENV, ""), "role": role, "pid": os.getpid()}
     try:
         send_message(connection, request)
@@ -358,7 +384,7 @@ def server_sharing(platform_kind: str, env: Mapping[str, str], python: str = sys
     except RuntimeDirError:
         return None
     status = ask(path, {"op": "status", "protocol": PROTOCOL})
-    if status is None or status.get("key") != worker_key(python, platform_kind, plugins, env):
+    if status is None or status.get("key") != campaign_key(python, platform_kind, plugins, env):
         return None
     sharing = status.get("sharing")
     return sharing if isinstance(sharing, dict) else None
