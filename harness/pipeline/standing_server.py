@@ -206,8 +206,8 @@ class StandingServer:
         self._release_lock()
 
     def _release_lock(self) -> None:
-        with contextlib.suppress(OSError):
-            self._lock_file.unlink()
+        # The file stays: removing it would let a server that opened it before the removal and one that creates
+        # it afresh both hold "the" lock.
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
 
@@ -255,7 +255,13 @@ class StandingServer:
             _end(worker)
 
     def _spawn(self) -> None:
-        key = self._current_key()
+        try:
+            key = self._current_key()
+        except Exception as exc:  # the sources cannot be read (a package folder gone mid-walk): try again later
+            with self._cond:
+                self.start_failures += 1
+                self.last_start_error = f"the workers' sources could not be fingerprinted: {type(exc).__name__}: {exc}"
+            return
         if key != self.key:
             self._follow_sources(key)
         args = worker_command(self.options.python, self.options.platform_kind, self.options.backends,
@@ -282,7 +288,10 @@ class StandingServer:
     def _await_greeting(self, worker: _Worker) -> None:
         """Ready once it greets and its sources are still those it was started under; else dropped."""
         hello, error = _read_greeting(worker.proc, self.options.startup_timeout_s)
-        same_sources = hello is not None and self._current_key() == worker.key
+        try:
+            same_sources = hello is not None and self._current_key() == worker.key
+        except Exception:  # unreadable sources: not known to be the same
+            same_sources = False
         with self._cond:
             stopped = worker not in self.starting  # the server is stopping
             if not stopped:
