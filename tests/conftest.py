@@ -32,6 +32,9 @@ torch.set_num_threads(int(os.environ.get("HICACHE_FUZZ_TORCH_THREADS", "1")))
 # Tests probe test backends whose answers change within a session: no probe answers kept on disk (the probe
 # cache's own tests turn it on, in a folder of their own).
 os.environ.setdefault("HICACHE_FUZZ_PROBE_CACHE", "off")
+# Nor do their workers come from a standing pool this machine may run (pipeline/standing.py): tests count the
+# workers they start. The standing pool's own tests turn it on, with a server of their own in a folder of their own.
+os.environ.setdefault("HICACHE_FUZZ_STANDING_WORKERS", "off")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -43,6 +43,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("mutate", f"{_COMMANDS}.mutate", "mutation testing of sglang's HiCache sources against a campaign or tests"),
     ("report", f"{_COMMANDS}.report", "render a campaign or gate JSON report as a self-contained HTML page"),
     ("jit-warm", f"{_COMMANDS}.jit_warm", "build every JIT module a campaign can draw into sglang's on-disk cache"),
+    ("workers", f"{_COMMANDS}.workers", "keep ready workers for campaigns: start, status or stop a standing pool"),
     ("aot-smoke", f"{_COMMANDS}.aot_smoke", "every AOT sgl_kernel.kvcacheio op once, byte-compared (docs/aot.md)"),
 ]
 

@@ -393,6 +393,9 @@ def print_campaign(report: CampaignReport) -> None:
         first = "none" if up["first_result_s"] is None else f"{up['first_result_s']:.1f} s"
         probing = up.get("probing", {})
         built = prebuild_text(up)
+        standing = up.get("standing_pool") or {}
+        if standing.get("first_worker"):
+            worker = f"from the standing pool, {standing['workers_taken']} taken; started with {worker}"
         print(f"  start-up after launch: backends probed {up['backends_probed_s']:.1f} s "
               f"({probing.get('source', '?')}, {probing.get('seconds', 0.0):.1f} s probing){built}, first worker ready "
               f"{up['first_worker_ready_s']:.1f} s ({worker or 'in process'}), first result {first}")

@@ -49,6 +49,9 @@ class WorkerFigures:
     hello: dict[str, Any] = field(default_factory=dict)  # the serving worker's greeting ({} before any greeted)
     # the worker-only packages this process had imported when the first worker greeted (None before it did)
     parent_imports_at_ready: list[str] | None = None
+    standing_taken: int = 0  # workers handed over by the standing pool's server (pipeline/standing.py)
+    first_worker_standing: bool = False  # the first worker that greeted was one of them
+    standing_notes: tuple[str, ...] = ()  # why workers were not taken from a standing pool that was asked
 
 
 class SubmittedBatch(Protocol):

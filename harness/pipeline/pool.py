@@ -23,6 +23,8 @@ One campaign parent (one feed, one set of probes, one report) instead of one per
 
 On CUDA the members are clients of one private MPS server where one can run (``gpu_sharing``, see
 pipeline/gpu_sharing.py: separate contexts time-slice the GPU, which kept six workers near the rate of three).
+Where a standing pool's server serves this campaign (pipeline/standing.py), the members take its ready workers
+and join its MPS server instead (``pool_sharing``).
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.platform import usable_cores
 from hicache_fuzz.harness.pipeline.executor_base import Executor, RunFigures, WorkerFigures
-from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharing, start_gpu_sharing
+from hicache_fuzz.harness.pipeline.gpu_sharing import GpuSharing, contexts, start_gpu_sharing
 from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 from hicache_fuzz.harness.pipeline.reuse import geometry_key
+from hicache_fuzz.harness.pipeline.standing import server_sharing
 from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 
 GROUP_LIMIT = 64  # cases per round trip to one member (a group longer than this is cut)
@@ -101,6 +104,24 @@ def auto_pool_size(cpu_count: int | None = None) -> int:
     return max(1, min(6, (cores - 4) // 2))
 
 
+def pool_sharing(requested: str, size: int, worker_options: dict[str, Any]) -> GpuSharing:
+    """How the pool's workers share the GPU: where a standing pool's server could serve this campaign
+    (pipeline/standing.py), as its workers do, since they joined its MPS server at start-up (the daemon is the
+    server's, never the campaign's); `auto` follows that server's setting, `mps` needs it to be MPS. Else as
+    gpu_sharing decides: a private MPS daemon of the pool, or contexts."""
+    platform_kind = worker_options.get("platform_kind", "cpu")
+    if platform_kind == "cuda" and size >= 2 and requested in ("auto", "mps"):
+        base = worker_options.get("env")
+        server = server_sharing(platform_kind, dict(os.environ if base is None else base),
+                                worker_options.get("python") or sys.executable, worker_options.get("plugins", ()))
+        if server is not None and server.get("mode") == "mps":
+            return GpuSharing("mps", f"the standing pool's MPS server: {server.get('reason', '')}",
+                              env=dict(server.get("env") or {}))
+        if server is not None and requested == "auto":
+            return contexts(f"as the standing pool's workers: {server.get('reason', '')}")
+    return start_gpu_sharing(requested, platform_kind, size)
+
+
 def geometry_groups(cases: Sequence[Case], limit: int = GROUP_LIMIT) -> list[range]:
     """Positions of `cases` cut into runs of consecutive cases of one geometry, at most `limit` long."""
     groups: list[range] = []
@@ -123,7 +144,7 @@ class WorkerPool(Executor):
         self.prebuild: Prebuild | None = None  # the JIT builder process the pool owns (attach_prebuild), if any
         journal = Path(journal_dir)
         # Before any member spawns: they read the sharing's environment at every spawn.
-        self.sharing: GpuSharing = start_gpu_sharing(gpu_sharing, worker_options.get("platform_kind", "cpu"), size)
+        self.sharing: GpuSharing = pool_sharing(gpu_sharing, size, worker_options)
         # Member 0 journals where a lone worker would; the others in folders beside it. With warm_up every member
         # loads (or compiles) the menus' JIT modules; with a builder (`prebuild`) none does. Either way sglang
         # builds each module once under a lock, so processes asking for it together wait for one build.
@@ -353,4 +374,6 @@ class WorkerPool(Executor):
             background_startup_seconds=(sum(f.background_startup_seconds for f in members)
                                         + sum(f.startup_seconds for f in members[1:])),
             restarts=sum(f.restarts for f in members), spares_used=sum(f.spares_used for f in members),
-            compiled_in_cases=compiled, hello=first.hello, parent_imports_at_ready=first.parent_imports_at_ready)
+            compiled_in_cases=compiled, hello=first.hello, parent_imports_at_ready=first.parent_imports_at_ready,
+            standing_taken=sum(f.standing_taken for f in members), first_worker_standing=first.first_worker_standing,
+            standing_notes=tuple(dict.fromkeys(note for f in members for note in f.standing_notes)))

@@ -9,9 +9,10 @@ The state (:func:`machine_state`) is read without importing sglang: the platform
 description: name, CUDA/HIP version, capability), the GPU driver's version, torch's version and build, sglang's
 and sgl_kernel's installed versions, sglang's git commit where it is a checkout, and the path, size and mtime of
 every file of the sglang and sgl_kernel packages and of this harness's ``kernels/`` folder (the probes' own
-code), plus the AOT build folder's, the JIT kernel sources excepted (``KERNEL_SOURCE_SUFFIXES``: compiled when a
-case needs them, never read by a probe). A backend's key adds its name, its class and its module file's size and
-mtime (a plugin's code). Any change gives another key, so the old entry is never read again.
+code), plus the AOT build folder's, the JIT kernel sources excepted (compiled when a case needs them, never read by
+a probe). That rule is pipeline/source_state.py's, shared with the standing pool's key (pipeline/standing.py). A
+backend's key adds its name, its class and its module file's size and mtime (a plugin's code). Any change gives
+another key, so the old entry is never read again.
 
 An entry is trusted only as far as it can be checked: one that cannot be read, is not the JSON written here, or
 whose state differs from this machine's is ignored, the backend is probed and the entry rewritten. A backend
@@ -25,7 +26,7 @@ the real probe runs once before the backend's first case (:func:`confirm_in_proc
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib
 import json
 import os
 import threading
@@ -38,6 +39,7 @@ from typing import Any
 
 from hicache_fuzz.harness.model.json_input import InputError, read_json_file
 from hicache_fuzz.harness.model.platform import Machine
+from hicache_fuzz.harness.pipeline import source_state
 from hicache_fuzz.kernels.base import Availability, Backend
 from hicache_fuzz.kernels.registry import BrokenBackend
 
@@ -47,12 +49,10 @@ FORMAT = 1
 MAX_ENTRY_BYTES = 64 * 1024
 # Packages whose files the probes' answers depend on (found without importing them).
 WATCHED_PACKAGES = ("sglang", "sgl_kernel")
-DRIVER_FILES = ("/proc/driver/nvidia/version", "/sys/module/amdgpu/version")
-# Kernel sources that sglang's JIT compiles when a case first needs a module, never at import: no probe reads
-# them, so a kernel change (what every kernel PR brings) keeps the probes' answers, and a campaign after it does
-# not import sglang in its parent to probe again. A probe answer they did change would still be caught by the
-# workers' own probes (contradictions).
-KERNEL_SOURCE_SUFFIXES = (".cuh", ".cu", ".h", ".hpp", ".hip", ".inc")
+# Kernel sources are left out of the fingerprints (source_state.KERNEL_SOURCE_SUFFIXES): no probe reads them, so
+# a kernel change (what every kernel PR brings) keeps the probes' answers, and a campaign after it does not import
+# sglang in its parent to probe again. A probe answer they did change would still be caught by the workers' own
+# probes (contradictions).
 
 
 class ProbeRaised(Exception):
@@ -67,82 +67,36 @@ def enabled() -> bool:
     return os.environ.get(SWITCH_ENV, "on").strip().lower() not in {"off", "0", "no", "false"}
 
 
-def _files_digest(folder: Path) -> str:
-    """sha256 over the relative path, size and mtime of every file under `folder` (no contents read) but the
-    kernel sources (KERNEL_SOURCE_SUFFIXES)."""
-    digest = hashlib.sha256()
-    entries: list[tuple[str, int, int]] = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        for name in files:
-            if name.endswith(KERNEL_SOURCE_SUFFIXES):
-                continue
-            path = os.path.join(root, name)
-            try:
-                stat = os.stat(path)
-            except OSError:
-                continue
-            entries.append((os.path.relpath(path, folder), stat.st_size, stat.st_mtime_ns))
-    for relative, size, mtime in sorted(entries):
-        digest.update(f"{relative}\0{size}\0{mtime}\0".encode())
-    return digest.hexdigest()
-
-
-def _package_folder(name: str) -> Path | None:
-    try:
-        spec = importlib.util.find_spec(name)  # a top-level package: located, not imported
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin or not spec.submodule_search_locations:
-        return None
-    return Path(spec.origin).resolve().parent
-
-
-def _installed_version(name: str) -> str:
-    try:
-        from importlib import metadata
-
-        return metadata.version(name)
-    except Exception:
-        return ""
-
-
-def _driver_version() -> str:
-    for path in DRIVER_FILES:
-        try:
-            with open(path) as handle:
-                return handle.readline().strip()
-        except OSError:
-            continue
-    return ""
-
-
-def _torch_build() -> str:
-    import torch
-
-    return f"{torch.__version__} cuda={torch.version.cuda} hip={getattr(torch.version, 'hip', None)}"
+# The one rule for "did the sources change" (pipeline/source_state.py); a name of this module so that tests can
+# give the state another torch.
+_torch_build = source_state.torch_build
 
 
 def machine_state(machine: Machine) -> dict[str, str]:
     """What every probe's answer depends on, read without importing sglang (see the module docstring)."""
     from hicache_fuzz.kernels import sglang_common
-    from hicache_fuzz.kernels.aot_build.loader import build_dir
 
     state = {
         "platform": f"{machine.platform.kind} {machine.platform.compute_capability}",
         "machine": machine.description,
-        "driver": _driver_version(),
+        "driver": source_state.driver_version(),
         "torch": _torch_build(),
-        "harness_kernels": _files_digest(Path(sglang_common.__file__).resolve().parent),
+        "harness_kernels": source_state.files_digest(Path(sglang_common.__file__).resolve().parent),
     }
-    aot = build_dir()
-    state["aot_build"] = f"{aot} {_files_digest(aot)}" if aot.is_dir() else f"{aot} (none)"
+    state["aot_build"] = aot_build_state()
     for package in WATCHED_PACKAGES:
-        folder = _package_folder(package)
-        state[package] = _installed_version(package)
-        state[f"{package}_files"] = f"{folder} {_files_digest(folder)}" if folder is not None else "(not found)"
+        state[package] = source_state.installed_version(package)
+        state[f"{package}_files"] = source_state.package_files(package)
     state["sglang_origin"] = sglang_common.sglang_origin()  # version, folder and a checkout's git commit
     return state
+
+
+def aot_build_state() -> str:
+    """The AOT build folder and the fingerprint of its files (the ops a probe or a worker loads from it)."""
+    from hicache_fuzz.kernels.aot_build.loader import build_dir
+
+    aot = build_dir()
+    return f"{aot} {source_state.files_digest(aot)}" if aot.is_dir() else f"{aot} (none)"
 
 
 def backend_key(backend: Backend, state: dict[str, str]) -> dict[str, str]:

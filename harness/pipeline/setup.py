@@ -145,14 +145,19 @@ def auto_backends(registry: Registry, machine: Machine) -> list[Backend]:
 
 
 def startup_details(executor: Executor) -> dict[str, object]:
-    """The executor's part of the start-up record: the JIT builder's (pipeline/prebuild.py) and which of the
-    packages the workers import this process had imported when its first worker was ready (none is the aim)."""
+    """The executor's part of the start-up record: the JIT builder's (pipeline/prebuild.py), which of the packages
+    the workers import this process had imported when its first worker was ready (none is the aim), and whether
+    the workers came from a standing pool (how many, and why not where one was asked)."""
     from hicache_fuzz.harness.pipeline.prebuild import startup_fields
 
     details: dict[str, object] = dict(startup_fields(executor.prebuild))
     workers = executor.worker_figures()
     if workers is not None and workers.parent_imports_at_ready is not None:
         details["parent_imports_at_ready"] = workers.parent_imports_at_ready
+    if workers is not None:  # whether the workers came ready from a standing pool (pipeline/standing.py)
+        details["standing_pool"] = {"first_worker": workers.first_worker_standing,
+                                    "workers_taken": workers.standing_taken,
+                                    "not_taken": list(workers.standing_notes)}
     return details
 
 

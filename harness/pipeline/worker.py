@@ -30,6 +30,12 @@ spread (gpu_sharing.spreads: anything but a launch the driver refused) is first 
 saw: the pool falls back to plain contexts, workers that were MPS clients (this one, its
 spares) are replaced, and a case that died in a batch but runs clean alone is recorded as collateral, not as a
 CRASH (a case that also dies alone is the CRASH, as without MPS).
+
+Standing workers (pipeline/standing.py): where ``hicache-fuzz workers start`` keeps ready workers for this
+platform, every spawn (the first worker, spares, restarts) first asks that server for one whose key matches what a
+fresh worker would run under. A worker handed over is told to write to this executor's log from then on and greets
+again; from there it is driven exactly as a worker spawned here, its exit status read from the server. Without a
+server, or with none it may use, the worker is spawned here as before.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
@@ -53,6 +59,7 @@ from hicache_fuzz.harness.pipeline import probe_cache
 from hicache_fuzz.harness.pipeline.executor_base import Executor, RunFigures, WorkerFigures
 from hicache_fuzz.harness.pipeline.gpu_sharing import Collateral, GpuSharing, spreads
 from hicache_fuzz.harness.pipeline.prebuild import Prebuild
+from hicache_fuzz.harness.pipeline.standing import StandingWorker, close_standing, take
 
 LOG_TAIL_BYTES = 4000
 # Spare workers `fuzz` keeps on a GPU: runs of crashes are two or three cases long (see the module docstring).
@@ -60,6 +67,22 @@ GPU_SPARE_WORKERS = 2
 # What a worker imports to run the real kernels and its parent need not: the start-up record says which of them
 # the parent had imported by the first worker's greeting (the probe cache keeps sglang out of the parent).
 WORKER_ONLY_PACKAGES = ("sglang", "sgl_kernel", "transformers")
+STANDING_NOTES_KEPT = 5  # distinct reasons a worker was not taken from the standing pool, for the report
+# A worker process: spawned here, or handed over by the standing pool's server (driven alike).
+WorkerProcess: TypeAlias = "subprocess.Popen[bytes] | StandingWorker"
+
+
+def worker_command(python: str, platform_kind: str, backend_names: Sequence[str], plugins: Sequence[str],
+                   warm_up: bool) -> list[str]:
+    """The command line of a worker process (the standing pool's server starts its workers with it too)."""
+    args = [python, "-m", "hicache_fuzz.harness.pipeline.worker_main", "--platform", platform_kind]
+    for name in backend_names:
+        args += ["--backend", name]
+    for plugin in plugins:
+        args += ["--backend-plugin", plugin]
+    if warm_up:
+        args.append("--warm-up")
+    return args
 
 
 class WorkerError(RuntimeError):
@@ -108,13 +131,16 @@ class WorkerExecutor(Executor):
             (self.journal / sub).mkdir(parents=True, exist_ok=True)
         self.log_path = self.journal / "worker.log"
         self.spares = spares
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: WorkerProcess | None = None
         self._buffer = b""
-        self._spares: list[tuple[subprocess.Popen[bytes], float]] = []  # started (oldest first), hello unread
-        self._early: subprocess.Popen[bytes] | None = None  # the first worker, spawned early, hello unread
+        self._spares: list[tuple[WorkerProcess, float]] = []  # started (oldest first), hello unread
+        self._early: WorkerProcess | None = None  # the first worker, spawned early, hello unread
         self.restarts = 0  # workers that took over after the first
         self.started = 0
         self.spares_used = 0  # restarts served by a spare
+        self.standing_taken = 0  # workers handed over by the standing pool's server
+        self.first_standing = False  # the first worker that greeted came from the standing pool
+        self.standing_notes: list[str] = []  # why workers were not taken from a standing pool that was asked
         self.hello: dict[str, Any] = {}  # the worker's greeting: probes, warm-up seconds
         # WORKER_ONLY_PACKAGES this (parent) process had imported when the first worker greeted (start-up record)
         self.parent_imports_at_ready: list[str] | None = None
@@ -275,7 +301,9 @@ class WorkerExecutor(Executor):
         return WorkerFigures(compile_seconds=self.compile_seconds, startup_seconds=self.startup_seconds,
                              background_startup_seconds=self.background_startup_seconds, restarts=self.restarts,
                              spares_used=self.spares_used, compiled_in_cases=dict(self.compiled_in_cases),
-                             hello=self.hello, parent_imports_at_ready=self.parent_imports_at_ready)
+                             hello=self.hello, parent_imports_at_ready=self.parent_imports_at_ready,
+                             standing_taken=self.standing_taken, first_worker_standing=self.first_standing,
+                             standing_notes=tuple(self.standing_notes))
 
     def _account(self, reply: dict[str, Any]) -> None:
         self.compile_seconds += float(reply.get("compile_s", 0.0))
@@ -357,7 +385,7 @@ class WorkerExecutor(Executor):
         return (self.sharing is not None and self._proc is not None and self.sharing.mps
                 and self._generation.get(self._proc.pid) == self.sharing.generation)
 
-    def _stale(self, proc: subprocess.Popen[bytes]) -> bool:
+    def _stale(self, proc: WorkerProcess) -> bool:
         """A worker spawned under a sharing mode the pool has since left (an MPS client after the fall-back)."""
         return self.sharing is not None and self._generation.get(proc.pid, 0) != self.sharing.generation
 
@@ -366,17 +394,14 @@ class WorkerExecutor(Executor):
         self.sharing.record_collateral(Collateral(case.case_id, case.backend, lost.splitlines()[0] if lost else "",
                                                   alone.outcome.value, saved))
 
-    def _spawn(self, warm_up: bool, role: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, warm_up: bool, role: str) -> WorkerProcess:
         env = self.sharing.worker_env(self.env) if self.sharing is not None else dict(
             os.environ if self.env is None else self.env)
+        standing = self._take_standing(env, warm_up, role)
+        if standing is not None:
+            return standing
         env.setdefault("PYTHONUNBUFFERED", "1")
-        args = [self.python, "-m", "hicache_fuzz.harness.pipeline.worker_main", "--platform", self.platform_kind]
-        for name in self.backend_names:
-            args += ["--backend", name]
-        for plugin in self.plugins:
-            args += ["--backend-plugin", plugin]
-        if warm_up:
-            args.append("--warm-up")
+        args = worker_command(self.python, self.platform_kind, self.backend_names, self.plugins, warm_up)
         try:  # no log file or no process (full disk, no memory, missing interpreter): the machine, not a finding
             log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
             with log:
@@ -390,6 +415,37 @@ class WorkerExecutor(Executor):
                 return proc
         except OSError as exc:
             raise WorkerError(f"worker did not start: {exc.strerror or exc} ({exc.filename or args[0]})") from None
+
+    def _take_standing(self, env: dict[str, str], warm_up: bool, role: str) -> StandingWorker | None:
+        """A ready worker from the standing pool, told to log to this executor's log (with what it logged while it
+        started) and to greet again, warmed up if `warm_up`; None when none may be taken (the reason is kept)."""
+        taken = take(self.python, self.platform_kind, self.backend_names, self.plugins, env, role)
+        if taken.note and taken.note not in self.standing_notes and len(self.standing_notes) < STANDING_NOTES_KEPT:
+            self.standing_notes.append(taken.note)
+        worker = taken.worker
+        if worker is None:
+            return None
+        try:
+            with open(self.log_path, "ab") as log:
+                log.write(f"\n==== worker start ({role}) {time.strftime('%Y-%m-%d %H:%M:%S')}: pid {worker.pid} "
+                          f"from the standing pool (server pid {worker.server_pid}); the end of its start-up log "
+                          f"{worker.startup_log}: ====\n".encode())
+                log.write(_tail(Path(worker.startup_log)).encode() + b"\n==== handed over ====\n")
+            assert worker.stdin is not None
+            worker.stdin.write(json.dumps({"op": "adopt", "log": os.path.abspath(self.log_path), "warm_up": warm_up,
+                                           "backends": self.backend_names}).encode() + b"\n")
+            worker.stdin.flush()
+        except OSError as exc:  # its pipe or our log: a fresh worker instead (its own start says what is wrong)
+            note = f"a worker from the standing pool could not be adopted: {exc}"
+            if note not in self.standing_notes and len(self.standing_notes) < STANDING_NOTES_KEPT:
+                self.standing_notes.append(note)
+            _kill_group(worker)
+            _close_streams(worker)
+            return None
+        self.standing_taken += 1
+        if self.sharing is not None:
+            self._generation[worker.pid] = self.sharing.generation
+        return worker
 
     def _start(self) -> None:
         started = time.perf_counter()
@@ -439,6 +495,7 @@ class WorkerExecutor(Executor):
         self.hello = hello
         if self.parent_imports_at_ready is None:  # the first greeting: what this process had imported by then
             self.parent_imports_at_ready = [name for name in WORKER_ONLY_PACKAGES if name in sys.modules]
+            self.first_standing = isinstance(self._proc, StandingWorker)
         waited = time.perf_counter() - started
         self.startup_seconds += waited
         if spare_spawned is not None:
@@ -512,14 +569,17 @@ class _WorkerTimeout(Exception):
 
 
 class _WorkerDied(Exception):
-    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    def __init__(self, proc: WorkerProcess, log_path: Path) -> None:
         super().__init__()
         self.returncode = proc.poll()
+        self.status_lost = isinstance(proc, StandingWorker) and proc.status_lost
         self.log_tail = _tail(log_path)
 
     def describe(self) -> str:
         code = self.returncode
-        if code is None:
+        if code is None and self.status_lost:
+            how = "worker closed its pipe; its exit status was lost with the standing pool's server"
+        elif code is None:
             how = "worker closed its pipe"
         elif code < 0:
             try:
@@ -542,13 +602,14 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _close_streams(proc: subprocess.Popen[bytes]) -> None:
+def _close_streams(proc: WorkerProcess) -> None:
     for stream in (proc.stdin, proc.stdout):
         if stream:
             stream.close()
+    close_standing(proc)  # a handed-over worker's connection to the server
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: WorkerProcess) -> None:
     """Kill the worker and anything it started (nvcc), by its own process group id."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

@@ -6,6 +6,11 @@ read its answer from the probe cache), optionally loads the JIT modules of their
 the parent with one ``hello`` line (probes, where its start-up went) and then answers one JSON line per case.
 Its stdout is redirected to stderr before any backend is imported (sglang and nvcc print), so the protocol
 channel stays clean.
+
+A worker of the standing pool (pipeline/standing_server.py) greets its server, waits, and is handed to a campaign,
+which sends ``{"op": "adopt", "log": PATH, "warm_up": BOOL, "backends": [...]}`` before any case: the worker
+writes its output to that campaign's log from then on, warms up the named backends if asked, and greets again
+(``"standing": true``), so the campaign reads a greeting as from a worker it started.
 """
 
 from __future__ import annotations
@@ -139,6 +144,10 @@ def _answer_requests(channel: _Channel, worker: _Worker) -> int:
         request = json.loads(line)
         if request.get("op") == "exit":
             break
+        if request.get("op") == "adopt":
+            if not _adopt(channel, worker, request):
+                return 2
+            continue
         batch = request["cases"] if request.get("op") == "batch" else [request["case"]]
         reusing = bool(request.get("reuse"))
         if not reusing:
@@ -151,6 +160,29 @@ def _answer_requests(channel: _Channel, worker: _Worker) -> int:
             channel.reply({"op": "batch_done", "stages": stages, "reused": reuse.reused - reused_before})
             stages.clear()
     return 0
+
+
+def _adopt(channel: _Channel, worker: _Worker, request: dict[str, Any]) -> bool:
+    """Taken over by a campaign (a standing worker): its log from now on, the warm-up it asks for, a new greeting.
+    False when the log cannot be opened (the reply says why, and the worker exits)."""
+    try:
+        log = os.open(str(request["log"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except (OSError, KeyError) as exc:
+        channel.reply({"op": "failed", "error": f"cannot write the campaign's worker log: {exc}"})
+        return False
+    sys.stderr.flush()
+    os.dup2(log, 2)
+    os.dup2(log, 1)  # fd 1 is the log too (_Channel): what backends print stays off the protocol channel
+    os.close(log)
+    if request.get("warm_up") and not worker.warm_up_s:
+        chosen = [worker.backends[name] for name in request.get("backends", []) if name in worker.backends]
+        worker.warm_up_s = _warm_up(chosen, worker.machine.platform)
+        worker.startup_s["warm_up"] = round(worker.warm_up_s, 3)
+        from hicache_fuzz.kernels.refused_builds import replayed_here
+
+        worker.refused_builds_replayed = replayed_here()
+    channel.reply({**worker.hello(), "standing": True})
+    return True
 
 
 def _answer_case(channel: _Channel, worker: _Worker, position: int, case_dict: dict[str, Any],

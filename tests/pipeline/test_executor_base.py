@@ -270,13 +270,16 @@ def test_the_engine_report_takes_the_executor_fields_from_its_figures() -> None:
 def test_the_campaign_report_takes_the_worker_fields_from_worker_figures() -> None:
     workers = WorkerFigures(compile_seconds=1.0, startup_seconds=2.0, background_startup_seconds=0.5, restarts=3,
                             spares_used=2, compiled_in_cases={"m": (2, 0.75)}, hello={"pid": 7},
-                            parent_imports_at_ready=["sglang"])
+                            parent_imports_at_ready=["sglang"], standing_taken=2, first_worker_standing=True,
+                            standing_notes=("no worker ready yet",))
     fields = worker_fields(workers, [], wall=4.0)
     assert fields["compile_seconds"] == 1.0 and fields["worker_startup_seconds"] == 2.0
     assert (fields["worker_restarts"], fields["spare_takeovers"]) == (3, 2)
     assert fields["spare_startup_seconds_in_background"] == 0.5 and fields["compile_share_of_wall"] == 0.25
     assert fields["compiled_in_cases"] == [{"module": "m", "processes": 2, "seconds": 0.75}]
-    assert startup_details(_Figured(RunFigures(), workers)) == {"parent_imports_at_ready": ["sglang"]}
+    assert startup_details(_Figured(RunFigures(), workers)) == {
+        "parent_imports_at_ready": ["sglang"],
+        "standing_pool": {"first_worker": True, "workers_taken": 2, "not_taken": ["no worker ready yet"]}}
     assert startup_details(_Figured(RunFigures(), None)) == {}  # no workers, no builder: nothing to add
 
 
