@@ -799,13 +799,19 @@ def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, 
                              io_backend: str, target: int, draft_pass: int, foreign: tuple[int, ...]) -> None:
     """The first `draft_pass` packed draft layers (is_draft=True, as the hybrid controller's draft transfers; their
     ids follow the `target` layers), then loads of the `foreign` layer ids, which the pool must ignore (none for a
-    pool without a guard for them). The oracle expects the draft layers moved and nothing else touched."""
+    pool without a guard for them). The oracle expects the draft layers moved and nothing else touched.
+
+    They run on the forward stream's stand-in, never on the legacy default stream: sglang's callers of
+    ``load_to_device_per_layer`` (the L2 transfer engine on its H2D stream, the HiSparse coordinator's streams) never
+    hand it that stream, and sgl_kernel's page_first_direct op (``cudaMemcpyBatchAsync``) fails there with
+    ``invalid argument``."""
     host_idx, dev_idx = controller.move_indices(host, rows)
     pool = built.host_pool
-    for depth, draft_pool in enumerate(built.drafts[:draft_pass]):
-        pool.load_to_device_per_layer(draft_pool, host_idx, dev_idx, target + depth, io_backend, is_draft=True)
-    for layer in foreign:
-        pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend)
+    with _forward_stream(built, rows.device):
+        for depth, draft_pool in enumerate(built.drafts[:draft_pass]):
+            pool.load_to_device_per_layer(draft_pool, host_idx, dev_idx, target + depth, io_backend, is_draft=True)
+        for layer in foreign:
+            pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend)
 
 
 def drive(mods: Any, buffers: Materialized, built: Built) -> None:

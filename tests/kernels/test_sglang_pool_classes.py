@@ -4,6 +4,7 @@ sglang on the CPU), the unmodelled ones refused with their reason, the generated
 from __future__ import annotations
 
 import collections
+import importlib
 import sys
 
 import pytest
@@ -210,6 +211,41 @@ def test_draft_layers_not_loaded_fail_the_case(fake_sglang, monkeypatch, control
     monkeypatch.setattr(drive, "_draft_and_foreign_loads", lambda *args: None)
     result = run_on_cpu(case)
     assert result.outcome is Outcome.MISMATCH and result.summary.startswith("step 1 (load)")
+
+
+def test_the_base_controllers_draft_pass_runs_on_the_forward_streams_stand_in(fake_sglang, monkeypatch) -> None:
+    """The draft pass's loads (packed draft layers, foreign layer ids) run inside the forward stream's stand-in,
+    never on the legacy default stream, where sgl_kernel's page_first_direct op fails (cudaMemcpyBatchAsync)."""
+    import contextlib
+
+    from hicache_fuzz.kernels import sglang_hicache_drive as drive
+
+    base = importlib.import_module("sglang.srt.mem_cache.pool_host.base")
+    inside, seen = [False], []
+    forward_stream = drive._forward_stream
+
+    @contextlib.contextmanager
+    def recorded_stream(built, device):  # type: ignore[no-untyped-def]
+        with forward_stream(built, device):
+            inside[0] = True
+            try:
+                yield
+            finally:
+                inside[0] = False
+
+    load = base.HostPool.load_to_device_per_layer
+
+    def recorded_load(self, *args, is_draft: bool = False, **kwargs):  # type: ignore[no-untyped-def]
+        if is_draft:
+            seen.append(inside[0])
+        return load(self, *args, is_draft=is_draft, **kwargs)
+
+    monkeypatch.setattr(drive, "_forward_stream", recorded_stream)
+    monkeypatch.setattr(base.HostPool, "load_to_device_per_layer", recorded_load)
+    case = hicache_case(Attention.MHA, HostLayout.PAGE_FIRST_DIRECT, layers=3, draft_layers=1, ops="load",
+                        controller="base", io_backend="direct")
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    assert seen and all(seen)
 
 
 @pytest.mark.parametrize("layout", [HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT])
