@@ -9,8 +9,11 @@ Stand-ins (each is the least the controller needs from outside HiCache):
 
 * ``DeviceAllocatorStandIn`` for the scheduler's ``token_to_kv_pool_allocator``: it returns the device pool, grants
   the device rows the sequence names for a load (which rows the device allocator picks is the radix tree's
-  business, not HiCache's, and the oracle must know them), and takes the transfer-done event the controller hands
-  it (the harness waits on the ack's finish event instead).
+  business, not HiCache's, and the oracle must know them), and records the transfer-done event the controller hands
+  it. After each ``write`` and ``start_loading`` the event recorded under the controller's key for that operation
+  (``(id(controller), "write")`` / ``"load"``) must be that operation's ack's finish event: sglang's allocators that
+  recycle rows (the unified sub-pool allocator) wait on it before reusing rows a transfer still touches. The
+  harness itself waits on the ack's finish event.
 * ``tp_group=None`` and a fresh ``threading.Event`` for ``load_cache_event``: only the storage (L3) threads use
   them, and no storage backend is attached.
 * The Mamba state pool's device pool (kernels/sglang_hicache_mamba.py): the host pool reads only its
@@ -111,6 +114,8 @@ class DeviceAllocatorStandIn:
     def __init__(self, device_pool: Any) -> None:
         self.device_pool = device_pool
         self.grants: deque[torch.Tensor] = deque()
+        # the transfer-done events the controller handed over, by its key ((id(controller), "write" or "load"))
+        self.done_events: dict[Any, Any] = {}
 
     def get_kvcache(self) -> Any:
         return self.device_pool
@@ -123,7 +128,19 @@ class DeviceAllocatorStandIn:
         return rows
 
     def set_hicache_transfer_done_event(self, key: Any, event: Any) -> None:
-        return None
+        self.done_events[key] = event
+
+    def done_event_differs(self, controller: Any, operation: str, finish_event: Any) -> str:
+        """'' if the controller handed over `finish_event` for its `operation` ("write" or "load") since the
+        record was last cleared, else what it handed over."""
+        key = (id(controller), operation)
+        got = self.done_events.get(key)
+        if got is finish_event:
+            return ""
+        what = "no event" if got is None else "another event than the ack's finish event"
+        return (f"the controller handed the device allocator {what} under ({type(controller).__name__}, "
+                f"{operation!r}) for this {operation}: set_hicache_transfer_done_event must receive the "
+                f"{operation}'s finish event, which allocators that recycle rows wait on")
 
 
 def load_modules() -> Any:
@@ -506,12 +523,17 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
             controller.evict_host(_indices(step.host_indices, torch.device("cpu")))
             continue
         elif step.op == sequence.BACKUP:
+            allocator.done_events.clear()
             granted = controller.write(_indices(step.device_indices, device), **_sidecars(built))
             if granted is None:
                 raise AssertionError(f"{step.label()}: the host allocator refused {len(step.device_indices)} slots "
                                      f"it has free")
-            controller.ack_write_queue.pop().finish_event.synchronize()
+            ack = controller.ack_write_queue.pop()
+            ack.finish_event.synchronize()
             label = f"{type(controller).__name__}.write granted host slots {_head(granted)}"
+            why = allocator.done_event_differs(controller, "write", ack.finish_event)
+            if why:
+                raise AssertionError(f"{step.label()} [{label}]: {why}")
         else:
             host = _indices(step.host_indices, torch.device("cpu"))
             rows = _indices(step.device_indices, device)
@@ -525,11 +547,13 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 allocator.grants.append(rows)
                 layers = _layers_by_wait(built, pool)  # before the submission: the reads must follow it closely
                 controller.load(host, **_sidecars(built))
+                allocator.done_events.clear()
                 with _h2d_delay(_h2d_delayed(case, step)):
                     producer = controller.start_loading()
                 reads = _read_layer_by_layer(built, layers, producer, rows)
-                controller.ack_load_queue.pop().finish_event.synchronize()
-                why = _stale_read(reads, rows)
+                ack = controller.ack_load_queue.pop()
+                ack.finish_event.synchronize()
+                why = _stale_read(reads, rows) or allocator.done_event_differs(controller, "load", ack.finish_event)
                 if why:
                     raise AssertionError(f"{step.label()} [{label}]: {why}")
                 # the hybrid controller loads the packed draft layers itself; the base one leaves them to the
