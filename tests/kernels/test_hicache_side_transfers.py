@@ -134,3 +134,16 @@ def test_generated_side_pool_cases_draw_both_side_transfers() -> None:
             labels = backend.coverage_labels(case)
             seen[(labels["side_pool"] != "none", labels["side_transfer"])] += 1
     assert seen[(True, True)] and seen[(True, False)] and not seen[(False, True)], seen
+
+
+@pytest.mark.parametrize("io_backend", ["kernel", "direct"])
+@pytest.mark.parametrize("attention", [Attention.MLA, Attention.MHA])
+def test_a_k_only_side_pool_moves_beside_every_anchor_on_layer_first(fake_sglang: None, io_backend: str,
+                                                                     attention: Attention) -> None:
+    """layer_first under the direct io backend sorts the host slots and reorders the rows with them (move_indices),
+    the side pool's by its own grant."""
+    case = hicache_case(attention, HostLayout.LAYER_FIRST, page_size=2, ops=OPS, side_pool="k_only",
+                        side_transfer="on", io_backend=io_backend)
+    assert side_transfer(case)
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.PASS, result.summary
