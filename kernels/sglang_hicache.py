@@ -8,23 +8,23 @@ step 0 is the case's own transfer, then the case's program of back-ups, loads an
 with the host slots granted by the pool's own allocator. How, and the stand-ins: kernels/sglang_hicache_drive.py.
 Storages are compared byte-exact after every transfer (``Materialized.step_images``) and at the end.
 
-Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over a HostPoolGroup, as the
-scheduler builds it; ``base``: HiCacheController over the pool), ``pool_kind`` (``standard``: the pool class of
-the case's attention kind; ``hisparse``: the HiSparse MHA pool; ``k_only``: the K-only pool; ``mamba``: the Mamba
-state pool; ``nvfp4_index_k`` / ``nvfp4_main_kv``: MiniMax M3's NVFP4 page-row pools; ``dsa``: the DeepSeek sparse
-attention indexer pool beside its MLA anchor (kernels/sglang_hicache_dsa.py); ``mxfp8``: the MXFP8 block-scaled MHA
-pool, whose scale blocks are judged beside the case's payload (kernels/sglang_hicache_mxfp8.py); or the name of a
-class the oracle does not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``,
-``draft_layers`` (the last of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of
-the stage's layers own index keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the
-hybrid controller's group, which no transfer names: its flags change the group's, and its bytes must stay as they
-were), ``layer_shard`` (``size/rank/remainder``: the MLA pool layer-sharded over context-parallel ranks, the case the
-rank's share), ``device_rows`` (``token_major``: the device pool is sglang's unified pool, whose per-layer tensors
-are strided views; kernels/sglang_hicache_device.py), ``ops`` (the program) and ``requests`` (present in the
-HiSparse profile's cases: the HiSparse pool's host slots held in its coordinator's request table, each back-up of
-the program a request's tokens; oracles/sequence.py). ``draft_layers`` is an upper bound: a pool packs at most
-``layers - 1`` draft layers, so a one-layer case has none. Generation and labels import neither sglang nor torch's
-GPU side.
+Case knobs (``tuning``): ``controller`` (``hybrid``: the HybridCacheController over a HostPoolGroup, as the scheduler
+builds it; ``base``: HiCacheController over the pool), ``pool_kind`` (``standard``: the pool class of the case's
+attention kind; ``hisparse``: the HiSparse MHA pool; ``k_only``: the K-only pool; ``mamba``: the Mamba state pool;
+``nvfp4_index_k`` / ``nvfp4_main_kv``: MiniMax M3's NVFP4 page-row pools; ``dsa``: the DeepSeek sparse attention indexer
+pool beside its MLA anchor (kernels/sglang_hicache_dsa.py); ``mxfp8``: the MXFP8 block-scaled MHA pool, whose scale
+blocks are judged beside the case's payload (kernels/sglang_hicache_mxfp8.py); or the name of a class the oracle does
+not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``, ``draft_layers`` (the last
+of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of the stage's layers own index
+keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the hybrid controller's group: its
+flags change the group's, and without ``side_transfer`` its bytes must stay as they were), ``side_transfer`` (``on``:
+the side pool moves with every transfer of an entry the sequence backed up, with host slots from its own allocator;
+oracles/side_transfers.py), ``layer_shard`` (``size/rank/remainder``: the MLA pool layer-sharded over context-parallel
+ranks, the case the rank's share), ``device_rows`` (``token_major``: the device pool is sglang's unified pool, whose
+per-layer tensors are strided views; kernels/sglang_hicache_device.py), ``ops`` (the program) and ``requests`` (present
+in the HiSparse profile's cases: the HiSparse pool's host slots held in its coordinator's request table, each back-up of
+the program a request's tokens; oracles/sequence.py). ``draft_layers`` is an upper bound: a pool packs at most ``layers
+- 1`` draft layers, so a one-layer case has none. Generation and labels import neither sglang nor torch's GPU side.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     ROW_GROWTH,
     SIDE_POOL_CLASSES,
     SIDE_POOLS,
+    SIDE_TRANSFERS,
     START_LAYERS,
     TOKEN_MAJOR,
     case_settings,
@@ -78,12 +79,14 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     operation_kinds,
     request_slot_kinds,
     side_pool,
+    side_transfer,
     skip_topk_layers,
 )
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_assumptions, aot_state, pool_paths
 from hicache_fuzz.oracles import pool_layouts, sequence
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
+from hicache_fuzz.oracles.side_transfers import SIDE_TRANSFER_KEY
 
 
 class SglangHicacheBackend(SglangBackend):
@@ -129,7 +132,9 @@ class SglangHicacheBackend(SglangBackend):
             tuning_menus=(("controller", CONTROLLERS), (DEVICE_ROWS_KEY, DEVICE_ROWS), ("draft_layers", DRAFT_LAYERS),
                           ("index_topk_freq", INDEX_TOPK_FREQS), ("io_backend", IO_BACKENDS),
                           (LAYER_SHARD_KEY, LAYER_SHARDS), ("ops", PROGRAMS), ("pool_kind", POOL_KINDS),
-                          ("side_pool", SIDE_POOLS), ("start_layer", START_LAYERS)),
+                          ("side_pool", SIDE_POOLS), ("start_layer", START_LAYERS),
+                          # drawn last: the knobs before it draw as they did before it was added
+                          (SIDE_TRANSFER_KEY, SIDE_TRANSFERS)),
             invalid_rate=0.0,
             irregular_rate=0.0,
             partial_rate=0.0,
@@ -148,6 +153,7 @@ class SglangHicacheBackend(SglangBackend):
             "pool_class": name,
             "controller": controller_kind(case),
             "side_pool": side_pool(case) or "none",
+            "side_transfer": side_transfer(case),
             "io_backend": io_backend,
             "start_layer_nonzero": start > 0,
             "draft_layer": drafts > 0,
@@ -169,8 +175,8 @@ class SglangHicacheBackend(SglangBackend):
     def case_unsupported(self, case: Case) -> str | None:
         """Why the case is not one this backend drives (platform aside); None if it is."""
         if len(case.pools) != 1:
-            return ("one moved pool per case: a group's side pool is the side_pool knob's and moves nothing; groups "
-                    "whose pools all move are sglang-pool's")
+            return ("one pool of the case's storages per case: a group's side pool is the side_pool knob's (moved "
+                    "with side_transfer); groups whose pools are all case storages are sglang-pool's")
         name, io_backend, start, drafts = case_settings(case)
         if name not in pool_layouts.POOL_CLASSES:
             return f"unknown pool_kind {case.tuning_value('pool_kind')!r}"
@@ -180,6 +186,8 @@ class SglangHicacheBackend(SglangBackend):
             return f"unknown controller {controller_kind(case)!r}"
         if case.tuning_value("side_pool", "") not in ("", *SIDE_POOL_CLASSES):
             return f"unknown side_pool {case.tuning_value('side_pool')!r}"
+        if case.tuning_value(SIDE_TRANSFER_KEY, "") not in SIDE_TRANSFERS:
+            return f"unknown {SIDE_TRANSFER_KEY} {case.tuning_value(SIDE_TRANSFER_KEY)!r}"
         if start < 0 or drafts < 0:
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
         if index_topk_freq(case) < 1:

@@ -2,15 +2,19 @@
 constructed as the scheduler constructs it (``HybridCacheController`` over an anchor-only ``HostPoolGroup``, over the
 anchor and a side pool, or over a DSA indexer's MLA anchor and the indexer; or ``HiCacheController`` over the pool),
 and a case's sequence of operations through the controller's own ``write`` / ``load`` + ``start_loading`` /
-``evict_host`` (with the DSA indexer's sidecar transfer as ``extra_pools``). The MXFP8 pool's scale blocks, which
+``evict_host`` (with the DSA indexer's sidecar transfer as ``extra_pools``, or a side pool's transfer with its
+own host allocation under ``side_transfer``: kernels/sglang_hicache_side.py). The MXFP8 pool's scale blocks, which
 are no storage of the case, are checked against the oracle after every transfer (kernels/sglang_hicache_mxfp8.py).
 
 Stand-ins (each is the least the controller needs from outside HiCache):
 
 * ``DeviceAllocatorStandIn`` for the scheduler's ``token_to_kv_pool_allocator``: it returns the device pool, grants
   the device rows the sequence names for a load (which rows the device allocator picks is the radix tree's
-  business, not HiCache's, and the oracle must know them), and takes the transfer-done event the controller hands
-  it (the harness waits on the ack's finish event instead).
+  business, not HiCache's, and the oracle must know them), and records the transfer-done event the controller hands
+  it. After each ``write`` and ``start_loading`` the event recorded under the controller's key for that operation
+  (``(id(controller), "write")`` / ``"load"``) must be that operation's ack's finish event: sglang's allocators that
+  recycle rows (the unified sub-pool allocator) wait on it before reusing rows a transfer still touches. The
+  harness itself waits on the ack's finish event.
 * ``tp_group=None`` and a fresh ``threading.Event`` for ``load_cache_event``: only the storage (L3) threads use
   them, and no storage backend is attached.
 * The Mamba state pool's device pool (kernels/sglang_hicache_mamba.py): the host pool reads only its
@@ -79,10 +83,11 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     k_only_heads,
     layer_shard,
     side_pool,
+    side_transfer,
     skip_topk_layers,
 )
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
-from hicache_fuzz.oracles import sequence
+from hicache_fuzz.oracles import sequence, side_transfers
 from hicache_fuzz.oracles.pool_layouts import owned_device_layers, pool_class
 
 K_ONLY = "MHATokenToKOnlyPoolHost"
@@ -111,6 +116,8 @@ class DeviceAllocatorStandIn:
     def __init__(self, device_pool: Any) -> None:
         self.device_pool = device_pool
         self.grants: deque[torch.Tensor] = deque()
+        # the transfer-done events the controller handed over, by its key ((id(controller), "write" or "load"))
+        self.done_events: dict[Any, Any] = {}
 
     def get_kvcache(self) -> Any:
         return self.device_pool
@@ -123,7 +130,19 @@ class DeviceAllocatorStandIn:
         return rows
 
     def set_hicache_transfer_done_event(self, key: Any, event: Any) -> None:
-        return None
+        self.done_events[key] = event
+
+    def done_event_differs(self, controller: Any, operation: str, finish_event: Any) -> str:
+        """'' if the controller handed over `finish_event` for its `operation` ("write" or "load") since the
+        record was last cleared, else what it handed over."""
+        key = (id(controller), operation)
+        got = self.done_events.get(key)
+        if got is finish_event:
+            return ""
+        what = "no event" if got is None else "another event than the ack's finish event"
+        return (f"the controller handed the device allocator {what} under ({type(controller).__name__}, "
+                f"{operation!r}) for this {operation}: set_hicache_transfer_done_event must receive the "
+                f"{operation}'s finish event, which allocators that recycle rows wait on")
 
 
 def load_modules() -> Any:
@@ -131,7 +150,7 @@ def load_modules() -> Any:
     import sglang.srt.mem_cache.pool_host.mha as mha
     import sglang.srt.mem_cache.pool_host.mla as mla
     from sglang.srt.managers.cache_controller import HiCacheController
-    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
     from sglang.srt.mem_cache.hybrid_cache.host_pool_config import with_packed_draft_layer_mapping
     from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
@@ -140,7 +159,7 @@ def load_modules() -> Any:
 
     return types.SimpleNamespace(mha=mha, mla=mla, HiCacheController=HiCacheController,
                                  HybridCacheController=HybridCacheController, HostPoolGroup=HostPoolGroup,
-                                 PoolName=PoolName, build_pool_entry=build_pool_entry,
+                                 PoolName=PoolName, PoolTransfer=PoolTransfer, build_pool_entry=build_pool_entry,
                                  with_packed_draft_layer_mapping=with_packed_draft_layer_mapping,
                                  MHATokenToKVPool=MHATokenToKVPool, MLATokenToKVPool=MLATokenToKVPool,
                                  MHATokenToKOnlyPool=MHATokenToKOnlyPool)
@@ -455,7 +474,7 @@ def controller_for(mods: Any, case: Case, built: Built) -> Any:
     side = side_pool(case)
     if side:
         built.side = side_pools.build_side(mods, case, side, built.host_pool, DTYPES[case.pools[0].dtype],
-                                           built.device_pool.device, start, target)
+                                           built.device_pool.device, start, target, moves=side_transfer(case))
         entries.append(side_pools.side_entry(mods, built.side, target))
     return mods.HybridCacheController(built.allocator, mods.HostPoolGroup(entries), case.page_size, None,
                                       threading.Event(), write_policy=WRITE_POLICY, io_backend=io_backend,
@@ -496,7 +515,12 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
     record = bool(sequence.program(case)) and _images_fit(buffers)
     buffers.step_images = []
     table = RequestTable(case, device) if sequence.request_slots(case) else None
-    for step in sequence.plan_steps(case):
+    side = built.side if built.side is not None and side_transfer(case) else None
+    side_steps = side_transfers.side_steps(case) if side is not None else []
+    if side is not None:
+        side.host_pool.clear()  # the side allocator as the oracle's starts: every slot free, ascending
+    for position, step in enumerate(sequence.plan_steps(case)):
+        side_step = side_steps[position] if side is not None else None
         if table is not None:
             label = _request_step(built, table, step, _start, case.layers)
             if not step.transfers:
@@ -504,14 +528,30 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
             _sync(device)
         elif step.op == sequence.EVICT:
             controller.evict_host(_indices(step.host_indices, torch.device("cpu")))
+            if side is not None and side_step is not None and side_step.host_slots:
+                _release_side_slots(mods, controller, side, step, side_step)
             continue
         elif step.op == sequence.BACKUP:
-            granted = controller.write(_indices(step.device_indices, device), **_sidecars(built))
+            allocator.done_events.clear()
+            rows = _indices(step.device_indices, device)
+            if side is not None and side_step is not None:
+                # queued (flush=False) so that the side pool's grant is checked before the copies use it
+                transfer = mods.PoolTransfer(name=side_pools.pool_name(mods, side), device_indices=rows)
+                granted = controller.write(rows, extra_pools=[transfer], flush=False)
+                if granted is not None:
+                    _check_side_grant(step, side, transfer, side_step)
+                    controller.start_writing()
+            else:
+                granted = controller.write(rows, **_sidecars(built))
             if granted is None:
                 raise AssertionError(f"{step.label()}: the host allocator refused {len(step.device_indices)} slots "
                                      f"it has free")
-            controller.ack_write_queue.pop().finish_event.synchronize()
+            ack = controller.ack_write_queue.pop()
+            ack.finish_event.synchronize()
             label = f"{type(controller).__name__}.write granted host slots {_head(granted)}"
+            why = allocator.done_event_differs(controller, "write", ack.finish_event)
+            if why:
+                raise AssertionError(f"{step.label()} [{label}]: {why}")
         else:
             host = _indices(step.host_indices, torch.device("cpu"))
             rows = _indices(step.device_indices, device)
@@ -524,12 +564,15 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 label = f"{type(controller).__name__}.load + start_loading"
                 allocator.grants.append(rows)
                 layers = _layers_by_wait(built, pool)  # before the submission: the reads must follow it closely
-                controller.load(host, **_sidecars(built))
+                controller.load(host, **(_side_load(mods, side, side_step, rows) if side is not None
+                                         else _sidecars(built)))
+                allocator.done_events.clear()
                 with _h2d_delay(_h2d_delayed(case, step)):
                     producer = controller.start_loading()
                 reads = _read_layer_by_layer(built, layers, producer, rows)
-                controller.ack_load_queue.pop().finish_event.synchronize()
-                why = _stale_read(reads, rows)
+                ack = controller.ack_load_queue.pop()
+                ack.finish_event.synchronize()
+                why = _stale_read(reads, rows) or allocator.done_event_differs(controller, "load", ack.finish_event)
                 if why:
                     raise AssertionError(f"{step.label()} [{label}]: {why}")
                 # the hybrid controller loads the packed draft layers itself; the base one leaves them to the
@@ -538,6 +581,12 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 _draft_and_foreign_loads(controller, built, host, rows, io_backend, device_target_layers(case),
                                          own_drafts, () if _name in UNGUARDED else _foreign_layer_ids(built))
             _sync(device)
+        if side is not None and side_step is not None:
+            side.apply(side_step)
+            _sync(device)
+            why = side.differs()
+            if why:
+                raise AssertionError(f"{step.label()} [{label}]: {why}")
         if built.mxfp8 is not None:
             _sync(device)
             why = built.mxfp8.check_step()
@@ -784,6 +833,41 @@ def _sidecars(built: Built) -> dict[str, Any]:
     return {"extra_pools": dsa.sidecar_transfers(built.dsa)} if built.dsa is not None else {}
 
 
+def _side_load(mods: Any, side: side_pools.SidePool, side_step: side_transfers.SideStep | None,
+               rows: torch.Tensor) -> dict[str, Any]:
+    """The ``extra_pools`` of a load that moves the side pool: its slots from the loaded entry's back-up, to the
+    load's device rows (a load of an entry the sequence did not back up names no side pool)."""
+    if side_step is None or not side_step.host_slots:
+        return {}
+    transfer = mods.PoolTransfer(name=side_pools.pool_name(mods, side),
+                                 host_indices=_indices(side_step.host_slots, torch.device("cpu")), device_indices=rows)
+    return {"extra_pools": [transfer]}
+
+
+def _check_side_grant(step: sequence.Step, side: side_pools.SidePool, transfer: Any,
+                      side_step: side_transfers.SideStep) -> None:
+    """The side pool's host slots that the group's ``resolve_host_transfers`` granted must be the oracle's side
+    allocator's grant (AssertionError otherwise)."""
+    got = transfer.host_indices
+    values = None if got is None else got.tolist()
+    if values != list(side_step.host_slots):
+        raise AssertionError(f"{step.label()}: the write's {side.name} side pool transfer was granted host slots "
+                             f"{'none' if got is None else _head(got)} by resolve_host_transfers, the oracle's side "
+                             f"allocator grants {list(side_step.host_slots)[:8]}")
+
+
+def _release_side_slots(mods: Any, controller: Any, side: side_pools.SidePool, step: sequence.Step,
+                        side_step: side_transfers.SideStep) -> None:
+    """The evicted entry's side slots released as sglang releases independently allocated side-pool slots: the
+    group's ``release_transfers``, which must free every one of them."""
+    transfer = mods.PoolTransfer(name=side_pools.pool_name(mods, side),
+                                 host_indices=_indices(side_step.host_slots, torch.device("cpu")))
+    released = controller.mem_pool_host.release_transfers([transfer])
+    if released != len(side_step.host_slots):
+        raise AssertionError(f"{step.label()}: release_transfers freed {released} of the {side.name} side pool's "
+                             f"{len(side_step.host_slots)} slots of the evicted entry")
+
+
 def _foreign_layer_ids(built: Built) -> tuple[int, ...]:
     """Layer ids a guarded pool must ignore: -1, the first id past its target device layers (a draft id without
     is_draft), for the DSA indexer the target layers without index keys, and for a layer-sharded pool the layers
@@ -835,7 +919,8 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
         _sync(buffers.device)
         copy_out(pool, built)
     why = built.outside.changed()
-    why = why or (built.side.changed() if built.side is not None else "")
+    if built.side is not None:
+        why = why or (built.side.differs() if side_transfer(buffers.case) else built.side.changed())
     why = why or (dsa.check(buffers.case, built.dsa) if built.dsa is not None else "")
     why = why or (built.mxfp8.check_final() if built.mxfp8 is not None else "")
     if why:

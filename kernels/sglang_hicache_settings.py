@@ -10,7 +10,7 @@ from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayo
 from hicache_fuzz.harness.model.space import SpaceProfile
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU
 from hicache_fuzz.kernels.sglang_pool_calls import io_backend_for
-from hicache_fuzz.oracles import pool_layouts, sequence
+from hicache_fuzz.oracles import pool_layouts, sequence, side_transfers
 
 STANDARD, HISPARSE, K_ONLY, MAMBA = "standard", "hisparse", "k_only", "mamba"
 NVFP4_INDEX_K, NVFP4_MAIN_KV = "nvfp4_index_k", "nvfp4_main_kv"
@@ -55,6 +55,9 @@ PROGRAMS: tuple[str, ...] = ("",) * 40 + sequence.valid_programs(5)
 # (can_use_write_back_jit of every child / of some child), which decide the controller's index placement.
 SIDE_POOLS: tuple[str, ...] = ("",) * 4 + (K_ONLY, MAMBA)
 SIDE_POOL_CLASSES = {K_ONLY: "MHATokenToKOnlyPoolHost", MAMBA: MAMBA_CLASS}
+# Whether the side pool moves with the anchor (oracles/side_transfers.py): "" (it moves nothing, only its flags join
+# the group's) in half the cases, else every transfer names it in extra_pools with its own host allocation.
+SIDE_TRANSFERS: tuple[str, ...] = ("", side_transfers.SIDE_TRANSFER_ON)
 LAYOUTS = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD)
 # Row widths (bytes) joining the backend's row menu (POOL_ROW_MENU, compiled at start-up) as a campaign goes on.
 ROW_GROWTH: tuple[int, ...] = (640, 768, 1280, 1536, 2560)
@@ -317,6 +320,13 @@ def side_pool(case: Case) -> str:
     if case.layout not in layouts or (cls.slot_pages and case.page_size != 1):
         return ""
     return name
+
+
+def side_transfer(case: Case) -> bool:
+    """Whether the case's side pool moves with the anchor's transfers (the ``side_transfer`` knob, where the case
+    has a side pool)."""
+    return bool(side_pool(case)) and case.tuning_value(side_transfers.SIDE_TRANSFER_KEY, "") == (
+        side_transfers.SIDE_TRANSFER_ON)
 
 
 def index_topk_freq(case: Case) -> int:

@@ -253,7 +253,10 @@ class HiCacheController:
         host_indices, device_indices, transfers = self._move_write_operation(op)
         self.write_queue.clear()
         submit_device_to_host(self._l2_transfers(host_indices, device_indices, transfers), self.io_backend)
-        self.ack_write_queue.append(SimpleNamespace(finish_event=Event()))  # the copies have run
+        finish = Event()  # the copies have run
+        # the allocator must not hand out rows a pending transfer still reads (cache_controller.py, start_writing)
+        self.mem_pool_device_allocator.set_hicache_transfer_done_event((id(self), "write"), finish)
+        self.ack_write_queue.append(SimpleNamespace(finish_event=finish))
 
     def _l2_transfers(self, host_indices: torch.Tensor, device_indices: torch.Tensor,
                       pool_transfers: Any = None) -> list[L2Transfer]:
@@ -286,6 +289,9 @@ class HiCacheController:
         finish = submit_host_to_device(self._l2_load_transfers(host_indices, device_indices, transfers),
                                        self.io_backend, self.transfer_layer_id_max, self.host_to_device_stream,
                                        producer_event.complete)
+        # the allocator must not reuse rows a pending load still writes (cache_controller.py, start_loading)
+        if planted_bug() != "no_load_done_event":  # the bug: the load's event is never handed over
+            self.mem_pool_device_allocator.set_hicache_transfer_done_event((id(self), "load"), finish)
         self.ack_load_queue.append(SimpleNamespace(finish_event=finish))
         return producer_id
 

@@ -38,6 +38,9 @@ class HybridCacheController(HiCacheController):
             return None
         transfers = self.mem_pool_host.resolve_host_transfers(extra_pools, primary_device_indices=device_indices,
                                                               primary_host_indices=host_indices)
+        if transfers is None and extra_pools:  # a side pool refused: the anchor's grant is given back
+            self.mem_pool_host.free(host_indices)
+            return None
         self.write_queue.append(SimpleNamespace(host_indices=host_indices, device_indices=device_indices,
                                                 pool_transfers=transfers))
         if flush:
@@ -113,14 +116,32 @@ class HybridCacheController(HiCacheController):
 
     def _resolve_device_transfers(self, extra_pools: Any, kv_device_indices: torch.Tensor,
                                   kv_host_indices: torch.Tensor) -> Any:
+        """sglang's: a side-pool transfer that names its host slots and device rows is taken as it is (the fake
+        allocates no side-pool device rows); a derived one takes the KV transfer's indices, or its source's."""
         if not extra_pools:
             return None
         for transfer in extra_pools:
-            if transfer.indices_from_pool != PoolName.KV:
-                raise ValueError("fake sglang: only sidecar transfers riding on the KV transfer's indices")
-            transfer.host_indices = kv_host_indices
+            if transfer.indices_from_pool is not None:
+                continue
+            if transfer.name not in self.mem_pool_host.entry_map:
+                continue
+            if transfer.device_indices is None and transfer.host_indices is not None:
+                raise ValueError("fake sglang: side-pool device rows are not allocated here; name them")
+        for transfer in extra_pools:
+            if transfer.indices_from_pool is None:
+                continue
+            if transfer.indices_from_pool == PoolName.KV:
+                transfer.host_indices = kv_host_indices
+                if transfer.device_indices is None:
+                    transfer.device_indices = kv_device_indices
+                continue
+            source = next((t for t in extra_pools if t.indices_from_pool is None
+                           and t.name == transfer.indices_from_pool), None)
+            if source is None:
+                return None
+            transfer.host_indices = source.host_indices
             if transfer.device_indices is None:
-                transfer.device_indices = kv_device_indices
+                transfer.device_indices = source.device_indices
         return extra_pools
 
     def load(self, host_indices: torch.Tensor, priority: int | None = None, node_id: int = -1,

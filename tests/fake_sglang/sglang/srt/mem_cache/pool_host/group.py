@@ -1,11 +1,14 @@
 """Fake HostPoolGroup: an anchor pool and side pools; the facade's staged-path flag is every child's, allocation
-goes to one pool (the anchor by default), sidecar transfers riding on the anchor take its indices."""
+goes to one pool (the anchor by default), side-pool transfers are granted host slots by their own pool, and
+sidecar transfers riding on another take its indices."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from sglang.srt.mem_cache.pool_host.base import planted_bug
 
 
 @dataclass
@@ -47,12 +50,58 @@ class HostPoolGroup:
 
     def resolve_host_transfers(self, transfers: Any, *, primary_device_indices: Any = None,
                                primary_host_indices: Any = None) -> Any:
+        """sglang's (pool_host/group.py): a side-pool transfer with device rows and no host slots is granted slots
+        by its own pool, in pool-name order, all or none (a refusal frees this call's grants and returns None); a
+        derived transfer takes its source's indices (the anchor's, or another transfer's)."""
         if not transfers:
             return None
-        for transfer in transfers:
-            if transfer.indices_from_pool != self.anchor_entry.name:
-                raise ValueError("fake sglang: only sidecar transfers riding on the anchor's indices")
-            transfer.host_indices = primary_host_indices
+        allocated: list[tuple[Any, Any]] = []
+        derived = []
+
+        def rollback() -> None:
+            for transfer, indices in allocated:
+                self.free(indices, pool=transfer.name)
+                transfer.host_indices = None
+
+        for transfer in sorted(transfers, key=lambda t: t.name):
+            if transfer.indices_from_pool is not None:
+                derived.append(transfer)
+                continue
+            if planted_bug() == "side_host_swap":  # the bug: the two index lists swapped in the skip test
+                skip = transfer.device_indices is not None or transfer.host_indices is None
+            else:
+                skip = transfer.host_indices is not None or transfer.device_indices is None
+            if skip:
+                continue
+            if transfer.name not in self.entry_map:
+                continue
+            indices = self.alloc(len(transfer.device_indices), pool=transfer.name)
+            if indices is None:
+                rollback()
+                return None
+            transfer.host_indices = indices
+            allocated.append((transfer, indices))
+        for transfer in derived:
+            if transfer.indices_from_pool == self.anchor_entry.name:
+                transfer.host_indices = primary_host_indices
+                if transfer.device_indices is None:
+                    transfer.device_indices = primary_device_indices
+                continue
+            source = next((t for t in transfers if t.indices_from_pool is None
+                           and t.name == transfer.indices_from_pool), None)
+            if source is None:
+                rollback()
+                return None
+            transfer.host_indices = source.host_indices
             if transfer.device_indices is None:
-                transfer.device_indices = primary_device_indices
+                transfer.device_indices = source.device_indices
         return transfers
+
+    def release_transfers(self, transfers: Any) -> int:
+        """Frees each independently allocated side-pool transfer's host slots once (derived ones share another's)."""
+        released = 0
+        for transfer in transfers or []:
+            if transfer.indices_from_pool is not None or transfer.host_indices is None:
+                continue
+            released += self.free(transfer.host_indices, pool=transfer.name)
+        return released
