@@ -7,6 +7,7 @@ the comparison. Everything handed to sglang is printed from the definitions ``ke
 
 from __future__ import annotations
 
+from hicache_fuzz.harness.findings.standalone_pool import class_imports
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.kernels.sglang_page_unified import SglangPageUnifiedBackend, span_probes
 from hicache_fuzz.kernels.sglang_pool_calls import BUFFER_INFO, pool_construction
@@ -15,13 +16,9 @@ from hicache_fuzz.oracles.contract import Platform
 
 def page_unified_call(case: Case, platform: Platform) -> str:
     built = [(spec, pool_construction(case, spec, device_size=case.page_size)) for spec in case.pools]
-    classes: dict[str, set[str]] = {}
-    for _, made in built:
-        for constructor in (made.device_pool, made.host_pool):
-            classes.setdefault(constructor.module, set()).add(constructor.cls)
     lines = [
         "from sglang.kernels.ops.kvcache import hicache",
-        *(f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(classes.items())),
+        *class_imports(made for _, made in built),
         "",
         "# sglang's page_unified host pool of each pool: its kv_buffer is the host tensor the kernels take (the device",
         "# pool of one page only describes its rows to the constructor; the kernels move the case's device layers)",

@@ -7,6 +7,8 @@ compares the same storages as for every other backend.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.kernels.sglang_pool_calls import (
     BUFFER_INFO,
@@ -23,16 +25,12 @@ from hicache_fuzz.oracles.contract import Platform
 def pool_call(case: Case, platform: Platform) -> str:
     built = [(spec.name, pool_construction(case, spec)) for spec in case.pools]
     io = io_backend(case)  # the controller's and every transfer's, as kernels/sglang_pool.py runs them
-    classes: dict[str, set[str]] = {}
-    for _, made in built:
-        for constructor in (made.device_pool, made.host_pool):
-            classes.setdefault(constructor.module, set()).add(constructor.cls)
     lines = [
         "from types import MethodType, SimpleNamespace",
         "",
         "from sglang.srt.managers.cache_controller import HiCacheController",
         "from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry",
-        *(f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(classes.items())),
+        *class_imports(made for _, made in built),
         "",
         "pools = {}  # name: (device pool, host pool, the device pool's per-layer buffers per K/V)",
     ]
@@ -86,6 +84,15 @@ def pool_call(case: Case, platform: Platform) -> str:
               '        if hasattr(host_pool, "destroy"):',
               "            host_pool.destroy()"]
     return "\n".join(lines)
+
+
+def class_imports(constructions: Iterable[PoolConstruction]) -> list[str]:
+    """The script's import lines of the device and host pool classes the constructions build, one per module."""
+    classes: dict[str, set[str]] = {}
+    for made in constructions:
+        for constructor in (made.device_pool, made.host_pool):
+            classes.setdefault(constructor.module, set()).add(constructor.cls)
+    return [f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(classes.items())]
 
 
 def _placement_lines(rule: Placement) -> list[str]:
