@@ -61,7 +61,6 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     LAYOUTS,
     PACKED,
     POOL_KINDS,
-    PROFILES,
     PROGRAMS,
     REQUEST_SLOT_CLASSES,
     ROW_GROWTH,
@@ -77,6 +76,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     layer_shard,
     layer_shard_knob,
     operation_kinds,
+    profiles,
     request_slot_kinds,
     side_pool,
     side_transfer,
@@ -140,7 +140,7 @@ class SglangHicacheBackend(SglangBackend):
             partial_rate=0.0,
             empty_rate=0.0,
             backend=self.name,
-            profiles=PROFILES,
+            profiles=profiles(space.menu_seed),
         )
 
     def prediction_assumptions(self, platform: Platform) -> tuple[str, ...]:

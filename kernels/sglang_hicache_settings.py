@@ -4,6 +4,7 @@ the drive)."""
 from __future__ import annotations
 
 import random
+import zlib
 from typing import Any, NamedTuple
 
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, PoolSpec
@@ -97,12 +98,12 @@ REQUEST_SLOT_CLASSES = frozenset({"HiSparseMHATokenToKVPoolHost"})
 
 def request_schedules(count: int, backups: int, seed: int = 0) -> tuple[str, ...]:
     """`count` values of the ``requests`` knob (oracles/sequence.py), each with an entry for `backups` back-ups,
-    drawn once from `seed` so that the menu is fixed. Each entry names the previous entry's request (step 0's
-    request 0 before the first) in almost half the entries, so that requests are extended, else a new request or
-    one of rows 0-2; its start is mostly the request's end (an extension, unaligned after an unaligned count), else
-    a token before or after it, its allocated length or one before that, or token 0; its count is 0, 1, one page
-    and one token either side of it, or the case's tokens or one fewer. Together they take the pages a request
-    lacks and stay within the pages it has, from starts on and off page boundaries."""
+    drawn from `seed` (the campaign's, so that each campaign seed draws schedules of its own). Each entry names the
+    previous entry's request (step 0's request 0 before the first) in almost half the entries, so that requests are
+    extended, else a new request or one of rows 0-2; its start is mostly the request's end (an extension, unaligned
+    after an unaligned count), else a token before or after it, its allocated length or one before that, or token 0;
+    its count is 0, 1, one page and one token either side of it, or the case's tokens or one fewer. Together they
+    take the pages a request lacks and stay within the pages it has, from starts on and off page boundaries."""
     rng = random.Random(seed)
     starts = ("end",) * 8 + ("end-1",) * 3 + ("end+1", "end+1", "alloc", "alloc", "alloc", "alloc-1", "alloc-1", "0",
                                                 "0")
@@ -119,10 +120,18 @@ def request_schedules(count: int, backups: int, seed: int = 0) -> tuple[str, ...
     return tuple(out)
 
 
-# The HiSparse profile's ``requests`` menu: every back-up of a generated program (at most 5) has an entry. A few
+# The HiSparse profile's ``requests`` draws: every back-up of a generated program (at most 5) has an entry. A few
 # empty values plan each back-up as a request of its own over the case's tokens (the model without request slots,
-# through the coordinator's calls).
-REQUEST_SCHEDULES: tuple[str, ...] = ("",) * 8 + request_schedules(248, 5)
+# through the coordinator's calls). A schedule costs no compile, so the menu is not fixed: each campaign seed draws
+# SCHEDULES_PER_SEED of its own (more than a 60-s campaign's HiSparse cases), and a case keeps its value in its
+# tuning, so a reproducer replays without the menu.
+EMPTY_SCHEDULES, SCHEDULES_PER_SEED, SCHEDULE_BACKUPS = 8, 248, 5
+
+
+def request_schedule_menu(seed: int | None) -> tuple[str, ...]:
+    """The ``requests`` values the HiSparse profile of campaign seed `seed` draws from (seed None: seed 0's)."""
+    return ("",) * EMPTY_SCHEDULES + request_schedules(SCHEDULES_PER_SEED, SCHEDULE_BACKUPS,
+                                                       seed=zlib.crc32(f"requests:{seed or 0}".encode()))
 # The MLA host pool of a DSA model under prefill context parallelism (oracles/pool_layouts.py, the layer-sharded
 # section): "size/rank/remainder" says the case is rank `rank`'s share of a stage whose layers are split over
 # `size` CP ranks and leave `remainder` over (the stage's layer count follows from the case's layers), "" that the
@@ -156,11 +165,11 @@ LAYER_SHARD_PROFILE = SpaceProfile(
     tuning=(("pool_kind", (STANDARD,)), (LAYER_SHARD_KEY, LAYER_SHARD_VALUES)))
 
 
-def class_profile(kind: str) -> SpaceProfile:
+def class_profile(kind: str, seed: int | None = None) -> SpaceProfile:
     """The profile of a pool kind: the attention kinds and layouts its class stores (with some io backend), page
     size 1 for a class of one slot per page, the kind set. The HiSparse profile's cases hold their host slots in
-    the HiSparse coordinator's request table (a ``requests`` value from REQUEST_SCHEDULES), always have a program
-    and no draft layers (the class packs none)."""
+    the HiSparse coordinator's request table (a ``requests`` value of campaign seed `seed`'s
+    request_schedule_menu), always have a program and no draft layers (the class packs none)."""
     cls = pool_layouts.pool_class(CLASS_OF_KIND[kind])
     stored = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
     changes: list[tuple[str, object]] = [
@@ -171,12 +180,14 @@ def class_profile(kind: str) -> SpaceProfile:
     tuning: list[tuple[str, tuple[int | str | bool, ...]]] = [("pool_kind", (kind,))]
     if CLASS_OF_KIND[kind] in REQUEST_SLOT_CLASSES:
         tuning += [("draft_layers", (0,)), (sequence.OPS_KEY, sequence.valid_programs(5)),
-                   (sequence.REQUESTS_KEY, REQUEST_SCHEDULES)]
+                   (sequence.REQUESTS_KEY, request_schedule_menu(seed))]
     return SpaceProfile(name=kind, per_mille=PROFILE_PER_MILLE, changes=tuple(changes), tuning=tuple(tuning))
 
 
-PROFILES: tuple[SpaceProfile, ...] = (*(class_profile(kind) for kind in CLASS_OF_KIND if kind != MXFP8),
-                                      MXFP8_PROFILE, LAYER_SHARD_PROFILE)
+def profiles(seed: int | None) -> tuple[SpaceProfile, ...]:
+    """The backend's profiles for campaign seed `seed` (CaseSpace.menu_seed)."""
+    return (*(class_profile(kind, seed) for kind in CLASS_OF_KIND if kind != MXFP8), MXFP8_PROFILE,
+            LAYER_SHARD_PROFILE)
 
 
 def case_settings(case: Case) -> tuple[str, str, int, int]:

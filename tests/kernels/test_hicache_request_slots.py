@@ -18,7 +18,7 @@ from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend
-from hicache_fuzz.kernels.sglang_hicache_settings import REQUEST_SCHEDULES, request_slot_kinds
+from hicache_fuzz.kernels.sglang_hicache_settings import request_schedule_menu, request_slot_kinds
 from hicache_fuzz.oracles import sequence
 from tests.kernels._hicache_helpers import fake_sglang, fake_sglang_module, hicache_case, run_on_cpu
 
@@ -213,7 +213,7 @@ def test_generated_hisparse_cases_hold_their_slots_in_the_request_table() -> Non
     assert kinds == {"empty", "first_pages", "more_pages", "in_pages", "unaligned_start"}
     assert operations == {"backup", "load", "release", "reserve"}
     assert large_pages >= 5
-    assert len(set(REQUEST_SCHEDULES)) > 200
+    assert len(set(request_schedule_menu(3))) > 200
 
 
 def test_request_slot_cases_reuse_the_objects_of_their_geometry(fake_sglang) -> None:

@@ -57,14 +57,15 @@ def test_the_mxfp8_profile_makes_the_mxfp8_pool_a_drawn_class() -> None:
 
 
 def test_each_pool_kind_profile_mostly_resolves_to_its_class() -> None:
-    """The per-kind profiles of sglang-hicache (PROFILES): most of a profile's indices draw a shape its class stores;
+    """The per-kind profiles of sglang-hicache (profiles()): most of a profile's indices draw a shape its class stores;
     the layer-shard profile's, a layer-sharded MLA case (half the share of a kind's)."""
-    from hicache_fuzz.kernels.sglang_hicache_settings import CLASS_OF_KIND, LAYER_SHARD_PROFILE, PROFILES, layer_shard
+    from hicache_fuzz.kernels.sglang_hicache_settings import CLASS_OF_KIND, LAYER_SHARD_PROFILE, layer_shard, profiles
 
     backend = load_registry().get("sglang-hicache")
     space = backend.case_space(CaseSpace(), Platform("cuda", (9, 0)))
-    assert {p.name for p in PROFILES} == {*CLASS_OF_KIND, LAYER_SHARD_PROFILE.name} and space.profiles == PROFILES
-    hits: dict[str, list[bool]] = {p.name: [] for p in PROFILES}
+    assert {p.name for p in profiles(None)} == {*CLASS_OF_KIND, LAYER_SHARD_PROFILE.name}
+    assert space.profiles == profiles(None)
+    hits: dict[str, list[bool]] = {p.name: [] for p in space.profiles}
     for index in range(4000):
         profile = space.profile_at(index)
         if profile is None:
@@ -77,3 +78,22 @@ def test_each_pool_kind_profile_mostly_resolves_to_its_class() -> None:
     for name, resolved in hits.items():
         least = 50 if name == LAYER_SHARD_PROFILE.name else 100
         assert len(resolved) >= least and sum(resolved) >= len(resolved) * 0.4, name
+
+
+def test_each_campaign_seed_draws_request_schedules_of_its_own() -> None:
+    """The HiSparse profile's ``requests`` values cost no compile, so they are no fixed menu: the space of campaign
+    seed s draws from seed s's schedules, the same ones every time, and two seeds share few of them."""
+    from hicache_fuzz.kernels.sglang_hicache_settings import HISPARSE, request_schedule_menu
+    from hicache_fuzz.oracles import sequence
+
+    backend = load_registry().get("sglang-hicache")
+
+    def hisparse_menu(seed: int) -> tuple[str, ...]:
+        space = backend.case_space(CaseSpace(menu_seed=seed), Platform("cuda", (9, 0)))
+        profile = next(p for p in space.profiles if p.name == HISPARSE)
+        return dict(profile.tuning)[sequence.REQUESTS_KEY]  # type: ignore[return-value]
+
+    one, two = hisparse_menu(1), hisparse_menu(2)
+    assert one == hisparse_menu(1) == request_schedule_menu(1)
+    scheduled_one, scheduled_two = {v for v in one if v}, {v for v in two if v}
+    assert len(scheduled_one) > 200 and len(scheduled_one & scheduled_two) < 5
