@@ -5,16 +5,14 @@ and a case's sequence of operations through the controller's own ``write`` / ``l
 ``evict_host`` (with the DSA indexer's sidecar transfer as ``extra_pools``, or a side pool's transfer with its
 own host allocation under ``side_transfer``: kernels/sglang_hicache_side.py). The MXFP8 pool's scale blocks, which
 are no storage of the case, are checked against the oracle after every transfer (kernels/sglang_hicache_mxfp8.py).
+The objects built for a case are a ``Built`` (kernels/sglang_hicache_objects.py); the case's bytes go in and out of
+sglang's tensors through kernels/sglang_hicache_tensors.py.
 
 Stand-ins (each is the least the controller needs from outside HiCache):
 
-* ``DeviceAllocatorStandIn`` for the scheduler's ``token_to_kv_pool_allocator``: it returns the device pool, grants
-  the device rows the sequence names for a load (which rows the device allocator picks is the radix tree's
-  business, not HiCache's, and the oracle must know them), and records the transfer-done event the controller hands
-  it. After each ``write`` and ``start_loading`` the event recorded under the controller's key for that operation
-  (``(id(controller), "write")`` / ``"load"``) must be that operation's ack's finish event: sglang's allocators that
-  recycle rows (the unified sub-pool allocator) wait on it before reusing rows a transfer still touches. The
-  harness itself waits on the ack's finish event.
+* ``DeviceAllocatorStandIn`` for the scheduler's ``token_to_kv_pool_allocator`` (kernels/sglang_hicache_objects.py):
+  it grants the device rows the sequence names for a load and records the transfer-done event the controller hands
+  it, which must be each write's and load's ack finish event.
 * ``tp_group=None`` and a fresh ``threading.Event`` for ``load_cache_event``: only the storage (L3) threads use
   them, and no storage backend is attached.
 * The Mamba state pool's device pool (kernels/sglang_hicache_mamba.py): the host pool reads only its
@@ -22,13 +20,9 @@ Stand-ins (each is the least the controller needs from outside HiCache):
 * The layer-sharded MLA device pool and the unified pool's second sub-pool (kernels/sglang_hicache_device.py).
 * The DSA indexer's device pool (kernels/sglang_hicache_dsa.py): ``DSATokenToKVPool``'s constructor needs the
   model's DSA configuration; a stand-in holds the index buffers beside a real ``MLATokenToKVPool`` for the KV rows.
-* The HiSparse coordinator (``HiSparseCoordinator``), for the HiSparse MHA pool: its loads are that coordinator's
-  loop (global layer ids of the stage, the kernel io backend). A case with the ``requests`` knob holds its host
-  slots as the coordinator does (``RequestTable``): the coordinator's request table, filled by the pool's own
-  ``alloc_paged_token_slots`` for each back-up, whose grant is backed up with ``backup_from_device_all_layer``
-  (``admit_request_into_staging``), loaded from the request's row, and freed on release through
-  ``allocated_host_indices`` and the pool's ``free`` (``request_finished``). Without the knob its back-ups go
-  through the controller's ``write`` (the same pool call, slots from ``HostKVCache.alloc``).
+* The HiSparse coordinator (``HiSparseCoordinator``), for the HiSparse MHA pool (kernels/sglang_hicache_hisparse.py):
+  its loads are that coordinator's loop, and a case with the ``requests`` knob holds its host slots in the
+  coordinator's request table.
 * The draft pass of a load under the base controller: it loads the target model's layers only; the hybrid
   controller's draft transfers call the host pool's ``load_to_device_per_layer(..., is_draft=True)`` for each
   packed draft layer, which this module does after each load of the base controller, with the controller's own
@@ -37,44 +31,35 @@ Stand-ins (each is the least the controller needs from outside HiCache):
 Host indices of every back-up are granted by the pool's own allocator inside the controller's ``write`` (or, under
 request slots, inside ``alloc_paged_token_slots``); the allocator's free list is set up first through its own
 ``alloc``/``free`` (oracles/sequence.py, ``prologue``), so the oracle knows the grants without reading them back.
-Under request slots every grant, the request table after it and the allocator's free count are compared with the
-oracle's before the grant is used. The pools' ``prepare_transfer_indices`` hooks run where the
-controller's transfer engine runs them.
+The pools' ``prepare_transfer_indices`` hooks run where the controller's transfer engine runs them.
 
-A load is consumed as the forward pass consumes it: ``start_loading()`` returns a producer id of the controller's
-``LayerDoneCounter``; on a stream of its own (the forward stream's stand-in) that id is made the consumer, as the
-model runner makes it, and for each transfer layer in order ``wait_until(layer)`` is followed by a copy of the
-load's rows of that device layer. Each copy must equal the layer once the whole load has finished. One load in two
-(drawn from the case and the step) is submitted with sglang's test knob ``SGLANG_TEST_HICACHE_H2D_DELAY_CYCLES``
-set, which slows every layer of that submission on the H2D stream, so that a wait that does not cover its layer
-reads bytes the load has not yet written.
+A controller load is consumed as the forward pass consumes it, layer by layer after ``wait_until`` on the load's
+producer id, one load in two submitted with sglang's H2D delay knob set (kernels/sglang_hicache_layer_read.py).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import types
-import zlib
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.model.case import Attention, Case, HostLayout, KVDtype, PoolSpec
+from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
 from hicache_fuzz.kernels import sglang_hicache_device as devices
 from hicache_fuzz.kernels import sglang_hicache_dsa as dsa
+from hicache_fuzz.kernels import sglang_hicache_hisparse as hisparse
+from hicache_fuzz.kernels import sglang_hicache_layer_read as layer_read
 from hicache_fuzz.kernels import sglang_hicache_mamba as mamba
 from hicache_fuzz.kernels import sglang_hicache_mxfp8 as mxfp8
 from hicache_fuzz.kernels import sglang_hicache_pagerow as pagerow
 from hicache_fuzz.kernels import sglang_hicache_side as side_pools
-from hicache_fuzz.kernels.buffers import Materialized, PoolBuffers
+from hicache_fuzz.kernels import sglang_hicache_tensors as tensors
+from hicache_fuzz.kernels.buffers import Materialized
+from hicache_fuzz.kernels.sglang_hicache_objects import K_ONLY, Built, forward_stream, head, indices, sync
 from hicache_fuzz.kernels.sglang_hicache_settings import (
     BASE,
     HYBRID,
-    REQUEST_SLOT_CLASSES,
     TOKEN_MAJOR,
     LayerShard,
     controller_kind,
@@ -88,61 +73,14 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
 )
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
 from hicache_fuzz.oracles import sequence, side_transfers
-from hicache_fuzz.oracles.pool_layouts import owned_device_layers, pool_class
+from hicache_fuzz.oracles.pool_layouts import pool_class
 
-K_ONLY = "MHATokenToKOnlyPoolHost"
-# Pools whose loads their own coordinator makes, not a HiCache controller: the HiSparse MHA pool takes the stage's
-# global layer ids and has no guard for others (its coordinator never asks for them).
-COORDINATOR_LOADED = REQUEST_SLOT_CLASSES
 # Pools without a guard for layer ids outside them, or whose guard raises (their controllers never pass such
 # ids): no foreign loads.
-UNGUARDED = COORDINATOR_LOADED | {K_ONLY, mamba.MAMBA} | pagerow.PAGE_ROW_CLASSES
+UNGUARDED = hisparse.COORDINATOR_LOADED | {K_ONLY, mamba.MAMBA} | pagerow.PAGE_ROW_CLASSES
 DTYPES = {KVDtype.BF16: torch.bfloat16, KVDtype.FP16: torch.float16, KVDtype.FP32: torch.float32,
           KVDtype.FP8: torch.float8_e4m3fn}
 WRITE_POLICY = "write_through"
-# sglang's test knob (mem_cache/l2_transfer.py, submit_host_to_device): read on every submission, it sleeps this
-# many GPU cycles on the H2D stream before each layer's copies. ~100 us a layer at H100 clocks: longer than the host
-# takes to enqueue a layer, so the H2D stream falls behind the forward stream's reads.
-H2D_DELAY_ENV = "SGLANG_TEST_HICACHE_H2D_DELAY_CYCLES"
-H2D_DELAY_CYCLES = 200_000
-# Every load's submission holds it: the knob is process-wide, and a delayed submission's setting must not leak
-# into another thread's submission, nor be restored over another's.
-_H2D_DELAY_LOCK = threading.Lock()
-
-
-class DeviceAllocatorStandIn:
-    """The scheduler's device token allocator, as far as the controllers use it (see the module doc)."""
-
-    def __init__(self, device_pool: Any) -> None:
-        self.device_pool = device_pool
-        self.grants: deque[torch.Tensor] = deque()
-        # the transfer-done events the controller handed over, by its key ((id(controller), "write" or "load"))
-        self.done_events: dict[Any, Any] = {}
-
-    def get_kvcache(self) -> Any:
-        return self.device_pool
-
-    def alloc(self, need_size: int) -> torch.Tensor:
-        rows = self.grants.popleft()
-        if len(rows) != need_size:
-            raise AssertionError(f"the controller asked the device allocator for {need_size} rows, the load has "
-                                 f"{len(rows)}")
-        return rows
-
-    def set_hicache_transfer_done_event(self, key: Any, event: Any) -> None:
-        self.done_events[key] = event
-
-    def done_event_differs(self, controller: Any, operation: str, finish_event: Any) -> str:
-        """'' if the controller handed over `finish_event` for its `operation` ("write" or "load") since the
-        record was last cleared, else what it handed over."""
-        key = (id(controller), operation)
-        got = self.done_events.get(key)
-        if got is finish_event:
-            return ""
-        what = "no event" if got is None else "another event than the ack's finish event"
-        return (f"the controller handed the device allocator {what} under ({type(controller).__name__}, "
-                f"{operation!r}) for this {operation}: set_hicache_transfer_done_event must receive the "
-                f"{operation}'s finish event, which allocators that recycle rows wait on")
 
 
 def load_modules() -> Any:
@@ -163,30 +101,6 @@ def load_modules() -> Any:
                                  with_packed_draft_layer_mapping=with_packed_draft_layer_mapping,
                                  MHATokenToKVPool=MHATokenToKVPool, MLATokenToKVPool=MLATokenToKVPool,
                                  MHATokenToKOnlyPool=MHATokenToKOnlyPool)
-
-
-class Built:
-    """sglang's objects for one pool of a case: the target device pool, one one-layer device pool per packed draft
-    layer, the host pool (an instance of the case's class), and the controller over them with its device
-    allocator stand-in."""
-
-    def __init__(self, device_pool: Any, drafts: list[Any], host_pool: Any) -> None:
-        self.device_pool, self.drafts, self.host_pool = device_pool, drafts, host_pool
-        self.allocator = DeviceAllocatorStandIn(device_pool)
-        self.controller: Any = None
-        self.side: side_pools.SidePool | None = None  # the group's side pool, if the case has one
-        self.dsa: dsa.DsaGroup | None = None  # a DSA indexer's anchor and config, if the case's pool is one
-        self.mxfp8: mxfp8.ScaleStorages | None = None  # the MXFP8 pool's scale blocks, if the case's pool is one
-        self.shard: LayerShard | None = None  # the rank's share of the stage, if the MLA pool is layer-sharded
-        # bytes of sglang's tensors no case storage holds, which must keep their values (kernels/sglang_hicache_device)
-        self.outside = devices.OutsideBytes()
-        self.forward_stream: Any = None  # the stream standing for the forward stream (CUDA), made at first use
-
-    @property
-    def allocating_pool(self) -> Any:
-        """The host pool whose allocator grants the controller's host slots: the group's anchor (the DSA indexer
-        rides on its MLA anchor's slots), else the case's pool."""
-        return self.dsa.anchor_host if self.dsa is not None else self.host_pool
 
 
 def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
@@ -315,138 +229,6 @@ def _finish(mods: Any, case: Case, built: Built) -> Built:
     return built
 
 
-# ---- the case's bytes <-> sglang's tensors ---------------------------------------------------------------
-
-def _device_tensors(pool: PoolBuffers, built: Built, component: str) -> list[torch.Tensor]:
-    """sglang's per-layer device tensors of one component, in the case's layer order (target, then drafts)."""
-    name = settings(pool.case)[0]
-    if name == mamba.MAMBA:
-        return mamba.device_tensors(built.device_pool, built.drafts, component)
-    if name in pagerow.PAGE_ROW_CLASSES:
-        return pagerow.device_tensors(built.device_pool, pool.case.device_rows)
-    k_only = name == K_ONLY
-
-    def of(device_pool: Any) -> list[torch.Tensor]:
-        if k_only:
-            return list(device_pool.k_buffer)
-        if pool.spec.attention is Attention.MLA:
-            return list(device_pool.kv_buffer)
-        return list(device_pool.k_buffer if component == "k" else device_pool.v_buffer)
-
-    target = of(built.device_pool)
-    if built.shard is not None:  # the rank's share of the stage's layers
-        target = target[built.shard.start : built.shard.start + built.shard.owned]
-    return target + [of(p)[0] for p in built.drafts]
-
-
-def _host_tensors(pool: PoolBuffers, built: Built) -> list[torch.Tensor]:
-    """sglang's host tensors whose bytes, one after another, are the case's host storage."""
-    host = built.host_pool
-    if settings(pool.case)[0] == mamba.MAMBA:
-        return mamba.host_tensors(host)
-    if settings(pool.case)[0] in pagerow.PAGE_ROW_CLASSES:
-        return pagerow.host_tensors(host)
-    if pool.spec.attention is Attention.MHA_ASYM:
-        return [host.k_buffer, host.v_buffer]
-    if settings(pool.case)[0] == K_ONLY:
-        return [host.k_buffer]
-    return [host.kv_buffer]
-
-
-def _device_layers(pool: PoolBuffers, built: Built) -> list[tuple[str, int, torch.Tensor]]:
-    """sglang's tensor of each layer of the case's device storage, as (component, layer, uint8 view of
-    device_rows x row bytes)."""
-    if built.dsa is not None:
-        component = pool.spec.components[0]
-        return [(component, layer, theirs)
-                for layer, (_ours, theirs) in enumerate(dsa.case_pairs(pool, built.dsa)[: pool.case.layers])]
-    rows = pool.case.device_rows
-    return [(component, layer, theirs.view(torch.uint8).view(rows, -1))
-            for component in pool.spec.components
-            for layer, theirs in enumerate(_device_tensors(pool, built, component))]
-
-
-def _pairs(pool: PoolBuffers, built: Built) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(ours, theirs) of equal shape: the case's storages and sglang's tensors holding the same bytes."""
-    if built.dsa is not None:
-        return dsa.case_pairs(pool, built.dsa)
-    out = [(pool.device_layer(component, layer), theirs) for component, layer, theirs in _device_layers(pool, built)]
-    if built.shard is not None:
-        return out + _sharded_host_pairs(pool, built, built.shard)
-    start = 0
-    payload = pool.host.payload
-    for tensor in _host_tensors(pool, built):
-        flat = tensor.view(torch.uint8).view(-1)
-        out.append((payload[start : start + flat.numel()], flat))
-        start += flat.numel()
-    if start != payload.numel():
-        raise RuntimeError(f"harness: sglang's host pool holds {start} bytes, the case's host storage "
-                           f"{payload.numel()}")
-    return out
-
-
-# The host tensor of the MLA pool per layout, as (shape before the layer axis, the layer axis): the case's host
-# storage has the same shape with the case's layers.
-_MLA_HOST_LAYER_AXIS = {HostLayout.LAYER_FIRST: 0, HostLayout.PAGE_FIRST: 1, HostLayout.PAGE_FIRST_DIRECT: 1}
-
-
-def _mla_host_shape(case: Case, layers: int, row: int) -> tuple[int, ...]:
-    S, ps = case.host_slots, case.page_size
-    return {HostLayout.LAYER_FIRST: (layers, S, row), HostLayout.PAGE_FIRST: (S, layers, row),
-            HostLayout.PAGE_FIRST_DIRECT: (S // ps, layers, ps, row)}[case.layout]
-
-
-def _sharded_host(pool: PoolBuffers, built: Built, shard: LayerShard) -> tuple[torch.Tensor, int]:
-    """sglang's host tensor of a layer-sharded MLA case as uint8 in the case's shape (its own layer count), and
-    the layer axis."""
-    row = pool.spec.row_bytes(pool.spec.components[0])
-    layers = shard.host_target_layers + pool.case.layers - shard.owned
-    host = built.host_pool.kv_buffer.view(torch.uint8).view(_mla_host_shape(pool.case, layers, row))
-    return host, _MLA_HOST_LAYER_AXIS[pool.case.layout]
-
-
-def _sharded_host_pairs(pool: PoolBuffers, built: Built, shard: LayerShard) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(ours, theirs) of a layer-sharded MLA case's host storage (oracles/pool_layouts.py, the layer-sharded
-    section): the owned layers are sglang's first host layers, the drafts its layers from ``ceil(L / size)``."""
-    host, axis = _sharded_host(pool, built, shard)
-    row, drafts = pool.spec.row_bytes(pool.spec.components[0]), pool.case.layers - shard.owned
-    ours = pool.host.payload.view(_mla_host_shape(pool.case, pool.case.layers, row))
-    return [(ours.narrow(axis, 0, shard.owned), host.narrow(axis, 0, shard.owned)),
-            (ours.narrow(axis, shard.owned, drafts), host.narrow(axis, shard.host_target_layers, drafts))]
-
-
-def outside_bytes(pool: PoolBuffers, built: Built) -> devices.OutsideBytes:
-    """The regions of sglang's tensors a case's sequence must not change and no case storage holds: a
-    layer-sharded pool's other device layers and its host layers no owned layer maps to, a token-major pool's
-    entry bytes past its layers' rows."""
-    outside = devices.OutsideBytes()
-    shard = built.shard
-    if shard is not None:
-        for layer, tensor in enumerate(built.device_pool.kv_buffer):
-            if not shard.start <= layer < shard.start + shard.owned:
-                outside.add(f"device layer {layer} (rank {shard.rank} of {shard.size} does not own it)", tensor)
-        host, axis = _sharded_host(pool, built, shard)
-        if shard.host_target_layers > shard.owned:
-            outside.add(f"host layers {shard.owned}..{shard.host_target_layers - 1} (no owned layer maps to them)",
-                        host.narrow(axis, shard.owned, shard.host_target_layers - shard.owned))
-    if device_rows(pool.case) == TOKEN_MAJOR:
-        views = [tensor for component in pool.spec.components for tensor in _device_tensors(pool, built, component)]
-        padding = devices.entry_padding(views)
-        if padding is not None:
-            outside.add("the unified pool's entry bytes past the layers' rows", *padding)
-    return outside
-
-
-def copy_in(pool: PoolBuffers, built: Built) -> None:
-    for ours, theirs in _pairs(pool, built):
-        theirs.copy_(ours)
-
-
-def copy_out(pool: PoolBuffers, built: Built) -> None:
-    for ours, theirs in _pairs(pool, built):
-        ours.copy_(theirs)
-
-
 # ---- the sequence ----------------------------------------------------------------------------------------
 
 def controller_for(mods: Any, case: Case, built: Built) -> Any:
@@ -481,15 +263,6 @@ def controller_for(mods: Any, case: Case, built: Built) -> Any:
                                       transfer_layer_id_max=target)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _indices(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int64, device=device)
-
-
 def prepare_allocator(case: Case, host_pool: Any) -> None:
     """One grant of the whole pool, then the prologue's frees (oracles/sequence.py): the free list the oracle
     assumes."""
@@ -497,7 +270,7 @@ def prepare_allocator(case: Case, host_pool: Any) -> None:
     if whole is None or len(whole) != case.host_slots:
         raise AssertionError(f"host pool allocator did not grant its whole capacity of {case.host_slots} slots")
     for chunk in sequence.prologue(case):
-        host_pool.free(_indices(chunk, torch.device("cpu")))
+        host_pool.free(indices(chunk, torch.device("cpu")))
 
 
 def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
@@ -514,7 +287,7 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
     prepare_allocator(case, built.allocating_pool)
     record = bool(sequence.program(case)) and _images_fit(buffers)
     buffers.step_images = []
-    table = RequestTable(case, device) if sequence.request_slots(case) else None
+    table = hisparse.RequestTable(case, device) if sequence.request_slots(case) else None
     side = built.side if built.side is not None and side_transfer(case) else None
     side_steps = side_transfers.side_steps(case) if side is not None else []
     if side is not None:
@@ -522,18 +295,18 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
     for position, step in enumerate(sequence.plan_steps(case)):
         side_step = side_steps[position] if side is not None else None
         if table is not None:
-            label = _request_step(built, table, step, _start, case.layers)
+            label = hisparse.request_step(built, table, step, _start, case.layers)
             if not step.transfers:
                 continue
-            _sync(device)
+            sync(device)
         elif step.op == sequence.EVICT:
-            controller.evict_host(_indices(step.host_indices, torch.device("cpu")))
+            controller.evict_host(indices(step.host_indices, torch.device("cpu")))
             if side is not None and side_step is not None and side_step.host_slots:
                 _release_side_slots(mods, controller, side, step, side_step)
             continue
         elif step.op == sequence.BACKUP:
             allocator.done_events.clear()
-            rows = _indices(step.device_indices, device)
+            rows = indices(step.device_indices, device)
             if side is not None and side_step is not None:
                 # queued (flush=False) so that the side pool's grant is checked before the copies use it
                 transfer = mods.PoolTransfer(name=side_pools.pool_name(mods, side), device_indices=rows)
@@ -548,31 +321,33 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                                      f"it has free")
             ack = controller.ack_write_queue.pop()
             ack.finish_event.synchronize()
-            label = f"{type(controller).__name__}.write granted host slots {_head(granted)}"
+            label = f"{type(controller).__name__}.write granted host slots {head(granted)}"
             why = allocator.done_event_differs(controller, "write", ack.finish_event)
             if why:
                 raise AssertionError(f"{step.label()} [{label}]: {why}")
         else:
-            host = _indices(step.host_indices, torch.device("cpu"))
-            rows = _indices(step.device_indices, device)
-            if _name in COORDINATOR_LOADED:
+            host = indices(step.host_indices, torch.device("cpu"))
+            rows = indices(step.device_indices, device)
+            if _name in hisparse.COORDINATOR_LOADED:
                 # its coordinator loads layer after layer on the current stream, no producer to consume: nothing
                 # to read layer by layer
-                _coordinator_load(controller, built, host, rows, _start, case.layers)
+                hisparse.coordinator_load(controller, built, host, rows, _start, case.layers)
                 label = "load_to_device_per_layer over the stage's layer ids (the HiSparse coordinator's loop)"
             else:
                 label = f"{type(controller).__name__}.load + start_loading"
                 allocator.grants.append(rows)
-                layers = _layers_by_wait(built, pool)  # before the submission: the reads must follow it closely
+                # before the submission: the reads must follow it closely
+                layers = layer_read.layers_by_wait(built, pool)
                 controller.load(host, **(_side_load(mods, side, side_step, rows) if side is not None
                                          else _sidecars(built)))
                 allocator.done_events.clear()
-                with _h2d_delay(_h2d_delayed(case, step)):
+                with layer_read.h2d_delay(layer_read.h2d_delayed(case, step)):
                     producer = controller.start_loading()
-                reads = _read_layer_by_layer(built, layers, producer, rows)
+                reads = layer_read.read_layer_by_layer(built, layers, producer, rows)
                 ack = controller.ack_load_queue.pop()
                 ack.finish_event.synchronize()
-                why = _stale_read(reads, rows) or allocator.done_event_differs(controller, "load", ack.finish_event)
+                why = (layer_read.stale_read(reads, rows)
+                       or allocator.done_event_differs(controller, "load", ack.finish_event))
                 if why:
                     raise AssertionError(f"{step.label()} [{label}]: {why}")
                 # the hybrid controller loads the packed draft layers itself; the base one leaves them to the
@@ -580,21 +355,21 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 own_drafts = 0 if controller_kind(case) == HYBRID else drafts
                 _draft_and_foreign_loads(controller, built, host, rows, io_backend, device_target_layers(case),
                                          own_drafts, () if _name in UNGUARDED else _foreign_layer_ids(built))
-            _sync(device)
+            sync(device)
         if side is not None and side_step is not None:
             side.apply(side_step)
-            _sync(device)
+            sync(device)
             why = side.differs()
             if why:
                 raise AssertionError(f"{step.label()} [{label}]: {why}")
         if built.mxfp8 is not None:
-            _sync(device)
+            sync(device)
             why = built.mxfp8.check_step()
             if why:
                 raise AssertionError(f"{step.label()} [{label}]: {why}")
         if record:
-            _sync(device)
-            copy_out(pool, built)
+            sync(device)
+            tensors.copy_out(pool, built)
             buffers.step_images.append((label, {s.key: s.raw.to(device, copy=True) for s in buffers.storages()}))
 
 
@@ -606,225 +381,6 @@ STEP_IMAGE_BUDGET = 1 << 30
 def _images_fit(buffers: Materialized) -> bool:
     transfers = sum(1 for _ in sequence.transfer_steps(buffers.case))
     return sum(s.raw.numel() for s in buffers.storages()) * transfers <= STEP_IMAGE_BUDGET
-
-
-def _head(granted: torch.Tensor) -> str:
-    values = granted.tolist()
-    return str(values) if len(values) <= 8 else f"[{', '.join(map(str, values[:8]))}, ...] ({len(values)})"
-
-
-def _h2d_delayed(case: Case, step: sequence.Step) -> bool:
-    """Whether the load of `step` is submitted with the H2D delay: one load in two, a function of the case and the
-    step only, so that a replay of the case delays the same loads."""
-    return zlib.crc32(f"{case.case_id}:{step.index}".encode()) % 2 == 0
-
-
-@contextmanager
-def _h2d_delay(delayed: bool) -> Iterator[None]:
-    """sglang's H2D delay knob set for the submissions inside (`delayed`), then as it was: sglang reads it on every
-    submission, so only the delayed loads pay for it."""
-    with _H2D_DELAY_LOCK:
-        if not delayed:
-            yield
-            return
-        before = os.environ.get(H2D_DELAY_ENV)
-        os.environ[H2D_DELAY_ENV] = str(H2D_DELAY_CYCLES)
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop(H2D_DELAY_ENV, None)
-            else:
-                os.environ[H2D_DELAY_ENV] = before
-
-
-class LayerRead(NamedTuple):
-    """One device layer of a load as the forward stream read it."""
-
-    component: str
-    layer: int  # of the case's device storage
-    waited_for: int  # the transfer layer id passed to wait_until before the read
-    tensor: torch.Tensor  # sglang's tensor of the layer (device_rows x row bytes, uint8)
-    read: torch.Tensor  # its rows of the load, copied on the forward stream after the wait
-
-
-def _layer_done_at(case: Case, built: Built) -> list[int | None]:
-    """For each layer of the case's device storage, the transfer layer id whose event marks it loaded: a target
-    layer its own (a DSA indexer's layer the device layer owning its index keys), a packed draft layer under the
-    hybrid controller the last one (sglang finishes every draft before the final target-layer event), under the
-    base controller none (the draft pass loads it after the load)."""
-    drafts = settings(case)[3]
-    target: range | tuple[int, ...] = range(case.layers - drafts)
-    if built.dsa is not None:
-        target = owned_device_layers(skip_topk_layers(case))
-    elif built.shard is not None:  # case layer j is the stage's device layer start + j
-        target = range(built.shard.start, built.shard.start + built.shard.owned)
-    draft_at = built.controller.transfer_layer_id_max - 1 if controller_kind(case) == HYBRID else None
-    return [*target, *[draft_at] * drafts]
-
-
-@contextmanager
-def _forward_stream(built: Built, device: torch.device) -> Iterator[None]:
-    """Work inside runs on the stand-in for the forward stream, after the current stream's work (the load's row
-    indices are made there). On the CPU (the fake sglang) there are no streams: work runs in order."""
-    if device.type != "cuda":
-        yield
-        return
-    if built.forward_stream is None:
-        built.forward_stream = torch.cuda.Stream(device)
-    stream = built.forward_stream
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        yield
-
-
-def _layers_by_wait(built: Built, pool: PoolBuffers) -> list[tuple[int, list[tuple[str, int, torch.Tensor]]]]:
-    """The layers of the case's device storage that a load brings, grouped by the transfer layer id whose event
-    marks them loaded, in the order of the ids: the case's device storage only (an MXFP8 pool's scale blocks and a
-    DSA case's MLA anchor, loaded beside it, are judged once the load is done)."""
-    done_at = _layer_done_at(pool.case, built)
-    by_transfer_layer: dict[int, list[tuple[str, int, torch.Tensor]]] = {}
-    for component, layer, tensor in _device_layers(pool, built):
-        at = done_at[layer]
-        if at is not None:
-            by_transfer_layer.setdefault(at, []).append((component, layer, tensor))
-    return sorted(by_transfer_layer.items())
-
-
-def _read_layer_by_layer(built: Built, layers: list[tuple[int, list[tuple[str, int, torch.Tensor]]]], producer: int,
-                         rows: torch.Tensor) -> list[LayerRead]:
-    """The load of `producer` consumed as the forward pass consumes it (the model runner's ``set_consumer``, then
-    the device pool's ``wait_until(layer)`` before attention reads the layer): the load's rows of each of `layers`
-    (``_layers_by_wait``), copied after the wait for the transfer layer that marks it loaded."""
-    counter = built.controller.layer_done_counter
-    reads = []
-    with _forward_stream(built, rows.device):
-        counter.set_consumer(producer)
-        for at, loaded in layers:
-            counter.wait_until(at)
-            reads += [LayerRead(component, layer, at, tensor, tensor.index_select(0, rows))
-                      for component, layer, tensor in loaded]
-        counter.set_consumer(-1)  # as a batch without a load sets it: later reads wait on nothing
-    return reads
-
-
-def _stale_read(reads: list[LayerRead], rows: torch.Tensor) -> str:
-    """'' if every layer the forward stream read holds what that layer holds once the whole load has finished,
-    else the first that does not. The whole load is the runner's to compare with the oracle (the step's image or
-    the final storages): a load that moves wrong bytes is reported there, against the oracle; what only the reads
-    can show is a wait that returned before its layer was loaded."""
-    if not reads:
-        return ""
-    _sync(rows.device)
-    loaded = [r.tensor.index_select(0, rows) for r in reads]
-    if torch.equal(torch.cat([r.read.view(-1) for r in reads]), torch.cat([t.view(-1) for t in loaded])):
-        return ""
-    for r, now in zip(reads, loaded, strict=True):
-        differs = (r.read != now).nonzero()
-        if len(differs):
-            index, byte = (int(v) for v in differs[0])
-            return (f"layer-wise read: device layer {r.layer} ({r.component.upper()}) as the forward stream read it "
-                    f"after layer_done_counter.wait_until({r.waited_for}) differs from the layer once the load had "
-                    f"finished in {len(differs)} bytes, the first at device row {int(rows[index])} byte {byte}")
-    return ""
-
-
-class RequestTable:
-    """The HiSparse coordinator's request table (``hisparse_coordinator.py``): ``req_to_host_pool``, one row of host
-    slots per request (-1 where none), int64 on the device, and ``req_to_host_pool_allocated_len``, each row's
-    allocated length, int64 on the CPU. The pool's own ``alloc_paged_token_slots`` fills it and
-    ``allocated_host_indices`` reads it. A row is the coordinator's longest context plus a page wide; no request
-    here holds more than the pool's capacity, which stands for that context."""
-
-    def __init__(self, case: Case, device: torch.device) -> None:
-        width = case.host_slots + case.page_size
-        self.slots = torch.full((sequence.REQUEST_ROWS, width), -1, dtype=torch.int64, device=device)
-        self.allocated = torch.zeros(sequence.REQUEST_ROWS, dtype=torch.int64)
-
-    def release(self, request: int) -> None:
-        """The row emptied, as the coordinator's ``request_finished`` leaves it."""
-        self.slots[request, :] = -1
-        self.allocated[request] = 0
-
-    def differs(self, step: sequence.Step) -> str:
-        """'' if the table is the oracle's after `step`, else its first difference."""
-        lengths = [len(row) for row in step.table]
-        if self.allocated.tolist() != lengths:
-            return f"req_to_host_pool_allocated_len is {self.allocated.tolist()}, the oracle's {lengths}"
-        got = self.slots.cpu()
-        want = torch.full_like(got, -1)
-        for request, row in enumerate(step.table):
-            want[request, : len(row)] = torch.tensor(row, dtype=torch.int64)
-        differs = (got != want).nonzero()
-        if not len(differs):
-            return ""
-        request, token = (int(v) for v in differs[0])
-        return (f"req_to_host_pool row {request} holds {int(got[request, token])} at token {token}, the oracle's "
-                f"{int(want[request, token])}")
-
-
-def _request_step(built: Built, table: RequestTable, step: sequence.Step, start: int, layers: int) -> str:
-    """One step of a request-slot sequence as the HiSparse coordinator makes it (the label names its calls): a
-    back-up's or reservation's grant from the pool's ``alloc_paged_token_slots``, backed up with
-    ``backup_from_device_all_layer`` (the kernel io backend; a grant of no tokens moves nothing, as the
-    coordinator's ``_backup_device_locs_to_host`` skips it); a load from the request's row, layer by layer over the
-    stage's global layer ids; a release through ``allocated_host_indices`` and the pool's ``free``. The grant, the
-    freed slots, the table and the allocator's free count must be the oracle's (AssertionError otherwise), the
-    grant before it is used."""
-    pool, device = built.host_pool, table.slots.device
-    count = len(step.host_indices)
-    why = ""
-    if step.op == sequence.RELEASE:
-        freed = pool.allocated_host_indices(table.slots, step.request, table.allocated[step.request])
-        label = f"allocated_host_indices of request {step.request} + free"
-        why = _slots_differ("allocated_host_indices", freed, step.host_indices, device)
-        if not why and freed.numel() > 0:
-            pool.free(freed)
-        table.release(step.request)
-    elif step.op == sequence.LOAD:
-        host = table.slots[step.request, step.start : step.start + count]
-        rows = _indices(step.device_indices, device)
-        for layer in range(start, start + layers):
-            pool.load_to_device_per_layer(built.device_pool, host, rows, layer, io_backend="kernel")
-        return f"load_to_device_per_layer of request {step.request}'s slots over the stage's layer ids"
-    else:
-        granted = pool.alloc_paged_token_slots(table.slots, table.allocated, step.request, step.start, count)
-        label = f"alloc_paged_token_slots granted {_head(granted)}"
-        why = _slots_differ("alloc_paged_token_slots", granted, step.host_indices, device)
-        if not why and step.transfers:
-            label += " + backup_from_device_all_layer"
-            pool.backup_from_device_all_layer(built.device_pool, granted, _indices(step.device_indices, device),
-                                              io_backend="kernel")
-    why = why or table.differs(step)
-    if not why and pool.available_size() != step.free:
-        why = f"the host pool has {pool.available_size()} free slots, the oracle's free list {step.free}"
-    if why:
-        raise AssertionError(f"{step.label()} [{label}]: {why}")
-    return label
-
-
-def _slots_differ(call: str, got: torch.Tensor, want: tuple[int, ...], device: torch.device) -> str:
-    """'' if `got` holds the slots `want` as the coordinator hands them to the transfer kernels (int64 on the
-    request table's device), else how it differs."""
-    if got.dtype != torch.int64 or got.device != device:
-        return (f"{call} returned {got.dtype} on {got.device}, not the request table's int64 on {device} (the "
-                f"coordinator hands it to the transfer kernels as it is)")
-    values = got.tolist()
-    if values == list(want):
-        return ""
-    at = next((i for i, (a, b) in enumerate(zip(values, want, strict=False)) if a != b), min(len(values), len(want)))
-    got_at = values[at] if at < len(values) else "nothing"
-    want_at = want[at] if at < len(want) else "nothing"
-    return (f"{call} returned {len(values)} slots, the oracle's {len(want)}; the first difference at position {at}: "
-            f"{got_at}, the oracle's {want_at}")
-
-
-def _coordinator_load(controller: Any, built: Built, host: torch.Tensor, rows: torch.Tensor, start: int,
-                      layers: int) -> None:
-    """A HiSparse load as its coordinator makes it: the kernel io backend, global layer ids of the stage."""
-    host_idx, dev_idx = controller.move_indices(host, rows)
-    for layer in range(start, start + layers):
-        built.host_pool.load_to_device_per_layer(built.device_pool, host_idx, dev_idx, layer, io_backend="kernel")
 
 
 def _sidecars(built: Built) -> dict[str, Any]:
@@ -840,7 +396,7 @@ def _side_load(mods: Any, side: side_pools.SidePool, side_step: side_transfers.S
     if side_step is None or not side_step.host_slots:
         return {}
     transfer = mods.PoolTransfer(name=side_pools.pool_name(mods, side),
-                                 host_indices=_indices(side_step.host_slots, torch.device("cpu")), device_indices=rows)
+                                 host_indices=indices(side_step.host_slots, torch.device("cpu")), device_indices=rows)
     return {"extra_pools": [transfer]}
 
 
@@ -852,7 +408,7 @@ def _check_side_grant(step: sequence.Step, side: side_pools.SidePool, transfer: 
     values = None if got is None else got.tolist()
     if values != list(side_step.host_slots):
         raise AssertionError(f"{step.label()}: the write's {side.name} side pool transfer was granted host slots "
-                             f"{'none' if got is None else _head(got)} by resolve_host_transfers, the oracle's side "
+                             f"{'none' if got is None else head(got)} by resolve_host_transfers, the oracle's side "
                              f"allocator grants {list(side_step.host_slots)[:8]}")
 
 
@@ -861,7 +417,7 @@ def _release_side_slots(mods: Any, controller: Any, side: side_pools.SidePool, s
     """The evicted entry's side slots released as sglang releases independently allocated side-pool slots: the
     group's ``release_transfers``, which must free every one of them."""
     transfer = mods.PoolTransfer(name=side_pools.pool_name(mods, side),
-                                 host_indices=_indices(side_step.host_slots, torch.device("cpu")))
+                                 host_indices=indices(side_step.host_slots, torch.device("cpu")))
     released = controller.mem_pool_host.release_transfers([transfer])
     if released != len(side_step.host_slots):
         raise AssertionError(f"{step.label()}: release_transfers freed {released} of the {side.name} side pool's "
@@ -891,7 +447,7 @@ def _draft_and_foreign_loads(controller: Any, built: Built, host: torch.Tensor, 
     ``invalid argument``."""
     host_idx, dev_idx = controller.move_indices(host, rows)
     pool = built.host_pool
-    with _forward_stream(built, rows.device):
+    with forward_stream(built, rows.device):
         for depth, draft_pool in enumerate(built.drafts[:draft_pass]):
             pool.load_to_device_per_layer(draft_pool, host_idx, dev_idx, target + depth, io_backend, is_draft=True)
         for layer in foreign:
@@ -904,8 +460,8 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
     must be unchanged, a DSA indexer's tail pages too, its MLA anchor's must be the oracle's, and so must an MXFP8
     pool's scale blocks (also checked after every transfer where the step images fit their budget)."""
     pool = buffers.pools[0]
-    copy_in(pool, built)
-    built.outside = outside_bytes(pool, built)
+    tensors.copy_in(pool, built)
+    built.outside = tensors.outside_bytes(pool, built)
     built.outside.fill_and_snapshot()
     if built.side is not None:
         built.side.fill_and_snapshot()
@@ -916,8 +472,8 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
     try:
         run_sequence(mods, buffers, built)
     finally:
-        _sync(buffers.device)
-        copy_out(pool, built)
+        sync(buffers.device)
+        tensors.copy_out(pool, built)
     why = built.outside.changed()
     if built.side is not None:
         why = why or (built.side.differs() if side_transfer(buffers.case) else built.side.changed())

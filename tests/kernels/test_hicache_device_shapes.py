@@ -17,6 +17,7 @@ from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_hicache_device as devices
 from hicache_fuzz.kernels import sglang_hicache_drive as drive
+from hicache_fuzz.kernels import sglang_hicache_objects as objects
 from hicache_fuzz.kernels.registry import load_registry
 from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend
 from hicache_fuzz.kernels.sglang_hicache_settings import (
@@ -45,7 +46,7 @@ def mla_case(layout: HostLayout, shard: str, *, head_dim: int = JIT_ROW, layers:
     return case.replace(pools=(PoolSpec("kv", Attention.MLA, KVDtype.BF16, 1, head_dim),))
 
 
-def built_for(case: Case) -> drive.Built:
+def built_for(case: Case) -> objects.Built:
     return drive.build(drive.load_modules(), case, torch.device("cpu"))
 
 

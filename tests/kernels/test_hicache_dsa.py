@@ -16,6 +16,7 @@ from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayo
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.pipeline.materialize import materialize
 from hicache_fuzz.kernels import sglang_hicache_drive as drive
+from hicache_fuzz.kernels import sglang_hicache_tensors as tensors
 from hicache_fuzz.kernels.sglang_hicache import SglangHicacheBackend
 from hicache_fuzz.kernels.sglang_hicache_dsa import DSA, index_format
 from hicache_fuzz.kernels.sglang_hicache_settings import (
@@ -160,7 +161,7 @@ def test_page_first_host_rows_are_read_from_the_page_major_tensor(fake_sglang) -
     built = drive.build(drive.load_modules(), case, torch.device("cpu"))
     buffers = materialize(case, torch.device("cpu"))
     try:
-        drive.copy_in(buffers.pools[0], built)
+        tensors.copy_in(buffers.pools[0], built)
         ours = buffers.pools[0].host.payload.view(case.host_slots, case.layers, 48)
         theirs = built.host_pool.index_k_with_scale_buffer
         for layer, slot in ((0, 0), (1, 13), (0, 35), (1, 24)):

@@ -9,7 +9,7 @@ import pytest
 
 from hicache_fuzz.harness.model.case import Attention, HostLayout
 from hicache_fuzz.harness.model.outcome import Outcome
-from hicache_fuzz.kernels import sglang_hicache_drive as drive
+from hicache_fuzz.kernels import sglang_hicache_objects as objects
 from hicache_fuzz.oracles import sequence
 from tests.kernels._hicache_helpers import fake_sglang, hicache_case, run_on_cpu
 
@@ -22,13 +22,13 @@ CONTROLLER_CLASS = {"hybrid": "HybridCacheController", "base": "HiCacheControlle
 def test_each_transfer_hands_the_allocator_its_finish_event(fake_sglang: None, monkeypatch: pytest.MonkeyPatch,
                                                             controller: str) -> None:
     handed: list[str] = []
-    record = drive.DeviceAllocatorStandIn.set_hicache_transfer_done_event
+    record = objects.DeviceAllocatorStandIn.set_hicache_transfer_done_event
 
-    def recording(self: drive.DeviceAllocatorStandIn, key: tuple[int, str], event: object) -> None:
+    def recording(self: objects.DeviceAllocatorStandIn, key: tuple[int, str], event: object) -> None:
         handed.append(key[1])
         record(self, key, event)
 
-    monkeypatch.setattr(drive.DeviceAllocatorStandIn, "set_hicache_transfer_done_event", recording)
+    monkeypatch.setattr(objects.DeviceAllocatorStandIn, "set_hicache_transfer_done_event", recording)
     case = hicache_case(Attention.MHA, HostLayout.PAGE_FIRST, ops="backup,load,evict,backup,load",
                         controller=controller)
     assert run_on_cpu(case).outcome is Outcome.PASS
@@ -51,7 +51,7 @@ def test_a_load_whose_event_the_allocator_never_gets_is_caught(fake_sglang: None
 
 
 def test_the_stand_in_tells_a_missing_or_foreign_event_from_the_finish_event() -> None:
-    allocator = drive.DeviceAllocatorStandIn(device_pool=None)
+    allocator = objects.DeviceAllocatorStandIn(device_pool=None)
     controller, finish, other = object(), object(), object()
     assert "no event under (object, 'write')" in allocator.done_event_differs(controller, "write", finish)
     allocator.set_hicache_transfer_done_event((id(controller), "write"), finish)

@@ -13,7 +13,8 @@ import pytest
 
 from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype, PoolSpec
 from hicache_fuzz.harness.model.outcome import Outcome
-from hicache_fuzz.kernels import sglang_hicache_drive as drive
+from hicache_fuzz.kernels import sglang_hicache_hisparse as hisparse
+from hicache_fuzz.kernels import sglang_hicache_layer_read as layer_read
 from hicache_fuzz.kernels.sglang_hicache_settings import BASE, HYBRID, case_settings, controller_kind, skip_topk_layers
 from hicache_fuzz.oracles import pool_layouts, sequence
 from tests.kernels._hicache_helpers import fake_sglang, hicache_case, run_on_cpu
@@ -21,7 +22,7 @@ from tests.kernels.test_sglang_pool_classes import KIND
 
 __all__ = ["fake_sglang"]  # the fixture, used by name
 
-DRIVEN_BY_CONTROLLER = [name for name in pool_layouts.MODELLED if name not in drive.COORDINATOR_LOADED]
+DRIVEN_BY_CONTROLLER = [name for name in pool_layouts.MODELLED if name not in hisparse.COORDINATOR_LOADED]
 CONTROLLER_CLASS = {HYBRID: "HybridCacheController", BASE: "HiCacheController"}
 
 
@@ -45,7 +46,7 @@ def class_case(name: str, controller: str, ops: str = "backup,load,evict,backup,
 
 @pytest.fixture
 def every_load_delayed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(drive, "_h2d_delayed", lambda case, step: True, raising=False)
+    monkeypatch.setattr(layer_read, "h2d_delayed", lambda case, step: True)
 
 
 class ConsumerLog:
@@ -121,15 +122,15 @@ def test_packed_draft_layers_are_read_after_the_last_wait_under_the_hybrid_contr
     the draft pass loads them after the load, so the forward stream's reads leave them out."""
     case = hicache_case(Attention.MHA, HostLayout.PAGE_FIRST, layers=5, draft_layers=2, ops="load",
                         controller=controller)
-    reads: list[drive.LayerRead] = []
-    read_layer_by_layer = drive._read_layer_by_layer
+    reads: list[layer_read.LayerRead] = []
+    read_layer_by_layer = layer_read.read_layer_by_layer
 
-    def kept(*args: Any) -> list[drive.LayerRead]:
+    def kept(*args: Any) -> list[layer_read.LayerRead]:
         out = read_layer_by_layer(*args)
         reads.extend(out)
         return out
 
-    monkeypatch.setattr(drive, "_read_layer_by_layer", kept)
+    monkeypatch.setattr(layer_read, "read_layer_by_layer", kept)
     assert run_on_cpu(case).outcome is Outcome.PASS
     target = [(c, layer, layer) for c in ("k", "v") for layer in range(3)]
     drafts = [(c, layer, 2) for c in ("k", "v") for layer in (3, 4)] if controller_kind(case) == HYBRID else []
@@ -183,32 +184,32 @@ def test_the_delay_knob_is_set_for_the_drawn_loads_only_and_restored(fake_sglang
     import sglang.srt.managers.cache_controller as fake_controller
 
     if outside is None:
-        monkeypatch.delenv(drive.H2D_DELAY_ENV, raising=False)
+        monkeypatch.delenv(layer_read.H2D_DELAY_ENV, raising=False)
     else:
-        monkeypatch.setenv(drive.H2D_DELAY_ENV, outside)
+        monkeypatch.setenv(layer_read.H2D_DELAY_ENV, outside)
     seen: list[str | None] = []
     submit = fake_controller.submit_host_to_device
 
     def seeing(*args: Any) -> Any:
-        seen.append(os.environ.get(drive.H2D_DELAY_ENV))
+        seen.append(os.environ.get(layer_read.H2D_DELAY_ENV))
         return submit(*args)
 
     monkeypatch.setattr(fake_controller, "submit_host_to_device", seeing)
     case = hicache_case(Attention.MHA, HostLayout.PAGE_FIRST, direction=Direction.LOAD_BACK,
                         ops="load,backup,load,load,load,load,load,load")
     assert run_on_cpu(case).outcome is Outcome.PASS
-    drawn = [drive._h2d_delayed(case, s) for s in sequence.plan_steps(case) if s.op == sequence.LOAD]
+    drawn = [layer_read.h2d_delayed(case, s) for s in sequence.plan_steps(case) if s.op == sequence.LOAD]
     assert True in drawn and False in drawn  # this case draws both
-    assert seen == [str(drive.H2D_DELAY_CYCLES) if delayed else outside for delayed in drawn]
-    assert os.environ.get(drive.H2D_DELAY_ENV) == outside
+    assert seen == [str(layer_read.H2D_DELAY_CYCLES) if delayed else outside for delayed in drawn]
+    assert os.environ.get(layer_read.H2D_DELAY_ENV) == outside
 
 
 def test_about_half_the_loads_are_drawn_for_the_delay_and_a_replay_draws_the_same() -> None:
     cases = [hicache_case(Attention.MHA, HostLayout.PAGE_FIRST, ops="load,load,load", layers=layers)
              for layers in range(1, 41)]
-    draws = [drive._h2d_delayed(c, s) for c in cases for s in sequence.plan_steps(c) if s.op == sequence.LOAD]
+    draws = [layer_read.h2d_delayed(c, s) for c in cases for s in sequence.plan_steps(c) if s.op == sequence.LOAD]
     assert 0.35 < sum(draws) / len(draws) < 0.65
-    again = [drive._h2d_delayed(Case.from_json(c.to_json()), s) for c in cases for s in sequence.plan_steps(c)
+    again = [layer_read.h2d_delayed(Case.from_json(c.to_json()), s) for c in cases for s in sequence.plan_steps(c)
              if s.op == sequence.LOAD]
     assert again == draws
 
@@ -217,7 +218,7 @@ def test_an_undelayed_load_is_read_after_the_fake_ran_it_whole(consumer_log: Con
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the delay the fake's H2D stream runs a load at submission (a stream that is not behind): the same
     wrong wait reads the loaded bytes, which is why the drive delays its share of loads."""
-    monkeypatch.setattr(drive, "_h2d_delayed", lambda case, step: False, raising=False)
+    monkeypatch.setattr(layer_read, "h2d_delayed", lambda case, step: False)
     monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "wrong_producer")
     case = hicache_case(Attention.MHA, HostLayout.PAGE_FIRST, ops="backup,load")
     assert run_on_cpu(case).outcome is Outcome.PASS

@@ -222,7 +222,7 @@ def test_the_base_controllers_draft_pass_runs_on_the_forward_streams_stand_in(fa
 
     base = importlib.import_module("sglang.srt.mem_cache.pool_host.base")
     inside, seen = [False], []
-    forward_stream = drive._forward_stream
+    forward_stream = drive.forward_stream
 
     @contextlib.contextmanager
     def recorded_stream(built, device):  # type: ignore[no-untyped-def]
@@ -240,7 +240,7 @@ def test_the_base_controllers_draft_pass_runs_on_the_forward_streams_stand_in(fa
             seen.append(inside[0])
         return load(self, *args, is_draft=is_draft, **kwargs)
 
-    monkeypatch.setattr(drive, "_forward_stream", recorded_stream)
+    monkeypatch.setattr(drive, "forward_stream", recorded_stream)
     monkeypatch.setattr(base.HostPool, "load_to_device_per_layer", recorded_load)
     case = hicache_case(Attention.MHA, HostLayout.PAGE_FIRST_DIRECT, layers=3, draft_layers=1, ops="load",
                         controller="base", io_backend="direct")
