@@ -26,6 +26,12 @@ STEPS = [('load', [0], [1], -1, 0)]  # (operation, host slots, device rows, requ
 # Host slots held by requests in the HiSparse coordinator's request table (its req_to_host_pool and allocated
 # lengths), granted by the pool's alloc_paged_token_slots and freed through allocated_host_indices
 REQUESTS, REQUEST_ROWS = False, 7
+# The group's side pool beside the anchor ("": none), rows of one head of SIDE_DIM elements, and whether the
+# transfers name it (extra_pools) with host slots from its own allocator
+SIDE, SIDE_MOVES, SIDE_DIM = "", False, 8
+# The steps that name the side pool: step -> (its host slots: a back-up's grant by its own allocator, the loaded or
+# evicted entry's grant; its device rows)
+SIDE_STEPS = {}
 
 
 def device_pool(layers, start):
@@ -57,6 +63,42 @@ class DeviceAllocator:  # the scheduler's device allocator: grants the rows each
         return None
 
 
+class StatePoolStandIn:  # the device Mamba pool: its host pool reads only the buffer info, the controller the rest
+    layer_transfer_counter = None
+
+    def __init__(self, info, device):
+        self.info, self.layer_num, self.device = info, TARGET, device
+        self.start_layer, self.end_layer = START, START + TARGET
+
+    def register_layer_transfer_counter(self, counter):
+        self.layer_transfer_counter = counter
+
+
+def side_pool(anchor_host, device):
+    """The side pool beside the anchor as sglang's assembler builds it: its group name, device and host pool, and
+    tensors ([component][layer] on the device, [component] on the host)."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    if SIDE == "MHATokenToKOnlyPoolHost":  # sized from the anchor host pool
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKOnlyPool
+        from sglang.srt.mem_cache.pool_host.mha import MHATokenToKOnlyPoolHost
+        pool = MHATokenToKOnlyPool(SIZE, PS, DTYPE, 1, SIDE_DIM, TARGET, str(device), False, start_layer=START,
+                                   end_layer=START + TARGET)
+        host = MHATokenToKOnlyPoolHost(pool, anchor_host, LAYOUT, True, "cpu", "default")
+        return SimpleNamespace(name=PoolName.INDEXER, device_pool=pool, host=host, device=[list(pool.k_buffer)],
+                               halves=[host.k_buffer])
+    from sglang.srt.mem_cache.device_pool_info import MambaStateBufferInfo
+    from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
+    state = torch.zeros((TARGET, SIZE + PS, 1, SIDE_DIM), dtype=DTYPE, device=device)
+    info = MambaStateBufferInfo(temporal=state, conv=(state.clone(),))
+    # int(SIZE * ratio) + 1 slots: a moving side pool gets the anchor's HOST_SLOTS, which its grants assume
+    ratio = (HOST_SLOTS - 0.5) / SIZE if SIDE_MOVES else 2.0
+    host = MambaPoolHost(info, ratio, 0, device_capacity=SIZE, pin_memory=True, device="cpu",
+                         allocator_type="default", layout=LAYOUT)
+    return SimpleNamespace(name=PoolName.MAMBA, device_pool=StatePoolStandIn(info, device), host=host,
+                           device=[list(info.temporal), list(info.conv[0])],
+                           halves=[host.temporal_buffer, host.conv_buffer[0]])
+
+
 def build():
     from sglang.srt.mem_cache.pool_host import mha as host_module
     target, drafts = device_pool(TARGET, START), [device_pool(1, 0) for _ in range(DRAFTS)]
@@ -80,7 +122,7 @@ def build():
     return target, drafts, host
 
 
-def controller_for(allocator, target, drafts, host):
+def controller_for(allocator, target, drafts, host, side):
     if CONTROLLER == "base":
         from sglang.srt.managers.cache_controller import HiCacheController
         return HiCacheController(allocator, host, PS, None, threading.Event(), write_policy="write_through",
@@ -96,7 +138,12 @@ def controller_for(allocator, target, drafts, host):
     entry = build_pool_entry(name=PoolName.KV, host_pool=host, device_pool=target, layer_mapping=mapping,
                              transfer_layer_id_max=TARGET + DRAFTS, is_anchor=True,
                              packed_draft_device_pools=tuple(drafts))
-    return HybridCacheController(allocator, HostPoolGroup([entry]), PS, None, threading.Event(),
+    entries = [entry]
+    if side is not None:  # stage-local layer mapping, no draft layers
+        entries.append(build_pool_entry(name=side.name, host_pool=side.host, device_pool=side.device_pool,
+                                        layer_mapping={layer: layer for layer in range(TARGET)},
+                                        transfer_layer_id_max=TARGET, is_anchor=False))
+    return HybridCacheController(allocator, HostPoolGroup(entries), PS, None, threading.Event(),
                                  write_policy="write_through", io_backend=IO, transfer_layer_id_max=TARGET)
 
 
@@ -119,6 +166,26 @@ def host_row(half, layer, token):  # the (heads, dim) row of one token and layer
     if LAYOUT == "page_first_direct":
         return half[token // PS, layer, token % PS]
     return half[token // PS, :, token % PS, layer]  # page_head
+
+
+def side_row(half, layer, slot):  # a side pool's (heads, dim) row: the Mamba pool's state is page-first always
+    return half[slot, layer, 0] if SIDE == "MambaPoolHost" else host_row(half, layer, slot)
+
+
+def side_transfer(side, host_slots, device_rows=None):  # the side pool named in a transfer's extra_pools
+    from sglang.srt.mem_cache.hicache_storage import PoolTransfer
+    slots = None if host_slots is None else torch.tensor(host_slots, dtype=torch.int64)
+    return PoolTransfer(name=side.name, host_indices=slots, device_indices=device_rows)
+
+
+def side_copies(model_dev, model_host, op, slots, rows):  # one step's copies of the side pool, on the model
+    for c, per in enumerate(model_dev):
+        for layer in range(TARGET):
+            for h, d in zip(slots, rows):
+                if op == "backup":
+                    side_row(model_host[c], layer, h).copy_(per[layer][d])
+                else:
+                    per[layer][d].copy_(side_row(model_host[c], layer, h))
 
 
 def sync():
@@ -161,27 +228,50 @@ def first_difference(want, got, what):
     return None
 
 
+def first_wrong(model_dev, dev, model_host, halves, pool):  # every tensor of a pool against the model's copy
+    for c, per in enumerate(dev):
+        for layer, tensor in enumerate(per):
+            what = f"{pool}device component {c} layer {layer}"
+            problem = first_difference(model_dev[c][layer], tensor.cpu(), what)
+            if problem:
+                return problem
+    for c, half in enumerate(halves):
+        problem = first_difference(model_host[c], half.cpu(), f"{pool}host component {c}")
+        if problem:
+            return problem
+    return None
+
+
 def main():
     try:
         target, drafts, host = build()
+        side = side_pool(host, target.device) if SIDE else None
     except ImportError as exc:
         print(f"cannot run here: {exc}")
         return 3
+    if SIDE_MOVES and side.host.size != HOST_SLOTS:
+        print(f"cannot run here: the {SIDE} side pool has {side.host.size} host slots, its grants assume "
+              f"{HOST_SLOTS}")
+        return 3
     allocator = DeviceAllocator(target)
-    controller = controller_for(allocator, target, drafts, host)
+    controller = controller_for(allocator, target, drafts, host, side)
     generator = torch.Generator().manual_seed(0)
     dev, halves = device_layers(target, drafts), host_halves(host)
-    for tensor in [t for per in dev for t in per] + halves:  # fill every byte, keep the model's own copy
+    side_dev, side_halves = (side.device, side.halves) if side is not None else ([], [])
+    for tensor in [t for per in dev + side_dev for t in per] + halves + side_halves:  # every byte, and the model's copy
         raw = tensor.view(torch.uint8)
         raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=generator))
     model_dev = [[t.detach().cpu().clone() for t in per] for per in dev]
     model_host = [h.detach().cpu().clone() for h in halves]
+    model_side_dev = [[t.detach().cpu().clone() for t in per] for per in side_dev]
+    model_side_host = [h.detach().cpu().clone() for h in side_halves]
     host.alloc(host.available_size())
     for chunk in PROLOGUE:
         host.free(torch.tensor(chunk, dtype=torch.int64))
     table = torch.full((REQUEST_ROWS, HOST_SLOTS + PS), -1, dtype=torch.int64, device=DEVICE)
     lengths = torch.zeros(REQUEST_ROWS, dtype=torch.int64)
     for number, (op, slots, rows, request, start) in enumerate(STEPS):
+        side_slots, side_rows = SIDE_STEPS.get(number, ([], []))
         if REQUESTS:
             problem = request_step(host, target, table, lengths, op, slots, rows, request, start)
             if problem:
@@ -191,12 +281,30 @@ def main():
                 continue
         if op == "evict":
             controller.evict_host(torch.tensor(slots, dtype=torch.int64))
+            if side_slots:  # the entry's side slots, released as sglang releases independently allocated ones
+                released = controller.mem_pool_host.release_transfers([side_transfer(side, side_slots)])
+                if released != len(side_slots):
+                    print(f"FAIL at step {number} (evict): release_transfers freed {released} of the {SIDE} side "
+                          f"pool's {len(side_slots)} slots of the evicted entry")
+                    return 1
             continue
         if op == "backup":
             if not REQUESTS:
-                granted = controller.write(torch.tensor(rows, dtype=torch.int64, device=DEVICE))
+                device_rows = torch.tensor(rows, dtype=torch.int64, device=DEVICE)
+                if number in SIDE_STEPS:  # queued: the side pool's grant is checked before the copies use it
+                    transfer = side_transfer(side, None, device_rows)
+                    granted = controller.write(device_rows, extra_pools=[transfer], flush=False)
+                    got = None if transfer.host_indices is None else transfer.host_indices.tolist()
+                    if granted is not None and got != side_slots:
+                        print(f"FAIL at step {number} (backup): resolve_host_transfers granted the {SIDE} side "
+                              f"pool host slots {got if got is None else got[:8]}, want {side_slots[:8]}")
+                        return 1
+                    controller.start_writing()
+                else:
+                    granted = controller.write(device_rows)
                 controller.ack_write_queue.pop().finish_event.synchronize()
-                print(f"step {number} backup: granted host slots {granted.tolist()[:8]}")
+                print(f"step {number} backup: granted host slots {granted.tolist()[:8]}"
+                      + (f", side slots {side_slots[:8]}" if number in SIDE_STEPS else ""))
             for c, per in enumerate(model_dev):
                 for layer in range(LAYERS):
                     for h, d in zip(slots, rows):
@@ -210,36 +318,34 @@ def main():
                     host.load_to_device_per_layer(target, h_idx, d_idx, layer, io_backend="kernel")
             elif not REQUESTS:  # (with request slots request_step loaded the request's row)
                 allocator.grants.append(device_rows)
-                controller.load(cpu_slots)
+                if side_slots:  # the slots the entry's back-up granted the side pool, to the load's rows
+                    controller.load(cpu_slots, extra_pools=[side_transfer(side, side_slots, device_rows)])
+                else:
+                    controller.load(cpu_slots)
                 controller.start_loading()
                 controller.ack_load_queue.pop().finish_event.synchronize()
             if CLASS != "HiSparseMHATokenToKVPoolHost" and CONTROLLER == "base":
                 # the draft layers, as the hybrid controller loads them; on a stream of their own, as sglang's
                 # loads always run (its page_first_direct op fails on the legacy default stream)
-                side = torch.cuda.Stream() if DEVICE.type == "cuda" else None
-                if side is not None:
-                    side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                stream = torch.cuda.Stream() if DEVICE.type == "cuda" else None
+                if stream is not None:
+                    stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                     for depth, draft in enumerate(drafts):
                         host.load_to_device_per_layer(draft, h_idx, d_idx, TARGET + depth, IO, is_draft=True)
-            print(f"step {number} load: host slots {slots[:8]} -> device rows {rows[:8]}")
+            print(f"step {number} load: host slots {slots[:8]} -> device rows {rows[:8]}"
+                  + (f", side slots {side_slots[:8]}" if side_slots else ""))
             for c, per in enumerate(model_dev):
                 for layer in range(LAYERS):
                     for h, d in zip(slots, rows):
                         per[layer][d].copy_(host_row(model_host[c], layer, h))
+        side_copies(model_side_dev, model_side_host, op, side_slots, side_rows)
         sync()
-        for c, per in enumerate(dev):
-            for layer, tensor in enumerate(per):
-                what = f"device component {c} layer {layer}"
-                problem = first_difference(model_dev[c][layer], tensor.cpu(), what)
-                if problem:
-                    print(f"FAIL at step {number} ({op}): {problem}")
-                    return 1
-        for c, half in enumerate(halves):
-            problem = first_difference(model_host[c], half.cpu(), f"host component {c}")
-            if problem:
-                print(f"FAIL at step {number} ({op}): {problem}")
-                return 1
+        problem = (first_wrong(model_dev, dev, model_host, halves, "")
+                   or first_wrong(model_side_dev, side_dev, model_side_host, side_halves, f"{SIDE} side pool "))
+        if problem:
+            print(f"FAIL at step {number} ({op}): {problem}")
+            return 1
     print("PASS: every byte right after every step")
     return 0
 

@@ -1,5 +1,7 @@
 """The standalone script of an sglang-hicache reproducer: with only torch and the fake sglang importable it passes
-on the correct fake and names the failing step on a fake with a planted bug."""
+on the correct fake and names the failing step on a fake with a planted bug. A case with a side pool gets the side
+pool in its group, as the drive builds it, and the script names the side pool where a planted bug moves its bytes
+or withholds its host slots."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from hicache_fuzz.harness.findings.standalone import standalone_script, supports
-from hicache_fuzz.harness.model.case import Attention, Direction, HostLayout
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout
+from hicache_fuzz.kernels.sglang_hicache_settings import side_pool, side_transfer
 from tests.kernels._hicache_helpers import FAKE, hicache_case
 
 CASES = {
@@ -37,13 +40,30 @@ CASES = {
                                                 ops="backup,load,backup,evict,load", pool_kind="hisparse",
                                                 requests="0:end:1,1:0:n"),
 }
+# Cases with a side pool in the hybrid controller's group: moving with every transfer (side_transfer=on), with its
+# host slots from its own allocator, or moving nothing (its bytes must stay).
+SIDE_CASES = {
+    "k-only-side-moves": hicache_case(Attention.MHA, HostLayout.PAGE_FIRST, page_size=2, layers=3,
+                                      ops="backup,load,evict,backup,load", draft_layers=1, start_layer=2,
+                                      side_pool="k_only", side_transfer="on"),
+    "k-only-side-moves-lf-direct": hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, page_size=2, layers=2,
+                                                ops="backup,backup,load,evict,load", io_backend="direct",
+                                                side_pool="k_only", side_transfer="on"),
+    "mamba-side-moves-load-back": hicache_case(Attention.MLA, HostLayout.PAGE_FIRST_DIRECT, page_size=1, layers=2,
+                                               direction=Direction.LOAD_BACK, ops="load,backup,load,evict",
+                                               io_backend="direct", side_pool="mamba", side_transfer="on"),
+    "k-only-side-still": hicache_case(Attention.MHA_ASYM, HostLayout.PAGE_FIRST_DIRECT, page_size=2, layers=2,
+                                      ops="backup,load", io_backend="direct", side_pool="k_only"),
+    "mamba-side-still": hicache_case(Attention.MHA, HostLayout.PAGE_FIRST, page_size=1, layers=3,
+                                     ops="backup,evict,backup,load", draft_layers=1, side_pool="mamba"),
+}
 # The scripts of request-slot cases catch the planted bugs of the HiSparse request-slot allocation.
 REQUEST_SLOT_BUGS = ("hisparse_len_row", "hisparse_pages_squared", "hisparse_empty_int32", "hisparse_slot0")
 
 
-def _run(tmp_path: Path, bug: str) -> dict[str, tuple[int, str]]:
+def _run(tmp_path: Path, bug: str, cases: dict[str, Case] = CASES) -> dict[str, tuple[int, str]]:
     scripts = []
-    for name, case in CASES.items():
+    for name, case in cases.items():
         path = tmp_path / f"{name}.py"
         path.write_text(standalone_script({"case": case.to_dict(), "signature": "s"}))
         scripts.append(path)
@@ -62,7 +82,7 @@ def _run(tmp_path: Path, bug: str) -> dict[str, tuple[int, str]]:
             lines = []
         else:
             lines.append(line)
-    assert set(out) == set(CASES), done.stdout + done.stderr
+    assert set(out) == set(cases), done.stdout + done.stderr
     return out
 
 
@@ -110,3 +130,40 @@ def test_classes_the_script_cannot_build_get_no_script_and_say_why() -> None:
     with pytest.raises(StandaloneUnsupported, match="MambaPoolHost"):
         standalone_script({"case": mamba.to_dict(), "signature": "s"})
     assert "MHATokenToKVPoolHost" in standalone_script({"case": CASES["mha-pf-hybrid"].to_dict(), "signature": "s"})
+
+
+def test_side_pool_scripts_build_the_side_pool_and_pass_on_the_correct_fake(tmp_path: Path) -> None:
+    """The script builds the drive's side pool in the group; a moving one is granted and loads the oracle's side
+    slots (printed at each step), the load-back case's own entry moving the anchor only."""
+    for name, (code, output) in _run(tmp_path, "", SIDE_CASES).items():
+        case = SIDE_CASES[name]
+        assert side_pool(case), name
+        assert code == 0 and "PASS: every byte right after every step" in output, (name, output)
+        text = (tmp_path / f"{name}.py").read_text()
+        assert f'SIDE, SIDE_MOVES, SIDE_DIM = "{side_pool(case)}", {side_transfer(case)}, 8' in text, name
+        assert ("side slots" in output) == side_transfer(case), (name, output)
+    load_back = _run(tmp_path, "", {"load-back": SIDE_CASES["mamba-side-moves-load-back"]})["load-back"][1]
+    assert load_back.splitlines()[0] == "step 0 load: host slots [1, 3] -> device rows [2, 1]", load_back
+
+
+# Which side-pool scripts each planted side-pool bug stops: side_write (every transfer of the hybrid controller also
+# moves the group's side pools at the anchor's slots and rows) changes every side pool's bytes; side_host_swap
+# (resolve_host_transfers never grants a side-pool transfer its slots) stops the moving side pools at their first
+# back-up.
+SIDE_BUG_FAILS = {"side_write": set(SIDE_CASES),
+                  "side_host_swap": {name for name, case in SIDE_CASES.items() if side_transfer(case)}}
+
+
+@pytest.mark.parametrize("bug", sorted(SIDE_BUG_FAILS))
+def test_side_pool_scripts_name_the_side_pool_on_a_planted_side_pool_bug(tmp_path: Path, bug: str) -> None:
+    results = _run(tmp_path, bug, SIDE_CASES)
+    assert {name for name, (code, _) in results.items() if code} == SIDE_BUG_FAILS[bug], results
+    for name in SIDE_BUG_FAILS[bug]:
+        code, output = results[name]
+        side = side_pool(SIDE_CASES[name])
+        assert code == 1, (name, output)
+        if bug == "side_write":
+            assert f"): {side} side pool " in output, (name, output)  # its bytes, at the first transfer
+        else:
+            assert (f"(backup): resolve_host_transfers granted the {side} side pool host slots None, want [0"
+                    in output), (name, output)

@@ -91,7 +91,7 @@ class HybridCacheController(HiCacheController):
             entry = group.entry_map[transfer.name]
             transfers.append(L2Transfer(entry.host_pool, entry.device_pool, transfer.host_indices,
                                         transfer.device_indices, entry.layer_mapper))
-        if planted_bug() == "side_write":  # the bug: side pools no transfer names are backed up too
+        if planted_bug() == "side_write":  # the bug: side pools move with every transfer (loads too)
             transfers += [L2Transfer(e.host_pool, e.device_pool, host_indices, device_indices, e.layer_mapper)
                           for e in group.entries if e is not anchor]
         return transfers

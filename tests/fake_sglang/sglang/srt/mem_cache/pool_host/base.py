@@ -16,8 +16,9 @@ ops, the page_first_direct direct ops). Whether the JIT kernel takes a row is sg
 * ``stride_ge``: ``_init_device_row_stride`` compares the number of strides with ``>=`` where sglang's has ``>``,
   so every strided device pool is refused at construction;
 * ``shard_swap`` / ``shard_aot_drop`` (pool_host/mla.py): the layer-sharded MLA back-up;
-* ``side_write`` (hybrid_cache_controller.py): every back-up also writes the group's side pools that no transfer
-  names; ``mamba_conv`` (pool_host/mamba.py): the Mamba pool does not back up its last layer's conv state;
+* ``side_write`` (hybrid_cache_controller.py): every back-up and load also moves the group's side pools at the
+  anchor's indices (beside any transfer that names them); ``mamba_conv`` (pool_host/mamba.py): the Mamba pool does
+  not back up its last layer's conv state;
   ``hisparse_len_row``, ``hisparse_pages_squared``, ``hisparse_empty_int32``, ``hisparse_slot0``
   (pool_host/hisparse.py): the HiSparse request-slot allocation's.
 """
