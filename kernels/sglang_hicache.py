@@ -19,9 +19,10 @@ of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: 
 keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the hybrid controller's group: its
 flags change the group's, and without ``side_transfer`` its bytes must stay as they were), ``side_transfer`` (``on``:
 the side pool moves with every transfer of an entry the sequence backed up, with host slots from its own allocator;
-oracles/side_transfers.py), ``layer_shard`` (``size/rank/remainder``: the MLA pool layer-sharded over context-parallel
-ranks, the case the rank's share), ``device_rows`` (``token_major``: the device pool is sglang's unified pool, whose
-per-layer tensors are strided views; kernels/sglang_hicache_device.py), ``ops`` (the program) and ``requests`` (present
+oracles/side_transfers.py), ``layer_shard`` (``size/rank/remainder``: the MLA pool, or the DSA indexer and its MLA
+anchor, layer-sharded over context-parallel ranks, the case the rank's share), ``device_rows`` (``token_major``: the
+device pool is sglang's unified pool, whose per-layer tensors are strided views; kernels/sglang_hicache_device.py),
+``ops`` (the program) and ``requests`` (present
 in the HiSparse profile's cases: the HiSparse pool's host slots held in its coordinator's request table, each back-up of
 the program a request's tokens; oracles/sequence.py). ``draft_layers`` is an upper bound: a pool packs at most ``layers
 - 1`` draft layers, so a one-layer case has none. Generation and labels import neither sglang nor torch's GPU side.
@@ -70,22 +71,24 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     START_LAYERS,
     TOKEN_MAJOR,
     case_settings,
+    contract_entry,
     controller_kind,
     device_rows,
     index_topk_freq,
     layer_shard,
-    layer_shard_knob,
+    layer_shard_problem,
     operation_kinds,
     profiles,
     request_slot_kinds,
     side_pool,
     side_transfer,
     skip_topk_layers,
+    target_rows_strided,
 )
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_assumptions, aot_state, pool_paths
 from hicache_fuzz.oracles import pool_layouts, sequence
-from hicache_fuzz.oracles.contract import EntryPoint, Platform
+from hicache_fuzz.oracles.contract import Platform
 from hicache_fuzz.oracles.side_transfers import SIDE_TRANSFER_KEY
 
 
@@ -158,8 +161,10 @@ class SglangHicacheBackend(SglangBackend):
             "start_layer_nonzero": start > 0,
             "draft_layer": drafts > 0,
             "layer_shard": shard.label if shard is not None else "none",
+            "layer_sharded_class": name if shard is not None else "none",
             "layer_shard_unwritten_host_layers": shard is not None and shard.host_target_layers > shard.owned,
             "device_rows": device_rows(case),
+            "token_major_draft_layers": drafts > 0 and device_rows(case) == TOKEN_MAJOR,
             "skipped_index_layers": any(skip_topk_layers(case)),
             "operation": "+".join(operation_kinds(case)),
             "request_slots": "+".join(request_slot_kinds(case)) or "none",
@@ -195,10 +200,9 @@ class SglangHicacheBackend(SglangBackend):
         if sequence.request_slots(case) and name not in REQUEST_SLOT_CLASSES:
             return (f"{sequence.REQUESTS_KEY}: host slots in the HiSparse coordinator's request table, which drives "
                     f"{', '.join(sorted(REQUEST_SLOT_CLASSES))}, not {name}")
-        try:
-            layer_shard_knob(case)
-        except ValueError as exc:
-            return f"unknown {exc}"
+        problem = layer_shard_problem(case)
+        if problem:
+            return f"unknown {problem}"
         if case.tuning_value(DEVICE_ROWS_KEY, PACKED) not in (PACKED, TOKEN_MAJOR):
             return f"unknown {DEVICE_ROWS_KEY} {case.tuning_value(DEVICE_ROWS_KEY)!r}"
         spec = case.pools[0]
@@ -235,22 +239,24 @@ class SglangHicacheBackend(SglangBackend):
     def transfer_unsupported(self, case: Case, platform: Platform) -> str | None:
         """Why sglang builds the case's pool on `platform` and then refuses its transfers (None if it moves them):
         a layer-sharded MLA pool's back-up on a layout it has no sharded branch for, and the ops the pools refuse on
-        token-major device rows (oracles/pool_layouts.py states both rules and judges the refusals). Whether the
-        JIT kernel takes the row (TMA or the register kernel) is the platform's."""
-        name, io_backend, _start, _drafts = case_settings(case)
+        strided token-major device rows (oracles/pool_layouts.py states both rules and judges the refusals). Whether
+        the JIT kernel takes the row (TMA or the register kernel) is the platform's. The refusals the contract
+        predicts (contract_entry: the layer-sharded DSA indexer's back-ups, packed draft rows beside strided target
+        rows, refused before any transfer) are no transfer rule."""
+        name, io_backend, _start, drafts = case_settings(case)
         spec = case.pools[0]
         row = spec.row_bytes(spec.components[0])
         jit = common.tma_selected(row, case.page_size, platform) or common.register_row_ok(row, platform)
-        if layer_shard(case) is not None:
+        if layer_shard(case) is not None and name == "MLATokenToKVPoolHost":
             why = pool_layouts.layer_shard_refusal(case.layout, io_backend, jit)
             if why:
                 return why
-        if device_rows(case) == TOKEN_MAJOR:
+        if target_rows_strided(case) and drafts == 0:
             return pool_layouts.strided_rows_refusal(name, case.layout, io_backend, jit) or None
         return None
 
     def plan(self, case: Case, platform: Platform) -> Plan:
-        return Plan(EntryPoint.REFERENCE, controller_path(case))
+        return Plan(contract_entry(case), controller_path(case))
 
     def compile_jobs(self, space: CaseSpace, platform: Platform) -> list[Any]:
         """sglang-pool's modules, and the JIT modules of the Mamba and NVFP4 page-row pools (the page-row pools

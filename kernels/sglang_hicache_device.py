@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.model.case import Attention, Case, KVDtype, PoolSpec
+from hicache_fuzz.harness.model.case import Attention, Case, HostLayout, KVDtype, PoolSpec
 from hicache_fuzz.kernels.sglang_hicache_settings import LayerShard
 
 # The pattern's modulus: a prime, so that a byte moved from another offset differs.
@@ -45,6 +45,39 @@ def shard_mla_pool(pool: Any, shard: LayerShard) -> Any:
     pool._owned_local_layer_range = owned_local_layer_range
     pool.layer_shard_start = pool.start_layer + owned_local_layer_range()[0]
     return pool
+
+
+# The MLA host tensor per layout in the case's host storage shape (with its own layer count), and the layer axis.
+MLA_HOST_LAYER_AXIS = {HostLayout.LAYER_FIRST: 0, HostLayout.PAGE_FIRST: 1, HostLayout.PAGE_FIRST_DIRECT: 1}
+
+
+def mla_host_shape(case: Case, layers: int, row: int) -> tuple[int, ...]:
+    """The case's MLA host storage shape (uint8, rows of `row` bytes) with `layers` layers."""
+    S, ps = case.host_slots, case.page_size
+    return {HostLayout.LAYER_FIRST: (layers, S, row), HostLayout.PAGE_FIRST: (S, layers, row),
+            HostLayout.PAGE_FIRST_DIRECT: (S // ps, layers, ps, row)}[case.layout]
+
+
+def sharded_mla_host(kv_buffer: torch.Tensor, case: Case, shard: LayerShard, drafts: int,
+                     row: int) -> tuple[torch.Tensor, int]:
+    """sglang's host tensor of a layer-sharded MLA pool as uint8 in the case's shape with its own layers
+    (``ceil(L / size)`` target layers, then `drafts`), and the layer axis."""
+    layers = shard.host_target_layers + drafts
+    return kv_buffer.view(torch.uint8).view(mla_host_shape(case, layers, row)), MLA_HOST_LAYER_AXIS[case.layout]
+
+
+def sharded_mla_share(host: torch.Tensor, axis: int, shard: LayerShard,
+                      drafts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the owned layers, the drafts) of a sharded MLA host view (sharded_mla_host): the rank's share, its first
+    host layers and those from ``ceil(L / size)``."""
+    return host.narrow(axis, 0, shard.owned), host.narrow(axis, shard.host_target_layers, drafts)
+
+
+def unwritten_mla_host_layers(host: torch.Tensor, axis: int, shard: LayerShard) -> torch.Tensor | None:
+    """The host layers of a sharded MLA host view no owned layer maps to (a rank owning fewer than
+    ``ceil(L / size)``), None if there are none."""
+    spare = shard.host_target_layers - shard.owned
+    return host.narrow(axis, shard.owned, spare) if spare > 0 else None
 
 
 def mla_split(head_dim: int) -> tuple[int, int]:

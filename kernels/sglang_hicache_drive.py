@@ -210,11 +210,15 @@ def _mla_host(mods: Any, case: Case, device_pool: Any, draft_pools: list[Any], s
 
 def _build_dsa(mods: Any, case: Case, device: torch.device, start: int, drafts: int) -> Built:
     """A DSA case: the MLA anchor's device pools (every target layer of the stage, skipped ones included, and the
-    packed drafts) and host pool, as for an MLA case, then the indexer over them (kernels/sglang_hicache_dsa.py)."""
-    spec, skip = case.pools[0], skip_topk_layers(case)
+    packed drafts) and host pool, as for an MLA case (layer-sharded as the MLA pool of a layer_shard case), then the
+    indexer over them (kernels/sglang_hicache_dsa.py)."""
+    spec, skip, shard = case.pools[0], skip_topk_layers(case), layer_shard(case)
     anchor = _device_pool(mods, case, spec, len(skip), device, start)
+    if shard is not None:
+        anchor = devices.shard_mla_pool(anchor, shard)
     anchor_drafts = [_device_pool(mods, case, spec, 1, device, 0) for _ in range(drafts)]
-    group = dsa.build_indexer(case, anchor, anchor_drafts, _mla_host(mods, case, anchor, anchor_drafts, start), skip)
+    anchor_host = _mla_host(mods, case, anchor, anchor_drafts, start, shard)
+    group = dsa.build_indexer(case, anchor, anchor_drafts, anchor_host, skip)
     built = Built(group.device, list(group.drafts), group.host)
     built.dsa = group
     return built
@@ -426,10 +430,10 @@ def _release_side_slots(mods: Any, controller: Any, side: side_pools.SidePool, s
 
 def _foreign_layer_ids(built: Built) -> tuple[int, ...]:
     """Layer ids a guarded pool must ignore: -1, the first id past its target device layers (a draft id without
-    is_draft), for the DSA indexer the target layers without index keys, and for a layer-sharded pool the layers
-    of the stage its rank does not own."""
+    is_draft), for the DSA indexer the target layers without index keys, and for a layer-sharded pool (the DSA
+    indexer's included) the layers of the stage its rank does not own."""
     skipped = dsa.skipped_layers(built.dsa) if built.dsa is not None else []
-    shard = built.shard
+    shard = built.dsa.shard if built.dsa is not None else built.shard
     others = [] if shard is None else [layer for layer in range(shard.stage_layers)
                                        if not shard.start <= layer < shard.start + shard.owned]
     return (-1, built.device_pool.layer_num, *skipped, *others)

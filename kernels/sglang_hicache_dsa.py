@@ -19,6 +19,15 @@ tail pages must keep their bytes. The MLA anchor is built with the case's row wi
 stage (skipped ones included) and is judged too: it is filled with a pattern before the sequence and must hold
 after it what the oracle computes for it (the case with the anchor's layer count).
 
+Layer-sharded (``layer_shard`` knob; oracles/pool_layouts.py, the layer-sharded DSA section): production's device
+pool is one ``LayerSplitDSATokenToKVPool`` whose KV rows and index buffers are split alike over the CP ranks. The
+anchor is the layer-sharded MLA pool of the stage (kernels/sglang_hicache_device.py) and the stand-in takes its
+layer-shard fields (``layer_shard_enabled``, rank, size, start, ``_owned_local_layer_range``), so that sglang's
+indexer host pool keeps the owned range's index layers only. The case's layers are those index layers (then the
+drafts); the anchor is judged over the rank's share, and the other ranks' layers (index buffers and anchor rows,
+kept full here where production's are 0-row placeholders) and the anchor's unwritten host layers must keep their
+bytes.
+
 Stand-ins:
 
 * ``DSADevicePoolStandIn`` for ``DSATokenToKVPool``. Its constructor needs the model's DSA configuration (an index
@@ -42,7 +51,9 @@ from typing import Any
 import torch
 
 from hicache_fuzz.harness.model.case import Case, HostLayout
+from hicache_fuzz.kernels import sglang_hicache_device as devices
 from hicache_fuzz.kernels.buffers import PoolBuffers
+from hicache_fuzz.kernels.sglang_hicache_settings import LayerShard, dsa_index_layers, layer_shard
 from hicache_fuzz.oracles import pool_layouts, sequence
 from hicache_fuzz.oracles.contract import EntryPoint, semantics_of
 from hicache_fuzz.oracles.transfer import storage_key
@@ -70,6 +81,12 @@ class DSADevicePoolStandIn:
 
         if len(skip_topk_layers) != kv_pool.layer_num:
             raise ValueError(f"harness: {len(skip_topk_layers)} skip_topk_layers flags for {kv_pool.layer_num} layers")
+        if kv_pool.layer_shard_enabled:
+            # production's one LayerSplitDSATokenToKVPool: its index buffers are split over the ranks as its KV rows
+            self.layer_shard_enabled = True
+            self.layer_shard_rank, self.layer_shard_size = kv_pool.layer_shard_rank, kv_pool.layer_shard_size
+            self.layer_shard_start = kv_pool.layer_shard_start
+            self._owned_local_layer_range = kv_pool._owned_local_layer_range
         self.kv_pool = kv_pool
         self.page_size = self.index_page_size = kv_pool.page_size
         self.index_kpool = 1
@@ -99,15 +116,18 @@ class DSADevicePoolStandIn:
 
 class DsaGroup:
     """A DSA case's objects: the indexer's device pool stand-ins and host pool, the MLA anchor's device pools and
-    host pool, the declarations bound to transfer layers (``HostPoolGroupConfig``), and the bytes that must keep
-    their values (the indexer's tail pages) or match the oracle (the anchor)."""
+    host pool, the declarations bound to transfer layers (``HostPoolGroupConfig``), the stage-local device layers
+    of the case's layers and the layer shard (from the oracle's terms), and the bytes that must keep their values
+    (the indexer's tail pages, a sharded case's other layers) or match the oracle (the anchor)."""
 
     def __init__(self, device: DSADevicePoolStandIn, drafts: list[DSADevicePoolStandIn], host: Any,
-                 anchor_device: Any, anchor_drafts: list[Any], anchor_host: Any, config: Any) -> None:
+                 anchor_device: Any, anchor_drafts: list[Any], anchor_host: Any, config: Any,
+                 layers: tuple[int, ...], shard: LayerShard | None) -> None:
         self.device, self.drafts, self.host = device, drafts, host
         self.anchor_device, self.anchor_drafts, self.anchor_host = anchor_device, anchor_drafts, anchor_host
         self.config = config
-        self.tails_before: list[torch.Tensor] = []
+        self.layers, self.shard = layers, shard
+        self.outside_before: list[torch.Tensor] = []
         self.anchor_before: dict[str, torch.Tensor] = {}
 
 
@@ -141,7 +161,8 @@ def build_indexer(case: Case, anchor_device: Any, anchor_drafts: list[Any], anch
     indexer = config.pools[1]
     host = indexer.decl.host_pool_builder.build(decl=indexer.decl, anchor_host=anchor_host, allocator_type="default",
                                                 packed_draft_device_pools=indexer.packed_draft_device_pools)
-    return DsaGroup(device, drafts, host, anchor_device, anchor_drafts, anchor_host, config)
+    return DsaGroup(device, drafts, host, anchor_device, anchor_drafts, anchor_host, config, dsa_index_layers(case),
+                    layer_shard(case))
 
 
 def group_entries(mods: Any, group: DsaGroup) -> list[Any]:
@@ -175,9 +196,9 @@ def skipped_layers(group: DsaGroup) -> list[int]:
 # ---- the case's bytes <-> sglang's tensors ---------------------------------------------------------------
 
 def _layer_buffers(group: DsaGroup) -> list[torch.Tensor]:
-    """The index buffers of the case's layers: the target layers that own index keys, then the drafts."""
-    owned = pool_layouts.owned_device_layers(tuple(group.device.skip_topk_layers))
-    return [group.device.index_k_with_scale_buffer[layer] for layer in owned] + [
+    """The index buffers of the case's layers: the target layers that own index keys (of the rank's range where the
+    case is layer-sharded), then the drafts."""
+    return [group.device.index_k_with_scale_buffer[layer] for layer in group.layers] + [
         p.index_k_with_scale_buffer[0] for p in group.drafts]
 
 
@@ -207,38 +228,71 @@ def case_pairs(pool: PoolBuffers, group: DsaGroup) -> list[tuple[torch.Tensor, t
     return out
 
 
-def _tails(case: Case, group: DsaGroup) -> list[tuple[str, torch.Tensor]]:
-    """(what, tensor) of the pages of sglang's tensors past the case's: device pages past ``device_rows / ps`` (at page
-    size 1) and host pages past ``host_slots / ps``."""
+def _outside(case: Case, group: DsaGroup) -> list[tuple[str, torch.Tensor]]:
+    """(what, tensor) of sglang's bytes that are neither the case's nor its anchor's: the pages past the case's
+    (device pages past ``device_rows / ps`` at page size 1, host pages past ``host_slots / ps``), and for a
+    layer-sharded case the other ranks' index buffers and anchor rows and the anchor's unwritten host layers."""
     device_pages, host_pages = case.device_rows // case.page_size, case.host_pages
-    tails = [(f"device layer {layer} pages from {device_pages}", b[device_pages:])
-             for layer, b in enumerate(_layer_buffers(group)) if b.shape[0] > device_pages]
+    past = "(past the case's pages, never addressed)"
+    regions = [(f"{DSA} device layer {layer} pages from {device_pages} {past}", b[device_pages:])
+               for layer, b in enumerate(_layer_buffers(group)) if b.shape[0] > device_pages]
     host = group.host.index_k_with_scale_buffer
     tail = host[:, host_pages:] if case.layout is HostLayout.LAYER_FIRST else host[host_pages:]
-    return [*tails, (f"host pages from {host_pages}", tail)]
+    regions.append((f"{DSA} host pages from {host_pages} {past}", tail))
+    shard = group.shard
+    if shard is None:
+        return regions
+    owned = range(shard.start, shard.start + shard.owned)
+    not_owned = f"(rank {shard.rank} of {shard.size} does not own it)"
+    regions += [(f"{DSA} device layer {layer} {not_owned}", buffer)
+                for layer, buffer in enumerate(group.device.index_k_with_scale_buffer)
+                if layer not in owned and buffer.numel()]
+    regions += [(f"the MLA anchor's device layer {layer} {not_owned}", buffer.view(torch.uint8))
+                for layer, buffer in enumerate(group.anchor_device.kv_buffer) if layer not in owned]
+    spare = devices.unwritten_mla_host_layers(*_sharded_anchor_host(case, group, shard), shard)
+    if spare is not None:
+        regions.append((f"the MLA anchor's host layers {shard.owned}..{shard.host_target_layers - 1} (no owned "
+                        f"layer maps to them)", spare))
+    return regions
 
 
-# ---- bytes that are not the case's: the indexer's tail pages and the MLA anchor ------------------------------
+# ---- bytes that are not the case's: the indexer's tail pages, a sharded case's other layers, the MLA anchor --
 
-def _anchor_tensors(group: DsaGroup) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """The anchor's per-layer device tensors (target layers, then drafts) and its host tensor: the oracle's device
-    and host storages of the anchor case, in order."""
-    device = list(group.anchor_device.kv_buffer) + [p.kv_buffer[0] for p in group.anchor_drafts]
-    return device, group.anchor_host.kv_buffer
+def _anchor_tensors(group: DsaGroup) -> list[torch.Tensor]:
+    """Every tensor of the anchor: its per-layer device tensors (target layers, then drafts) and its host tensor."""
+    return [*group.anchor_device.kv_buffer, *[p.kv_buffer[0] for p in group.anchor_drafts],
+            group.anchor_host.kv_buffer]
+
+
+def _sharded_anchor_host(case: Case, group: DsaGroup, shard: LayerShard) -> tuple[torch.Tensor, int]:
+    row = case.pools[0].row_bytes(case.pools[0].components[0])
+    return devices.sharded_mla_host(group.anchor_host.kv_buffer, case, shard, len(group.anchor_drafts), row)
 
 
 def _anchor_storages(case: Case, group: DsaGroup) -> dict[str, torch.Tensor]:
-    """CPU copies of the anchor's bytes as the oracle's payloads of the anchor case."""
-    device, host = _anchor_tensors(group)
+    """CPU copies of the anchor's bytes as the oracle's payloads of the anchor case: every layer of the stage, or
+    the rank's share of a layer-sharded one (its owned device layers and their host layers, then the drafts)."""
+    shard = group.shard
+    device = list(group.anchor_device.kv_buffer)
+    if shard is None:
+        host = group.anchor_host.kv_buffer.view(torch.uint8).reshape(-1).cpu().clone()
+    else:
+        device = device[shard.start : shard.start + shard.owned]
+        view, axis = _sharded_anchor_host(case, group, shard)
+        host = torch.cat([part.cpu() for part in devices.sharded_mla_share(view, axis, shard,
+                                                                             len(group.anchor_drafts))],
+                         dim=axis).reshape(-1)
+    device += [p.kv_buffer[0] for p in group.anchor_drafts]
     name = case.pools[0].name
     return {storage_key(name, "device"): torch.cat([t.view(torch.uint8).reshape(-1).cpu() for t in device]),
-            storage_key(name, "host"): host.view(torch.uint8).reshape(-1).cpu().clone()}
+            storage_key(name, "host"): host}
 
 
 def anchor_case(case: Case, group: DsaGroup) -> Case:
     """The case the anchor is: the case's pool, index lists and program over the anchor's layers (every target
-    layer of the stage, then the drafts)."""
-    return case.replace(layers=len(group.anchor_device.kv_buffer) + len(group.anchor_drafts))
+    layer of the stage, or the rank's owned layers of a layer-sharded one, then the drafts)."""
+    target = group.shard.owned if group.shard is not None else len(group.anchor_device.kv_buffer)
+    return case.replace(layers=target + len(group.anchor_drafts))
 
 
 def _pattern(tensor: torch.Tensor, modulus: int, offset: int = 0, step: int = 1) -> torch.Tensor:
@@ -247,25 +301,24 @@ def _pattern(tensor: torch.Tensor, modulus: int, offset: int = 0, step: int = 1)
 
 
 def fill_and_snapshot(case: Case, group: DsaGroup) -> None:
-    """Fill the indexer's tail pages and the anchor with patterns a stray or missing write would change (a byte
-    counting up, differently in every tensor), then record them."""
-    tails = [tensor for _what, tensor in _tails(case, group)]
-    for tensor in tails:
-        tensor.copy_(_pattern(tensor, 241))
-    group.tails_before = [t.clone() for t in tails]
-    device, host = _anchor_tensors(group)
-    for index, tensor in enumerate([*device, host]):
+    """Fill the anchor, then the bytes outside the case and its anchor (_outside), with patterns a stray or missing
+    write would change (a byte counting up, differently in every tensor), then record them."""
+    for index, tensor in enumerate(_anchor_tensors(group)):
         flat = tensor.view(torch.uint8).view(-1)
         flat.copy_(_pattern(flat, 251, index, 7))
+    outside = [tensor for _what, tensor in _outside(case, group)]
+    for tensor in outside:
+        tensor.copy_(_pattern(tensor, 241))
+    group.outside_before = [t.clone() for t in outside]
     group.anchor_before = _anchor_storages(case, group)
 
 
 def check(case: Case, group: DsaGroup) -> str:
-    """'' if the tail pages kept their bytes and the anchor holds what the oracle computes for it after the case's
-    sequence, else what differs."""
-    for (what, tensor), before in zip(_tails(case, group), group.tails_before, strict=True):
+    """'' if the bytes outside the case and its anchor kept their values and the anchor holds what the oracle
+    computes for it after the case's sequence, else what differs."""
+    for (what, tensor), before in zip(_outside(case, group), group.outside_before, strict=True):
         if not torch.equal(tensor, before):
-            return f"{DSA} {what} (past the case's pages, never addressed) changed"
+            return f"{what} changed"
     anchor = anchor_case(case, group)
     expected = {key: value.clone() for key, value in group.anchor_before.items()}
     sequence.apply_sequence(anchor, expected, semantics_of(EntryPoint.REFERENCE, anchor))

@@ -23,11 +23,10 @@ import torch
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.kernels.buffers import PoolBuffers
 from hicache_fuzz.kernels.sglang_hicache_objects import Built, forward_stream, sync
-from hicache_fuzz.kernels.sglang_hicache_settings import HYBRID, controller_kind, skip_topk_layers
+from hicache_fuzz.kernels.sglang_hicache_settings import HYBRID, controller_kind
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
 from hicache_fuzz.kernels.sglang_hicache_tensors import device_layers
 from hicache_fuzz.oracles import sequence
-from hicache_fuzz.oracles.pool_layouts import owned_device_layers
 
 # sglang's test knob (mem_cache/l2_transfer.py, submit_host_to_device): read on every submission, it sleeps this
 # many GPU cycles on the H2D stream before each layer's copies. ~100 us a layer at H100 clocks: longer than the host
@@ -82,7 +81,7 @@ def _layer_done_at(case: Case, built: Built) -> list[int | None]:
     drafts = settings(case)[3]
     target: range | tuple[int, ...] = range(case.layers - drafts)
     if built.dsa is not None:
-        target = owned_device_layers(skip_topk_layers(case))
+        target = built.dsa.layers
     elif built.shard is not None:  # case layer j is the stage's device layer start + j
         target = range(built.shard.start, built.shard.start + built.shard.owned)
     draft_at = built.controller.transfer_layer_id_max - 1 if controller_kind(case) == HYBRID else None

@@ -12,6 +12,7 @@ from hicache_fuzz.harness.model.space import SpaceProfile
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU
 from hicache_fuzz.kernels.sglang_pool_calls import io_backend_for
 from hicache_fuzz.oracles import pool_layouts, sequence, side_transfers
+from hicache_fuzz.oracles.contract import EntryPoint
 
 STANDARD, HISPARSE, K_ONLY, MAMBA = "standard", "hisparse", "k_only", "mamba"
 NVFP4_INDEX_K, NVFP4_MAIN_KV = "nvfp4_index_k", "nvfp4_main_kv"
@@ -132,16 +133,16 @@ def request_schedule_menu(seed: int | None) -> tuple[str, ...]:
     """The ``requests`` values the HiSparse profile of campaign seed `seed` draws from (seed None: seed 0's)."""
     return ("",) * EMPTY_SCHEDULES + request_schedules(SCHEDULES_PER_SEED, SCHEDULE_BACKUPS,
                                                        seed=zlib.crc32(f"requests:{seed or 0}".encode()))
-# The MLA host pool of a DSA model under prefill context parallelism (oracles/pool_layouts.py, the layer-sharded
-# section): "size/rank/remainder" says the case is rank `rank`'s share of a stage whose layers are split over
-# `size` CP ranks and leave `remainder` over (the stage's layer count follows from the case's layers), "" that the
-# pool is not sharded. Every legal triple (2..4 ranks, each rank, each remainder), all of them together in one
-# case in four.
+# The host pools of a DSA model under prefill context parallelism (oracles/pool_layouts.py, the two layer-sharded
+# sections): the MLA host pool, and the DSA indexer beside it (its device pool is the same layer-split one).
+# "size/rank/remainder" says the case is rank `rank`'s share of a stage whose layers are split over `size` CP ranks
+# and leave `remainder` over (the stage's layer count follows from the case's layers), "" that the pool is not
+# sharded. Every legal triple (2..4 ranks, each rank, each remainder), all of them together in one case in four.
 LAYER_SHARD_KEY = "layer_shard"
 LAYER_SHARD_VALUES: tuple[str, ...] = tuple(f"{size}/{rank}/{remainder}" for size in (2, 3, 4)
                                             for rank in range(size) for remainder in range(size))
 LAYER_SHARDS: tuple[str, ...] = ("",) * (3 * len(LAYER_SHARD_VALUES)) + LAYER_SHARD_VALUES
-SHARDED_CLASSES = frozenset({"MLATokenToKVPoolHost"})
+SHARDED_CLASSES = frozenset({"MLATokenToKVPoolHost", DSA_CLASS})
 # The device pool's rows: "packed" (one row after another, every device pool sglang builds by default) or
 # "token_major" (--enable-unified-memory: per-layer views of one buffer whose slot entry holds every layer's rows,
 # oracles/pool_layouts.py, the token-major section), one case in four.
@@ -149,7 +150,9 @@ DEVICE_ROWS_KEY = "device_rows"
 PACKED, TOKEN_MAJOR = "packed", "token_major"
 DEVICE_ROWS: tuple[str, ...] = (PACKED,) * 3 + (TOKEN_MAJOR,)
 # The classes sglang builds over a unified pool's views (the standard MHA and MLA host pools); the unified pool
-# lays rows out in 16-byte units and refuses others (--enable-unified-memory does not start).
+# lays rows out in 16-byte units and refuses others (--enable-unified-memory does not start). With packed draft
+# layers the host pool refuses strided target rows when it is built (oracles/pool_layouts.py, the token-major
+# section): those cases are predicted rejections (contract_entry).
 TOKEN_MAJOR_CLASSES = frozenset(_BY_ATTENTION.values())
 UNIFIED_ROW_ALIGN = 16
 # Layer-sharded MLA pools are rare in the plain draws (one attention kind in three, the standard class, one case in
@@ -163,6 +166,17 @@ LAYER_SHARD_PROFILE = SpaceProfile(
     changes=(("layouts", (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)), ("attentions", (Attention.MLA,)),
              ("row_bytes", (576, 1152))),
     tuning=(("pool_kind", (STANDARD,)), (LAYER_SHARD_KEY, LAYER_SHARD_VALUES)))
+# Layer-sharded DSA indexer cases need three rare draws at once (the DSA kind, a layout it stores, the knob), which
+# the DSA class profile meets in one of its cases in four: a profile of their own at the same share as the sharded
+# MLA one. Half its layouts are layer_first, whose back-ups move; page_first (where the indexer's page row is a
+# compiled width, else the standard MLA pool, sharded too) and page_first_direct are refused at the first back-up
+# (predicted rejections). Its cases are small (the small budget only): the anchor's device pool holds the whole
+# stage, up to size x index_topk_freq times the case's layers, with the other ranks' layers kept full.
+DSA_SHARD_PROFILE = SpaceProfile(
+    name=f"{DSA}_{LAYER_SHARD_KEY}", per_mille=PROFILE_PER_MILLE // 2,
+    changes=(("layouts", (HostLayout.LAYER_FIRST, HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST,
+                          HostLayout.PAGE_FIRST_DIRECT)), ("attentions", (Attention.MLA,)), ("small_rate", 1.0)),
+    tuning=(("pool_kind", (DSA,)), (LAYER_SHARD_KEY, LAYER_SHARD_VALUES)))
 
 
 def class_profile(kind: str, seed: int | None = None) -> SpaceProfile:
@@ -187,7 +201,7 @@ def class_profile(kind: str, seed: int | None = None) -> SpaceProfile:
 def profiles(seed: int | None) -> tuple[SpaceProfile, ...]:
     """The backend's profiles for campaign seed `seed` (CaseSpace.menu_seed)."""
     return (*(class_profile(kind, seed) for kind in CLASS_OF_KIND if kind != MXFP8), MXFP8_PROFILE,
-            LAYER_SHARD_PROFILE)
+            LAYER_SHARD_PROFILE, DSA_SHARD_PROFILE)
 
 
 def case_settings(case: Case) -> tuple[str, str, int, int]:
@@ -225,15 +239,17 @@ def case_settings(case: Case) -> tuple[str, str, int, int]:
 
 
 class LayerShard(NamedTuple):
-    """A layer-sharded case's stage (oracles/pool_layouts.py, the layer-sharded section)."""
+    """A layer-sharded case's stage (oracles/pool_layouts.py, the layer-sharded sections)."""
 
     size: int  # CP ranks the stage's layers are split over
     rank: int  # the rank whose share the case is
     remainder: int  # the stage's layers modulo size
     stage_layers: int  # the device pool's layers (L)
     start: int  # the first local layer the rank owns
-    owned: int  # the layers it owns: the case's target layers
-    host_target_layers: int  # the host pool's target layers, ceil(L / size)
+    # the layers it owns: the case's target layers for the MLA pool; for the DSA indexer its MLA anchor's, of which
+    # those that own index keys are the case's target layers
+    owned: int
+    host_target_layers: int  # the MLA host pool's target layers, ceil(L / size)
 
     @property
     def label(self) -> str:
@@ -257,17 +273,42 @@ def layer_shard_knob(case: Case) -> tuple[int, int, int] | None:
 
 
 def layer_shard(case: Case) -> LayerShard | None:
-    """The case's layer shard: the ``layer_shard`` knob where the case's class is the MLA host pool (the one sglang
-    builds sharded, for a DSA model's KV rows under prefill context parallelism), None otherwise (or for a value
-    that names no legal split: the case is then unsupported)."""
-    name, _io, _start, drafts = case_settings(case)
+    """The case's layer shard: the ``layer_shard`` knob where the case's class is one sglang builds sharded for a
+    DSA model under prefill context parallelism (the MLA host pool of its KV rows, the DSA indexer beside it), None
+    otherwise (or for a value that names no legal split: the case is then unsupported, layer_shard_problem)."""
     try:
-        knob = layer_shard_knob(case)
+        return _layer_shard(case)
     except ValueError:
         return None
+
+
+def layer_shard_problem(case: Case) -> str | None:
+    """Why the case's ``layer_shard`` value names no legal split (None if it does, or if the knob is unset)."""
+    try:
+        _layer_shard(case)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _layer_shard(case: Case) -> LayerShard | None:
+    name, _io, first, drafts = case_settings(case)
+    knob = layer_shard_knob(case)
     if knob is None or name not in SHARDED_CLASSES or case.layers - drafts < 1:
         return None
     size, rank, remainder = knob
+    if name == DSA_CLASS:
+        # the case's target layers are the rank's layers that own index keys: the stage is found from them
+        freq = index_topk_freq(case)
+        if freq < 1 or first < 0:
+            return None
+        try:
+            stage = pool_layouts.dsa_shard_stage_layers(case.layers - drafts, size, rank, remainder, first, freq)
+        except ValueError as exc:
+            raise ValueError(f"{LAYER_SHARD_KEY} {case.tuning_value(LAYER_SHARD_KEY)!r}: {exc}") from None
+        start, end = pool_layouts.layer_shard_range(rank, size, stage)
+        return LayerShard(size, rank, remainder, stage, start, end - start,
+                          pool_layouts.shard_host_target_layers(stage, size))
     owned = case.layers - drafts
     stage = pool_layouts.shard_stage_layers(owned, size, rank, remainder)
     start, end = pool_layouts.layer_shard_range(rank, size, stage)
@@ -286,20 +327,44 @@ def device_target_layers(case: Case) -> int:
 def device_rows(case: Case) -> str:
     """``token_major`` where the case asks for it (``device_rows`` knob) and sglang builds its class over a
     unified pool's views: the standard MHA and MLA host pools, rows of 16-byte multiples (the unified pool's
-    unit), no packed draft layers (a unified pool fuses a draft model's rows into the target's entries, a device
-    layout this backend does not build), an MLA pool only at start layer 0 (sglang's unified MLA pool has no layer
-    range of its own: it is built for the first stage's ids), not layer-sharded; ``packed`` otherwise."""
+    unit), an MLA pool only at start layer 0 (sglang's unified MLA pool has no layer range of its own: it is built
+    for the first stage's ids), not layer-sharded; ``packed`` otherwise. Packed draft layers beside token-major
+    target rows are the draft model's private pool, which the host pool refuses where the target rows are strided
+    (target_rows_strided; a predicted rejection, contract_entry)."""
     if case.tuning_value(DEVICE_ROWS_KEY, PACKED) != TOKEN_MAJOR:
         return PACKED
-    name, _io, start, drafts = case_settings(case)
+    name, _io, start, _drafts = case_settings(case)
     spec = case.pools[0]
-    if name not in TOKEN_MAJOR_CLASSES or drafts > 0 or layer_shard(case) is not None:
+    if name not in TOKEN_MAJOR_CLASSES or layer_shard(case) is not None:
         return PACKED
     if spec.attention is Attention.MLA and start != 0:
         return PACKED
     if any(spec.row_bytes(c) % UNIFIED_ROW_ALIGN for c in spec.components):
         return PACKED
     return TOKEN_MAJOR
+
+
+def target_rows_strided(case: Case) -> bool:
+    """Whether a token-major case's target device rows are strided (oracles/pool_layouts.py,
+    ``token_major_rows_strided``): the host pool then moves them by the entry stride and refuses packed draft rows
+    beside them; False for packed rows."""
+    if device_rows(case) != TOKEN_MAJOR:
+        return False
+    spec = case.pools[0]
+    return pool_layouts.token_major_rows_strided(spec.attention, case.layers - case_settings(case)[3],
+                                                  tuple(spec.row_bytes(c) for c in spec.components))
+
+
+def contract_entry(case: Case) -> EntryPoint:
+    """The contract entry point of the case (oracles/contract.py): ``DSA_SHARDED`` for a layer-sharded DSA
+    indexer (its back-ups are refused on layouts other than layer_first), ``MIXED_ROW_STRIDES`` for packed draft
+    layers beside strided token-major target rows (the host pool refuses them when built), else the reference's."""
+    name, _io, _start, drafts = case_settings(case)
+    if name == DSA_CLASS and layer_shard(case) is not None:
+        return EntryPoint.DSA_SHARDED
+    if drafts > 0 and target_rows_strided(case):
+        return EntryPoint.MIXED_ROW_STRIDES
+    return EntryPoint.REFERENCE
 
 
 def controller_kind(case: Case) -> str:
@@ -350,17 +415,21 @@ def skip_topk_layers(case: Case) -> tuple[bool, ...]:
     """The DSA indexer's ``skip_topk_layers`` for the case's pipeline stage: one flag per target device layer
     (empty for other classes, or for a knob that is not a positive integer). The case's target layers are the
     layers that own index keys (oracles/pool_layouts.py), so the stage runs from ``start_layer`` up to the next
-    owning layer after the last of them, skipped layers in between and after them included. Which global layer
-    ``g`` skips is sglang's default rule (``dsa_layer_skips_topk`` with ``index_topk_freq``):
-    ``max(g - 1, 0) % freq != 0``."""
+    owning layer after the last of them, skipped layers in between and after them included; a layer-sharded case's
+    stage is its shard's (``layer_shard``: the rank's range holds the case's target layers). Which global layer
+    ``g`` skips is sglang's default rule (``dsa_layer_skips_topk`` with ``index_topk_freq``,
+    ``pool_layouts.skips_topk``): ``max(g - 1, 0) % freq != 0``."""
     name, _io, start, drafts = case_settings(case)
     freq = index_topk_freq(case)
     if name != DSA_CLASS or freq < 1 or start < 0:
         return ()
+    shard = layer_shard(case)
+    if shard is not None:
+        return tuple(pool_layouts.skips_topk(layer, freq) for layer in range(start, start + shard.stage_layers))
     owned_left, layer = case.layers - drafts, start
     flags: list[bool] = []
     while True:
-        skip = max(layer - 1, 0) % freq != 0
+        skip = pool_layouts.skips_topk(layer, freq)
         if not skip and owned_left == 0:
             return tuple(flags)
         flags.append(skip)
@@ -368,23 +437,34 @@ def skip_topk_layers(case: Case) -> tuple[bool, ...]:
         layer += 1
 
 
+def dsa_index_layers(case: Case) -> tuple[int, ...]:
+    """The stage-local device layers of a DSA case's target layers (its indexer's host layers, in order): the stage's
+    layers that own index keys, of the rank's owned range where the case is layer-sharded (oracles/pool_layouts.py);
+    empty for other classes."""
+    skip = skip_topk_layers(case)
+    shard = layer_shard(case)
+    if shard is not None and skip:
+        return pool_layouts.dsa_shard_index_layers(skip, shard.start, shard.start + shard.owned)
+    return pool_layouts.owned_device_layers(skip)
+
+
 def host_pool_layers(case: Case) -> int:
     """The layers sglang's host pool of the case is built with (its ``layer_num``: ``target_layer_num`` plus one per
     packed draft buffer). For the DSA indexer pool the host pool in question is the MLA anchor's, built over a device
     pool of every target layer of the stage, skipped ones included (:func:`skip_topk_layers`), and the drafts
     (sglang_hicache_drive's ``_build_dsa``), so it holds more layers than the case where layers skip top-k. A
-    layer-sharded MLA pool holds ``ceil(L / size)`` target layers, more than the rank's share where it owns fewer
-    (:func:`layer_shard`), and the drafts. For every other case it is the case's layers: target and drafts
-    (sglang_hicache_drive's ``build``), every layer of the target model (sglang_pool_calls). Where page_first_direct
-    hands sglang's MLA host pool fewer pages than this, it cannot build its per-layer views (findings/trigger.py's
-    ``host_pages``)."""
+    layer-sharded MLA pool (a DSA case's anchor included) holds ``ceil(L / size)`` target layers, more than the
+    rank's share where it owns fewer (:func:`layer_shard`), and the drafts. For every other case it is the case's
+    layers: target and drafts (sglang_hicache_drive's ``build``), every layer of the target model
+    (sglang_pool_calls). Where page_first_direct hands sglang's MLA host pool fewer pages than this, it cannot build
+    its per-layer views (findings/trigger.py's ``host_pages``)."""
     name, _io, _start, drafts = case_settings(case)
-    skip = skip_topk_layers(case)
-    if name == DSA_CLASS and skip:
-        return len(skip) + max(drafts, 0)
     shard = layer_shard(case)
     if shard is not None:
         return shard.host_target_layers + max(drafts, 0)
+    skip = skip_topk_layers(case)
+    if name == DSA_CLASS and skip:
+        return len(skip) + max(drafts, 0)
     return case.layers
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from hicache_fuzz.harness.model.case import Attention, Case, HostLayout
+from hicache_fuzz.harness.model.case import Attention
 from hicache_fuzz.kernels import sglang_hicache_device as devices
 from hicache_fuzz.kernels import sglang_hicache_dsa as dsa
 from hicache_fuzz.kernels import sglang_hicache_mamba as mamba
@@ -91,24 +91,11 @@ def _pairs(pool: PoolBuffers, built: Built) -> list[tuple[torch.Tensor, torch.Te
     return out
 
 
-# The host tensor of the MLA pool per layout, as (shape before the layer axis, the layer axis): the case's host
-# storage has the same shape with the case's layers.
-_MLA_HOST_LAYER_AXIS = {HostLayout.LAYER_FIRST: 0, HostLayout.PAGE_FIRST: 1, HostLayout.PAGE_FIRST_DIRECT: 1}
-
-
-def _mla_host_shape(case: Case, layers: int, row: int) -> tuple[int, ...]:
-    S, ps = case.host_slots, case.page_size
-    return {HostLayout.LAYER_FIRST: (layers, S, row), HostLayout.PAGE_FIRST: (S, layers, row),
-            HostLayout.PAGE_FIRST_DIRECT: (S // ps, layers, ps, row)}[case.layout]
-
-
 def _sharded_host(pool: PoolBuffers, built: Built, shard: LayerShard) -> tuple[torch.Tensor, int]:
     """sglang's host tensor of a layer-sharded MLA case as uint8 in the case's shape (its own layer count), and
     the layer axis."""
     row = pool.spec.row_bytes(pool.spec.components[0])
-    layers = shard.host_target_layers + pool.case.layers - shard.owned
-    host = built.host_pool.kv_buffer.view(torch.uint8).view(_mla_host_shape(pool.case, layers, row))
-    return host, _MLA_HOST_LAYER_AXIS[pool.case.layout]
+    return devices.sharded_mla_host(built.host_pool.kv_buffer, pool.case, shard, pool.case.layers - shard.owned, row)
 
 
 def _sharded_host_pairs(pool: PoolBuffers, built: Built, shard: LayerShard) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -116,9 +103,9 @@ def _sharded_host_pairs(pool: PoolBuffers, built: Built, shard: LayerShard) -> l
     section): the owned layers are sglang's first host layers, the drafts its layers from ``ceil(L / size)``."""
     host, axis = _sharded_host(pool, built, shard)
     row, drafts = pool.spec.row_bytes(pool.spec.components[0]), pool.case.layers - shard.owned
-    ours = pool.host.payload.view(_mla_host_shape(pool.case, pool.case.layers, row))
-    return [(ours.narrow(axis, 0, shard.owned), host.narrow(axis, 0, shard.owned)),
-            (ours.narrow(axis, shard.owned, drafts), host.narrow(axis, shard.host_target_layers, drafts))]
+    ours = pool.host.payload.view(devices.mla_host_shape(pool.case, pool.case.layers, row))
+    owned, draft = devices.sharded_mla_share(host, axis, shard, drafts)
+    return [(ours.narrow(axis, 0, shard.owned), owned), (ours.narrow(axis, shard.owned, drafts), draft)]
 
 
 def outside_bytes(pool: PoolBuffers, built: Built) -> devices.OutsideBytes:
@@ -132,11 +119,15 @@ def outside_bytes(pool: PoolBuffers, built: Built) -> devices.OutsideBytes:
             if not shard.start <= layer < shard.start + shard.owned:
                 outside.add(f"device layer {layer} (rank {shard.rank} of {shard.size} does not own it)", tensor)
         host, axis = _sharded_host(pool, built, shard)
-        if shard.host_target_layers > shard.owned:
+        spare = devices.unwritten_mla_host_layers(host, axis, shard)
+        if spare is not None:
             outside.add(f"host layers {shard.owned}..{shard.host_target_layers - 1} (no owned layer maps to them)",
-                        host.narrow(axis, shard.owned, shard.host_target_layers - shard.owned))
+                        spare)
     if device_rows(pool.case) == TOKEN_MAJOR:
-        views = [tensor for component in pool.spec.components for tensor in _device_tensors(pool, built, component)]
+        # the target's views only: packed draft layers are pools of their own
+        target = pool.case.layers - settings(pool.case)[3]
+        views = [tensor for component in pool.spec.components
+                 for tensor in _device_tensors(pool, built, component)[:target]]
         padding = devices.entry_padding(views)
         if padding is not None:
             outside.add("the unified pool's entry bytes past the layers' rows", *padding)

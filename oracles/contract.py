@@ -47,6 +47,7 @@ from hicache_fuzz.harness.model.copy_rules import (
     register_unroll,
 )
 from hicache_fuzz.harness.model.platform import Platform
+from hicache_fuzz.oracles import pool_layouts, sequence
 from hicache_fuzz.oracles.transfer import Semantics, token_pairs
 
 
@@ -59,6 +60,10 @@ class EntryPoint(str, Enum):
     AOT = "aot"  # sgl_kernel.kvcacheio transfer_kv_* (per-token)
     AOT_DIRECT = "aot_direct"  # transfer_kv_direct
     AOT_PAGE_FIRST_DIRECT = "aot_page_first_direct"  # transfer_kv_*_direct_{lf_pf,pf_lf}
+    # sglang's host pools driven through the HiCache controllers where the pool refuses what the oracle states
+    # (oracles/pool_layouts.py): the reference's semantics otherwise
+    DSA_SHARDED = "dsa_sharded"  # DSAIndexerPoolHost over a layer-sharded device pool
+    MIXED_ROW_STRIDES = "mixed_row_strides"  # a KV host pool over token-major target and packed draft device rows
 
 
 class Verdict(str, Enum):
@@ -97,7 +102,8 @@ def semantics_of(entry: EntryPoint, case: Case) -> Semantics:
         return Semantics.PAGE_ALIGNED if page_unified_write else Semantics.PAGE_RUNS
     if entry is EntryPoint.AOT_PAGE_FIRST_DIRECT:
         return Semantics.PAGE_ALIGNED_HOST
-    if entry in (EntryPoint.REFERENCE, EntryPoint.JIT_PAGE_UNIFIED):
+    if entry in (EntryPoint.REFERENCE, EntryPoint.JIT_PAGE_UNIFIED, EntryPoint.DSA_SHARDED,
+                 EntryPoint.MIXED_ROW_STRIDES):
         if case.layout is HostLayout.PAGE_FIRST_DIRECT:
             return Semantics.PAGE_ALIGNED_HOST
         if page_unified_write:
@@ -142,6 +148,9 @@ BOUNDS_CHECKS: dict[EntryPoint, BoundsCheck] = {
     EntryPoint.AOT: BoundsCheck(),
     EntryPoint.AOT_DIRECT: BoundsCheck(),
     EntryPoint.AOT_PAGE_FIRST_DIRECT: BoundsCheck(),
+    # the host pools check no index: their callers (the allocators) hand out slots and rows in range
+    EntryPoint.DSA_SHARDED: BoundsCheck(),
+    EntryPoint.MIXED_ROW_STRIDES: BoundsCheck(),
 }
 
 
@@ -368,6 +377,30 @@ def _aot_page_first_direct_rules(case: Case, platform: Platform) -> list[str]:
     return out
 
 
+def _dsa_sharded_rules(case: Case, platform: Platform) -> list[str]:
+    """The layer-sharded DSA indexer backs up layer_first only (pool_layouts.dsa_shard_backup_refusal): a case whose
+    sequence backs up on another layout must be refused at that back-up; loads move on every layout."""
+    why = pool_layouts.dsa_shard_backup_refusal(case.layout)
+    return [why] if why and _backs_up(case) else []
+
+
+def _backs_up(case: Case) -> bool:
+    """Whether the case's sequence (oracles/sequence.py) has a back-up: step 0 of a write-back, or one in its
+    program (a program that does not parse has none here: the backend does not run the case)."""
+    if case.direction is Direction.WRITE_BACK:
+        return True
+    try:
+        return sequence.BACKUP in sequence.program(case)
+    except sequence.SequenceError:
+        return False
+
+
+def _mixed_row_strides_rules(case: Case, platform: Platform) -> list[str]:
+    """Every case: the host pool refuses the device rows when it is built (pool_layouts, the token-major section).
+    A backend plans this entry only for a pool whose target rows are strided beside packed draft rows."""
+    return [pool_layouts.MIXED_ROW_STRIDES_REFUSAL]
+
+
 _ENTRY_RULES = {
     EntryPoint.REFERENCE: _reference_rules,
     EntryPoint.JIT_REGISTER: _register_rules,
@@ -377,6 +410,8 @@ _ENTRY_RULES = {
     EntryPoint.AOT: _aot_rules,
     EntryPoint.AOT_DIRECT: _aot_direct_rules,
     EntryPoint.AOT_PAGE_FIRST_DIRECT: _aot_page_first_direct_rules,
+    EntryPoint.DSA_SHARDED: _dsa_sharded_rules,
+    EntryPoint.MIXED_ROW_STRIDES: _mixed_row_strides_rules,
 }
 
 
@@ -405,6 +440,8 @@ RULE_PRIORITY: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile
     ("layout", r"has no \w+ addressing|writes page_first|no per-token AOT op|moves layer_first pools"
                r"|move page_first_direct pools"),
     ("platform", r"needs a CUDA or ROCm device|needs CUDA sm90"),
+    ("layer-sharded-backup", r"layer-sharded DSA indexer backs up layer_first only"),
+    ("mixed-row-strides", r"refuses device rows of mixed strides"),
 ))
 
 

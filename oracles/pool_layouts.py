@@ -17,6 +17,7 @@ their own sections below.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -28,6 +29,7 @@ KERNEL, DIRECT = "kernel", "direct"
 IO_BACKENDS = (KERNEL, DIRECT)
 MXFP8_PAGE_SIZE = 128  # the page size at which the MXFP8 device pool stores interleaved scales (see its section)
 MXFP8_BLOCK = 32  # fp8 elements per UE8M0 scale byte
+UNIFIED_ENTRY_ALIGN = 32  # a unified pool's slot entry is rounded up to this many bytes (the token-major section)
 
 @dataclass(frozen=True)
 class PoolClass:
@@ -189,6 +191,23 @@ def owned_device_layers(skip_topk_layers: tuple[bool, ...]) -> tuple[int, ...]:
     return tuple(layer for layer, skip in enumerate(skip_topk_layers) if not skip)
 
 
+def skips_topk(layer: int, freq: int) -> bool:
+    """Whether global layer `layer` of a DSA model with ``index_topk_freq`` `freq` reuses the previous layer's top-k
+    and so owns no index keys: sglang's default ``dsa_layer_skips_topk``, ``max(layer - 1, 0) % freq != 0`` (layers
+    0 and 1 always own theirs)."""
+    return max(layer - 1, 0) % freq != 0
+
+
+def index_layers_in(first: int, end: int, freq: int) -> int:
+    """How many global layers in ``[first, end)`` own index keys (:func:`skips_topk`), counted without a loop: layer 0,
+    and every layer ``g >= 1`` with ``(g - 1) % freq == 0``."""
+    if end <= first:
+        return 0
+    low, high = max(first, 1) - 1, end - 1  # the g - 1 of layers g >= 1 in the range
+    multiples = max(0, (high + freq - 1) // freq - (low + freq - 1) // freq)
+    return (first <= 0 < end) + multiples
+
+
 def dsa_host_shape(layout: HostLayout, host_layers: int, slots: int, page_size: int,
                    row_bytes: int) -> tuple[int, ...]:
     """Shape of a DSA indexer host tensor (uint8) of `host_layers` layers over an anchor of `slots` slots."""
@@ -322,6 +341,61 @@ def layer_shard_refusal(layout: HostLayout, io_backend: str, jit: bool) -> str:
             f"{layout.value} with io {io_backend} (sglang raises ValueError at every back-up)")
 
 
+# ---- A layer-sharded DSA indexer pool in the oracle's terms (pool_host/dsa.py; dsa_cache_layer_split.py) --------
+#
+# * Where it exists. Under prefill context parallelism a DSA MLA model's device pool is one
+#   ``LayerSplitDSATokenToKVPool``: the MLA KV rows and the indexer's index buffers of the stage's L layers, split
+#   alike over the CP ranks (rank r of n owns ``layer_shard_range(r, n, L)`` of both; the other layers, and the owned
+#   layers that skip top-k, hold 0-row index placeholders). Its host pools are the layer-sharded MLA pool (section
+#   above) and the indexer, built by the indexer's declaration over the same device pool. MTP draft pools take no
+#   part in the sharding (draft workers keep the full cache).
+# * Host layers. Compact, and only the owned layers that own index keys: the indexer's host layer j is the j-th
+#   layer of the owned range that does not skip top-k (``dsa_shard_index_layers``), then packed draft i at host
+#   layer ``that count + i`` (transfer id ``L + i``). Unlike the MLA anchor (``ceil(L / n)`` target layers) the
+#   indexer leaves no host layer unwritten.
+# * The case is the rank's indexer share: its layers are those host layers (the owned index layers, then the drafts),
+#   on both sides. Its stage follows from them: the smallest L with ``L % n`` the remainder whose rank-r range holds
+#   that many index layers (``dsa_shard_stage_layers``; each owned layer more moves the range's end by one layer
+#   and its start by r, so the count steps by at most one and every count is met). The MLA anchor is the
+#   layer-sharded MLA pool of that stage, judged in the section above's terms (the rank's owned layers).
+# * Transfers of other layer ids (the other ranks' layers, the owned layers that skip top-k, -1, L) move nothing.
+# * Back-ups go layer by layer (owned index layers, then the drafts) and exist on layer_first only: the kernel io's
+#   per-layer op, or transfer_kv_direct. On page_first and page_first_direct sglang builds the pool and raises
+#   ValueError at every back-up, before the indexer moves a byte (``dsa_shard_backup_refusal``). The contract
+#   predicts that refusal: a sharded DSA case whose sequence backs up on those layouts must be rejected
+#   (``EntryPoint.DSA_SHARDED``); its loads move as the unsharded indexer's.
+
+@functools.lru_cache(maxsize=4096)
+def dsa_shard_stage_layers(index_layers: int, size: int, rank: int, remainder: int, first_layer: int,
+                           freq: int) -> int:
+    """The stage's layer count L (``L % size == remainder``, from global layer `first_layer`) whose rank-`rank`
+    share holds exactly `index_layers` layers that own index keys under ``index_topk_freq`` `freq`: the smallest
+    such. ValueError if none (a split of more ranks than the knob draws)."""
+    if index_layers < 1 or freq < 1 or first_layer < 0:
+        raise ValueError(f"no DSA stage of {index_layers} index layers at layer {first_layer}, freq {freq}")
+    for owned in range(1, freq * (index_layers + 2) + size + 1):
+        stage = shard_stage_layers(owned, size, rank, remainder)
+        start, end = layer_shard_range(rank, size, stage)
+        if index_layers_in(first_layer + start, first_layer + end, freq) == index_layers:
+            return stage
+    raise ValueError(f"no stage where rank {rank} of {size} (remainder {remainder}) owns {index_layers} index "
+                     f"layers from layer {first_layer} with index_topk_freq {freq}")
+
+
+def dsa_shard_index_layers(skip_topk_layers: tuple[bool, ...], start: int, end: int) -> tuple[int, ...]:
+    """The stage-local device layers of a layer-sharded indexer's host layers, in order: the owned range
+    ``[start, end)``'s layers that own index keys."""
+    return tuple(layer for layer in range(start, end) if not skip_topk_layers[layer])
+
+
+def dsa_shard_backup_refusal(layout: HostLayout) -> str:
+    """Why the layer-sharded DSA indexer must refuse a back-up on `layout` ('' if it moves it)."""
+    if layout is HostLayout.LAYER_FIRST:
+        return ""
+    return (f"the layer-sharded DSA indexer backs up layer_first only, not {layout.value} (sglang raises ValueError "
+            f"at every back-up)")
+
+
 # ---- Token-major (strided) device rows in the oracle's terms (unified_memory_pool.py; pool_host/base.py) --------
 #
 # * Where they exist. Under --enable-unified-memory every KV sub-pool lives in one uint8 buffer whose slot entry
@@ -341,6 +415,32 @@ def layer_shard_refusal(layout: HostLayout, io_backend: str, jit: bool) -> str:
 #   is not selected for them (the pool turns it off).
 # * The asymmetric MHA pool refuses nothing: its page_first kernel io goes through the per-token AOT ops whatever the
 #   device stride. The contract expects the rows moved; a run that moves others is a finding.
+# * Which views are strided. A view is strided where the entry is wider than its row: always for MHA (an entry holds
+#   every layer's K and V rows), for MLA unless the pool has one layer whose row is a multiple of 32 bytes (the entry
+#   is then that row, the view contiguous, and the host pool takes the rows as packed: ``token_major_rows_strided``).
+# * Packed MTP draft layers. A draft model's layers never live in a unified pool of their own (the draft worker builds
+#   none): they are fused into the target's entries (``UnifiedDraftKVPool``, HiCache's fused draft mode, served by
+#   page-envelope host pools this oracle does not model) or the draft keeps a private packed pool. sglang refuses the
+#   second with HiCache at start-up (the unified Mamba- and SWA-hybrid pools need the EAGLE draft fused, and the fused
+#   mode needs DFLASH), and the MHA and MLA host pools refuse it too: handed token-major target rows and packed draft
+#   rows (``draft_buffer_infos``), ``_init_device_row_stride`` raises NotImplementedError in the constructor, before
+#   any byte moves (the device buffers "do not share one row stride"). That refusal is the host pool's guard against
+#   moving draft rows by the target's stride, and a clean one: the contract predicts it
+#   (``EntryPoint.MIXED_ROW_STRIDES``, ``MIXED_ROW_STRIDES_REFUSAL``) where the target rows are strided; a target of
+#   contiguous views beside packed drafts is packed rows throughout, and moves.
+
+MIXED_ROW_STRIDES_REFUSAL = ("the host pool refuses device rows of mixed strides: token-major target rows beside "
+                             "packed draft rows (NotImplementedError when it is built)")
+
+
+def token_major_rows_strided(attention: Attention, target_layers: int, row_bytes: tuple[int, ...]) -> bool:
+    """Whether a unified pool's per-layer views of `target_layers` layers of these rows (bytes per component) step
+    their rows by more than a row: the entry (every layer's rows, rounded up to 32 bytes) is wider than one row."""
+    if attention is not Attention.MLA:
+        return True
+    entry = -(-target_layers * row_bytes[0] // UNIFIED_ENTRY_ALIGN) * UNIFIED_ENTRY_ALIGN
+    return entry != row_bytes[0]
+
 
 def strided_rows_refusal(name: str, layout: HostLayout, io_backend: str, jit: bool) -> str:
     """The sgl_kernel op class `name` refuses to run on token-major device rows for this layout and io backend,

@@ -1,15 +1,20 @@
 """sglang-hicache's two device-pool shapes beyond the packed per-layer pool (fake sglang on the CPU): the
-layer-sharded MLA pool (``layer_shard``) and token-major device rows (``device_rows=token_major``), their rules in
-the oracle, their knobs' draws and labels, and the planted bugs of the three mutants they reach, each caught."""
+layer-sharded MLA pool (``layer_shard``) and token-major device rows (``device_rows=token_major``, with packed draft
+layers beside them the host pool's refusal the contract predicts), their rules in the oracle, their knobs' draws and
+labels, and the planted bugs of the four mutants they reach, each caught. The layer-sharded DSA indexer:
+tests/kernels/test_hicache_dsa_shard.py."""
 
 from __future__ import annotations
 
 import collections
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 import torch
 
+from hicache_fuzz.harness.commands.cli import main
 from hicache_fuzz.harness.generation.generate import case_for_index
 from hicache_fuzz.harness.model.case import Attention, Case, HostLayout, KVDtype, PoolSpec, make_tuning
 from hicache_fuzz.harness.model.outcome import Outcome
@@ -29,8 +34,10 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     host_pool_layers,
     layer_shard,
     side_pool,
+    target_rows_strided,
 )
 from hicache_fuzz.oracles import pool_layouts
+from hicache_fuzz.oracles.contract import EntryPoint, Verdict, predict, primary_rule
 from tests.kernels._hicache_helpers import SM90, fake_sglang, hicache_case, run_on_cpu
 
 __all__ = ["fake_sglang"]  # the fixture, used by name
@@ -169,12 +176,13 @@ def drive_without_rules(case: Case):  # type: ignore[no-untyped-def]
     return run_case(case, Unruled(), CPU, torch.device("cpu"))
 
 
-def test_the_knob_shards_only_the_mla_host_pool() -> None:
+def test_the_knob_shards_only_the_mla_host_pool_and_the_dsa_indexer() -> None:
     assert layer_shard(mla_case(HostLayout.LAYER_FIRST, "3/1/1")) is not None
     assert layer_shard(mla_case(HostLayout.LAYER_FIRST, "")) is None
+    assert layer_shard(hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, layer_shard="2/0/0",
+                                    pool_kind="dsa")) is not None  # tests/kernels/test_hicache_dsa_shard.py
     for other in (hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, layer_shard="2/0/0"),
-                  hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, layer_shard="2/0/0", pool_kind="k_only"),
-                  hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, layer_shard="2/0/0", pool_kind="dsa")):
+                  hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, layer_shard="2/0/0", pool_kind="k_only")):
         assert layer_shard(other) is None
     # a DSA model's group has no K-only or Mamba side pool
     assert side_pool(mla_case(HostLayout.LAYER_FIRST, "2/0/0", side_pool="k_only")) == ""
@@ -285,7 +293,8 @@ def test_the_contract_s_refusals_are_the_ones_sglang_makes(fake_sglang, attentio
 
 def test_token_major_rows_resolve_to_packed_where_sglang_builds_no_unified_pool() -> None:
     assert device_rows(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST)) == TOKEN_MAJOR
-    assert device_rows(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST, draft_layers=1)) == PACKED
+    # packed draft layers beside token-major target rows: built, and refused by the host pool (tests below)
+    assert device_rows(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST, draft_layers=1)) == TOKEN_MAJOR
     assert device_rows(token_major_case(Attention.MLA, HostLayout.PAGE_FIRST, start_layer=2)) == PACKED
     assert device_rows(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST, start_layer=2)) == TOKEN_MAJOR
     assert device_rows(token_major_case(Attention.MHA, HostLayout.LAYER_FIRST, pool_kind="hisparse")) == PACKED
@@ -309,6 +318,61 @@ def test_outside_bytes_notice_a_changed_region() -> None:
     assert outside.changed() == ""
     rows[3, 5] = rows[3, 5] + 1
     assert outside.changed().startswith("columns changed (1 bytes)")
+
+
+# ---- token-major target rows with packed draft layers --------------------------------------------------------------
+
+@pytest.mark.parametrize("controller", ["hybrid", "base"])
+@pytest.mark.parametrize(("attention", "layout", "io", "head_dim"), TOKEN_MAJOR_RUNS)
+def test_packed_draft_rows_beside_strided_target_rows_are_rejected_as_predicted(
+        fake_sglang, controller: str, attention: Attention, layout: HostLayout, io: str, head_dim: int) -> None:
+    """The draft model's private (packed) pool beside the target's unified views: the host pool refuses the two row
+    strides when it is built, before any byte moves, as the contract predicts."""
+    case = token_major_case(attention, layout, io, head_dim, controller=controller, draft_layers=1)
+    assert device_rows(case) == TOKEN_MAJOR and target_rows_strided(case)
+    backend = SglangHicacheBackend()
+    assert backend.case_unsupported(case) is None and backend.transfer_unsupported(case, SM90) is None
+    assert backend.plan(case, SM90).entry is EntryPoint.MIXED_ROW_STRIDES
+    prediction = predict(case, EntryPoint.MIXED_ROW_STRIDES, SM90)
+    assert prediction.verdict is Verdict.REJECT and primary_rule(prediction.reasons) == "mixed-row-strides"
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.REJECTED_AS_PREDICTED, result.summary
+    assert "do not share one row stride" in (result.error or "")
+    assert result.diff == {"bytes_changed_before_rejection": False}
+    assert backend.coverage_labels(case)["token_major_draft_layers"] is True
+
+
+def test_a_contiguous_target_view_beside_packed_drafts_is_packed_rows_and_moves(fake_sglang) -> None:
+    """One MLA target layer whose 64-byte row is its whole entry: the unified pool's view is contiguous, the host
+    pool takes every device row as packed (the drafts' too), and the case moves."""
+    case = token_major_case(Attention.MLA, HostLayout.LAYER_FIRST, "kernel", 32, draft_layers=1).replace(layers=2)
+    assert device_rows(case) == TOKEN_MAJOR and not target_rows_strided(case)
+    assert SglangHicacheBackend().plan(case, SM90).entry is EntryPoint.REFERENCE
+    assert run_on_cpu(case).outcome is Outcome.PASS
+    built = built_for(case)
+    assert built.device_pool.kv_buffer[0].is_contiguous() and built.host_pool.device_rows_packed
+
+
+@pytest.mark.parametrize(("attention", "head_dim"), [(Attention.MHA, 32), (Attention.MHA_ASYM, 0), (Attention.MLA, 32),
+                                                     (Attention.MLA, 24), (Attention.MLA, 64)])
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_the_oracle_knows_which_unified_views_are_strided(fake_sglang, attention: Attention, head_dim: int,
+                                                          layers: int) -> None:
+    case = token_major_case(attention, HostLayout.PAGE_FIRST, "kernel", head_dim).replace(layers=layers)
+    pool = devices.token_major_pool(case, case.pools[0], layers, torch.bfloat16, torch.device("cpu"), 0)
+    view = pool.kv_buffer[0] if attention is Attention.MLA else pool.k_buffer[0]
+    assert target_rows_strided(case) is not view.is_contiguous()
+
+
+def test_a_planted_drop_of_the_mixed_stride_check_is_caught(fake_sglang, monkeypatch) -> None:
+    """The host pool built over strided target and packed draft rows (``or any(buf.is_contiguous() ...)`` dropped
+    from sglang's check) accepts an input the contract rejects. A row the JIT kernels take: no later op refuses."""
+    case = token_major_case(Attention.MHA, HostLayout.LAYER_FIRST, "kernel", 32, draft_layers=1)
+    assert run_on_cpu(case).outcome is Outcome.REJECTED_AS_PREDICTED
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "stride_mixed")
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.WRONGLY_ACCEPTED, result.summary
+    assert run_on_cpu(token_major_case(Attention.MHA, HostLayout.LAYER_FIRST, "kernel", 32)).outcome is Outcome.PASS
 
 
 # ---- the knobs' draws ---------------------------------------------------------------------------------------------
@@ -337,6 +401,29 @@ def test_both_knobs_are_drawn_over_their_legal_ranges_and_labelled() -> None:
     assert set(labels["layer_shard_unwritten_host_layers"]) == {True, False}
     assert set(labels["device_rows"]) == {PACKED, TOKEN_MAJOR}
     assert token_major_classes == {"MHATokenToKVPoolHost", "MLATokenToKVPoolHost", "AsymmetricMHATokenToKVPoolHost"}
+
+
+def test_the_default_mix_draws_both_new_configurations(tmp_path: Path) -> None:
+    """A dry run of the backend under the GPU campaign's default mix: its cases include layer-sharded DSA indexers
+    (layer_first ones byte-compared, others rejections) and token-major target rows with packed draft layers (the
+    host pool's refusal), in coverage_values as in the saved cases."""
+    registry_backend = SglangHicacheBackend()
+    cuda = Platform("cuda", (9, 0))
+    seen = {}
+    for where in ("layer_sharded_class=DSAIndexerPoolHost", "token_major_draft_layers=true"):
+        folder, out = tmp_path / where.split("=")[0], tmp_path / f"{where.split('=')[0]}.json"
+        assert main(["fuzz", "--platform", "cuda", "--dry-run", "--backend", "sglang-hicache", "--runs", "1000",
+                     "--seed", "1", "--no-progress", "--json", str(out), "--save-cases", str(folder),
+                     "--where", where]) == 0
+        report = json.loads(out.read_text())
+        values = report["coverage_values"]["sglang-hicache"]
+        assert "DSAIndexerPoolHost" in values["layer_sharded_class"] and True in values["token_major_draft_layers"]
+        assert report["outcomes"]["sglang-hicache"]["rejected_as_predicted"] > 0
+        cases = [Case.from_json(path.read_text()) for path in folder.glob("*.json")]
+        seen[where] = {(c.layout, predict(c, registry_backend.plan(c, cuda).entry, cuda).verdict) for c in cases}
+    dsa = seen["layer_sharded_class=DSAIndexerPoolHost"]
+    assert (HostLayout.LAYER_FIRST, Verdict.ACCEPT) in dsa and any(v is Verdict.REJECT for _, v in dsa)
+    assert any(v is Verdict.REJECT for _, v in seen["token_major_draft_layers=true"])
 
 
 def test_cases_without_the_knobs_replay_as_before() -> None:

@@ -15,6 +15,8 @@ ops, the page_first_direct direct ops). Whether the JIT kernel takes a row is sg
   slot is granted twice;
 * ``stride_ge``: ``_init_device_row_stride`` compares the number of strides with ``>=`` where sglang's has ``>``,
   so every strided device pool is refused at construction;
+* ``stride_mixed``: ``_init_device_row_stride`` drops its check for packed buffers beside strided ones, so a pool
+  over token-major target rows and packed draft rows is built (and steps the drafts' rows by the target's stride);
 * ``shard_swap`` / ``shard_aot_drop`` (pool_host/mla.py): the layer-sharded MLA back-up;
 * ``side_write`` (hybrid_cache_controller.py): every back-up and load also moves the group's side pools at the
   anchor's indices (beside any transfer that names them); ``mamba_conv`` (pool_host/mamba.py): the Mamba pool does
@@ -44,6 +46,7 @@ def planted_bug() -> str:
 class HostPool:
     components: tuple[str, ...] = ("k", "v")
     separate_halves = False  # K and V in tensors of their own (asymmetric widths)
+    device_pool: Any = None  # the pool a class built from a device pool keeps (the DSA indexer's)
     layouts: tuple[str, ...] = LAYOUTS
     io_layouts: dict[str, tuple[str, ...]] = {"kernel": ("layer_first", "page_first", "page_head"),  # noqa: RUF012
                                               "direct": ("layer_first", "page_first_direct")}
@@ -130,7 +133,7 @@ class HostPool:
         strides = {buf.stride(0) * buf.element_size() for buf in buffers if not buf.is_contiguous()}
         if not strides:
             return
-        mixed = any(buf.is_contiguous() for buf in buffers)
+        mixed = any(buf.is_contiguous() for buf in buffers) and planted_bug() != "stride_mixed"
         several = len(strides) >= 1 if planted_bug() == "stride_ge" else len(strides) > 1
         if several or mixed:
             raise NotImplementedError(f"HiCache: the device KV buffers do not share one row stride (strided rows "
@@ -173,6 +176,35 @@ class HostPool:
         else:
             return
         self._require_packed_device_rows(op)
+
+    # ---- layer-sharded device pools (pool_host/base.py: the owned range of a device pool split over CP ranks) ----
+    def _is_device_layer_sharded(self, device_pool: Any = None) -> bool:
+        device_pool = device_pool or self.device_pool
+        return bool(device_pool.layer_shard_enabled)
+
+    def _device_owned_layer_range(self, device_pool: Any = None) -> tuple[int, int]:
+        device_pool = device_pool or self.device_pool
+        if not self._is_device_layer_sharded(device_pool):
+            return 0, device_pool.layer_num
+        return device_pool._owned_local_layer_range()
+
+    def _effective_host_layer_num(self, device_pool: Any = None) -> int:
+        device_pool = device_pool or self.device_pool
+        if not self._is_device_layer_sharded(device_pool):
+            return int(device_pool.layer_num)
+        return -(-device_pool.layer_num // device_pool.layer_shard_size)
+
+    def _is_device_layer_owned(self, device_pool: Any, layer_id: int) -> bool:
+        start, end = self._device_owned_layer_range(device_pool)
+        return start <= layer_id < end
+
+    def _host_layer_index(self, layer_id: int, device_pool: Any = None) -> int:
+        start, _ = self._device_owned_layer_range(device_pool)
+        return layer_id - start
+
+    def _owned_device_layer_ids(self, device_pool: Any) -> list[int]:
+        start, end = self._device_owned_layer_range(device_pool)
+        return list(range(start, end))
 
     def _shape(self, heads: int, width: int) -> tuple[int, ...]:
         L, S, ps, P = self.layer_num, self.size, self.page_size, self.size // self.page_size
