@@ -273,3 +273,9 @@ def test_an_fp8_sharded_case_moves_exactly(fake_sglang) -> None:
     case = sharded_dsa_case()
     case = case.replace(pools=(PoolSpec("kv", Attention.MLA, KVDtype.FP8, 1, 2 * AOT_ROW),))
     assert run_on_cpu(case).outcome is Outcome.PASS
+
+
+def test_objects_of_one_sharded_geometry_are_reused_and_judged_again(fake_sglang) -> None:
+    from tests.kernels._hicache_helpers import run_twice_on_kept_objects
+
+    run_twice_on_kept_objects(sharded_dsa_case(shard="4/3/1", ops="backup,evict,backup"))
