@@ -88,7 +88,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
 from hicache_fuzz.kernels.sglang_jit import GROW_EVERY, SglangBackend
 from hicache_fuzz.kernels.sglang_pool import POOL_ROW_MENU, aot_assumptions, aot_state, pool_paths
 from hicache_fuzz.oracles import pool_layouts, sequence
-from hicache_fuzz.oracles.contract import Platform
+from hicache_fuzz.oracles.contract import EntryPoint, Platform, hicache_jit_takes_row
 from hicache_fuzz.oracles.side_transfers import SIDE_TRANSFER_KEY
 
 
@@ -238,19 +238,22 @@ class SglangHicacheBackend(SglangBackend):
 
     def transfer_unsupported(self, case: Case, platform: Platform) -> str | None:
         """Why sglang builds the case's pool on `platform` and then refuses its transfers (None if it moves them):
-        a layer-sharded MLA pool's back-up on a layout it has no sharded branch for, and the ops the pools refuse on
-        strided token-major device rows (oracles/pool_layouts.py states both rules and judges the refusals). Whether
-        the JIT kernel takes the row (TMA or the register kernel) is the platform's. The refusals the contract
-        predicts (contract_entry: the layer-sharded DSA indexer's back-ups, packed draft rows beside strided target
-        rows, refused before any transfer) are no transfer rule."""
+        the ops the pools refuse on strided token-major device rows (oracles/pool_layouts.py states the rule and
+        judges the refusal), where whether the JIT kernel takes the row (TMA or the register kernel) is the
+        platform's. The refusals the contract predicts (contract_entry: the layer-sharded MLA pool's and DSA
+        indexer's back-ups, packed draft rows beside strided target rows, refused before any transfer) are no
+        transfer rule; the sharded MLA pool's hangs on the JIT gate, which the contract takes with sglang's TMA
+        switch at its default, so a process whose gate answers otherwise for the case does not run it."""
         name, io_backend, _start, drafts = case_settings(case)
         spec = case.pools[0]
         row = spec.row_bytes(spec.components[0])
         jit = common.tma_selected(row, case.page_size, platform) or common.register_row_ok(row, platform)
-        if layer_shard(case) is not None and name == "MLATokenToKVPoolHost":
-            why = pool_layouts.layer_shard_refusal(case.layout, io_backend, jit)
-            if why:
-                return why
+        if (contract_entry(case) is EntryPoint.MLA_SHARDED and case.layout is HostLayout.PAGE_FIRST
+                and jit != hicache_jit_takes_row(row, case.page_size, platform)):
+            return (f"the layer-sharded MLA back-up on page_first hangs on the JIT gate, which here ({common.TMA_ENV} "
+                    f"{'on' if common.tma_env_enabled() else 'off'}, sglang's copy rounds) answers "
+                    f"{'yes' if jit else 'no'} for a {row}-byte row at page size {case.page_size}, the contract's "
+                    f"(the switch at sglang's default, on) {'no' if jit else 'yes'}")
         if target_rows_strided(case) and drafts == 0:
             return pool_layouts.strided_rows_refusal(name, case.layout, io_backend, jit) or None
         return None

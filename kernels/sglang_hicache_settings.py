@@ -160,7 +160,8 @@ UNIFIED_ROW_ALIGN = 16
 # Its rows are DeepSeek's latent rows (512 + 64 elements) in fp8 and bf16: 576 bytes, which the JIT kernels do not
 # take at most page sizes (the TMA kernel's 32-row chunks must tile the page, the register kernel's 128-byte groups
 # the row), so that the sharded layer_first back-up with kernel io takes sgl_kernel's per-layer op, its other
-# branch; and 1152 bytes, which the register kernel takes. The plain draws give sharded cases every other row.
+# branch, and page_first is refused as the contract predicts (contract_entry); and 1152 bytes, which the register
+# kernel takes. The plain draws give sharded cases every other row and page_first_direct, refused too.
 LAYER_SHARD_PROFILE = SpaceProfile(
     name=LAYER_SHARD_KEY, per_mille=PROFILE_PER_MILLE // 2,
     changes=(("layouts", (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST)), ("attentions", (Attention.MLA,)),
@@ -357,11 +358,15 @@ def target_rows_strided(case: Case) -> bool:
 
 def contract_entry(case: Case) -> EntryPoint:
     """The contract entry point of the case (oracles/contract.py): ``DSA_SHARDED`` for a layer-sharded DSA
-    indexer (its back-ups are refused on layouts other than layer_first), ``MIXED_ROW_STRIDES`` for packed draft
-    layers beside strided token-major target rows (the host pool refuses them when built), else the reference's."""
+    indexer (its back-ups are refused on layouts other than layer_first), ``MLA_SHARDED`` for a layer-sharded MLA
+    pool (its back-ups are refused on page_first without the JIT kernel and on page_first_direct),
+    ``MIXED_ROW_STRIDES`` for packed draft layers beside strided token-major target rows (the host pool refuses them
+    when built), else the reference's."""
     name, _io, _start, drafts = case_settings(case)
     if name == DSA_CLASS and layer_shard(case) is not None:
         return EntryPoint.DSA_SHARDED
+    if name == "MLATokenToKVPoolHost" and layer_shard(case) is not None:
+        return EntryPoint.MLA_SHARDED
     if drafts > 0 and target_rows_strided(case):
         return EntryPoint.MIXED_ROW_STRIDES
     return EntryPoint.REFERENCE

@@ -45,6 +45,7 @@ from hicache_fuzz.harness.model.copy_rules import (
     group_bytes,
     register_lanes,
     register_unroll,
+    tma_rows_per_chunk,
 )
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.oracles import pool_layouts, sequence
@@ -63,6 +64,7 @@ class EntryPoint(str, Enum):
     # sglang's host pools driven through the HiCache controllers where the pool refuses what the oracle states
     # (oracles/pool_layouts.py): the reference's semantics otherwise
     DSA_SHARDED = "dsa_sharded"  # DSAIndexerPoolHost over a layer-sharded device pool
+    MLA_SHARDED = "mla_sharded"  # MLATokenToKVPoolHost over a layer-sharded device pool
     MIXED_ROW_STRIDES = "mixed_row_strides"  # a KV host pool over token-major target and packed draft device rows
 
 
@@ -94,6 +96,18 @@ def register_kernel_accepts_row(row_bytes: int, platform: Platform, unroll: int 
     return bool(lanes) and copy_round(row_bytes, lanes, group_bytes(platform.is_hip)) > 0
 
 
+def hicache_jit_takes_row(row_bytes: int, page_size: int, platform: Platform) -> bool:
+    """Mirror of ``can_use_hicache_jit_kernel(page_size=, element_size=)`` (sglang/kernels/ops/kvcache/hicache.py),
+    the gate a host pool's ``can_use_jit`` is set from: CUDA or ROCm only; the TMA kernel where it is selected (sm90+,
+    rows of 16-byte multiples, pages that tile its chunk of ``tma_rows_per_chunk`` rows), else the register kernel
+    where the row tiles its copy rounds. The TMA switch (``SGLANG_HICACHE_TMA_TRANSFER``) is taken at sglang's
+    default, on, and the modules are taken to build (a module that does not is a silent fallback, B10)."""
+    if platform.kind == "cpu":
+        return False
+    tma = platform.has_tma and row_bytes % 16 == 0 and page_size % tma_rows_per_chunk(row_bytes) == 0
+    return tma or register_kernel_accepts_row(row_bytes, platform)
+
+
 # ---- the prediction -----------------------------------------------------------------------------------
 
 def semantics_of(entry: EntryPoint, case: Case) -> Semantics:
@@ -103,7 +117,7 @@ def semantics_of(entry: EntryPoint, case: Case) -> Semantics:
     if entry is EntryPoint.AOT_PAGE_FIRST_DIRECT:
         return Semantics.PAGE_ALIGNED_HOST
     if entry in (EntryPoint.REFERENCE, EntryPoint.JIT_PAGE_UNIFIED, EntryPoint.DSA_SHARDED,
-                 EntryPoint.MIXED_ROW_STRIDES):
+                 EntryPoint.MLA_SHARDED, EntryPoint.MIXED_ROW_STRIDES):
         if case.layout is HostLayout.PAGE_FIRST_DIRECT:
             return Semantics.PAGE_ALIGNED_HOST
         if page_unified_write:
@@ -150,6 +164,7 @@ BOUNDS_CHECKS: dict[EntryPoint, BoundsCheck] = {
     EntryPoint.AOT_PAGE_FIRST_DIRECT: BoundsCheck(),
     # the host pools check no index: their callers (the allocators) hand out slots and rows in range
     EntryPoint.DSA_SHARDED: BoundsCheck(),
+    EntryPoint.MLA_SHARDED: BoundsCheck(),
     EntryPoint.MIXED_ROW_STRIDES: BoundsCheck(),
 }
 
@@ -384,6 +399,16 @@ def _dsa_sharded_rules(case: Case, platform: Platform) -> list[str]:
     return [why] if why and _backs_up(case) else []
 
 
+def _mla_sharded_rules(case: Case, platform: Platform) -> list[str]:
+    """The layer-sharded MLA pool backs up layer_first, and page_first where the JIT one-layer kernel takes its row
+    at its page size (pool_layouts.mla_shard_backup_refusal, the gate hicache_jit_takes_row): a case whose sequence
+    backs up elsewhere must be refused at that back-up; loads move on every layout."""
+    spec = case.pools[0]
+    jit = hicache_jit_takes_row(spec.row_bytes(spec.components[0]), case.page_size, platform)
+    why = pool_layouts.mla_shard_backup_refusal(case.layout, jit)
+    return [why] if why and _backs_up(case) else []
+
+
 def _backs_up(case: Case) -> bool:
     """Whether the case's sequence (oracles/sequence.py) has a back-up: step 0 of a write-back, or one in its
     program (a program that does not parse has none here: the backend does not run the case)."""
@@ -411,6 +436,7 @@ _ENTRY_RULES = {
     EntryPoint.AOT_DIRECT: _aot_direct_rules,
     EntryPoint.AOT_PAGE_FIRST_DIRECT: _aot_page_first_direct_rules,
     EntryPoint.DSA_SHARDED: _dsa_sharded_rules,
+    EntryPoint.MLA_SHARDED: _mla_sharded_rules,
     EntryPoint.MIXED_ROW_STRIDES: _mixed_row_strides_rules,
 }
 
@@ -440,7 +466,7 @@ RULE_PRIORITY: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile
     ("layout", r"has no \w+ addressing|writes page_first|no per-token AOT op|moves layer_first pools"
                r"|move page_first_direct pools"),
     ("platform", r"needs a CUDA or ROCm device|needs CUDA sm90"),
-    ("layer-sharded-backup", r"layer-sharded DSA indexer backs up layer_first only"),
+    ("layer-sharded-backup", r"layer-sharded DSA indexer backs up layer_first only|layer-sharded MLA back-up "),
     ("mixed-row-strides", r"refuses device rows of mixed strides"),
 ))
 

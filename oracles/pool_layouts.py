@@ -301,10 +301,15 @@ def mxfp8_scale_case(case: Case) -> Case:
 # * Transfers of other layer ids (the other ranks' layers, ids past the stage) move nothing: the pool ignores them.
 # * What moves them: the layer-shard branch of the back-up, one owned layer after another then the drafts, with
 #   the JIT one-layer kernel where it takes the row, else (layer_first only) sgl_kernel's transfer_kv_per_layer_mla;
-#   with direct io, transfer_kv_direct (layer_first only). sglang builds the pool on page_first without the JIT
-#   kernel, and on page_first_direct, and then raises ValueError at every back-up (only loads are wired there): a
-#   geometry it accepts at construction and cannot back up at all, so such cases are unsupported with that rule
-#   as the reason (as the DSA indexer's kernel row rule above).
+#   with direct io, transfer_kv_direct (layer_first only). Loads are wired on every layout.
+# * What it refuses (``mla_shard_backup_refusal``). sglang builds the pool on page_first without the JIT kernel and on
+#   page_first_direct, and raises ValueError at every back-up there, at the first owned layer, before a byte moves
+#   ("... with page_first layout requires the JIT one-layer kernel.", "... does not support layout:
+#   page_first_direct", "Layer-sharded direct HiCache backup only supports layer_first layout, ..."). Whether
+#   page_first is refused hangs on the pool's ``can_use_jit``: ``can_use_hicache_jit_kernel`` over the latent row's
+#   bytes and the page size (the TMA kernel where its chunk of rows tiles the page, else the register kernel's
+#   copy rounds; contract.hicache_jit_takes_row). The contract predicts the refusal (``EntryPoint.MLA_SHARDED``):
+#   a case whose sequence backs up there must be rejected; a load-back case whose program has no back-up moves.
 
 def layer_shard_range(rank: int, size: int, layers: int) -> tuple[int, int]:
     """[start, end) of the local layers rank `rank` of `size` owns among `layers`: contiguous ranges, as even as
@@ -327,18 +332,18 @@ def shard_host_target_layers(stage_layers: int, size: int) -> int:
     return -(-stage_layers // size)
 
 
-def layer_shard_refusal(layout: HostLayout, io_backend: str, jit: bool) -> str:
-    """Why sglang's layer-sharded MLA host pool cannot back up a case of this layout and io backend, `jit` whether
-    the JIT one-layer kernel takes its row ('' if it can)."""
-    if layout is HostLayout.LAYER_FIRST:
+def mla_shard_backup_refusal(layout: HostLayout, jit: bool) -> str:
+    """Why sglang's layer-sharded MLA host pool must refuse a back-up on `layout`, `jit` whether the JIT one-layer
+    kernel takes its row at its page size ('' if it moves it). The io backend adds nothing: the pool moves
+    page_first with kernel io only and page_first_direct with direct io only (the server's start-up resolution),
+    and refuses page_first_direct with either."""
+    if layout is HostLayout.LAYER_FIRST or (layout is HostLayout.PAGE_FIRST and jit):
         return ""
-    if layout is HostLayout.PAGE_FIRST and io_backend == KERNEL and jit:
-        return ""
-    if layout is HostLayout.PAGE_FIRST and io_backend == KERNEL:
-        return ("the layer-sharded MLA back-up on page_first needs the JIT one-layer kernel, which does not take "
-                "this row (sglang raises ValueError at every back-up)")
+    if layout is HostLayout.PAGE_FIRST:
+        return ("the layer-sharded MLA back-up on page_first needs the JIT one-layer kernel, which does not take this "
+                "row at this page size (sglang raises ValueError at every back-up)")
     return (f"the layer-sharded MLA back-up moves layer_first (and page_first with the JIT kernel) only, not "
-            f"{layout.value} with io {io_backend} (sglang raises ValueError at every back-up)")
+            f"{layout.value} (sglang raises ValueError at every back-up)")
 
 
 # ---- A layer-sharded DSA indexer pool in the oracle's terms (pool_host/dsa.py; dsa_cache_layer_split.py) --------

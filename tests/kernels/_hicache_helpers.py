@@ -104,17 +104,19 @@ def hicache_case(attention: Attention = Attention.MHA, layout: HostLayout = Host
 
 
 def run_on_cpu(case: Case) -> Result:
-    return run_case(case, CpuHicacheBackend(), CPU, torch.device("cpu"))
+    """The case run on the CPU with the fake sglang, predicted for the device the fake's JIT gate stands for (SM90:
+    the contract's rules that hang on that gate, as the layer-sharded MLA pool's back-up refusals, are its)."""
+    return run_case(case, CpuHicacheBackend(), SM90, torch.device("cpu"))
 
 
 def run_twice_on_kept_objects(first: Case) -> tuple[CpuHicacheBackend, Case]:
     """Run `first`, then a case of the same geometry with another program and seed, on one backend; assert both pass
     and that the second reused the objects the first built. Returns the backend and the second case."""
     backend = CpuHicacheBackend()
-    assert run_case(first, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert run_case(first, backend, SM90, torch.device("cpu")).outcome is Outcome.PASS
     assert backend._kept is not None
     built = backend._kept[1]
     second = first.replace(tuning=make_tuning({**dict(first.tuning), "ops": "load,backup"}), seed=11)
-    assert run_case(second, backend, CPU, torch.device("cpu")).outcome is Outcome.PASS
+    assert run_case(second, backend, SM90, torch.device("cpu")).outcome is Outcome.PASS
     assert backend._kept[1] is built
     return backend, second

@@ -10,13 +10,14 @@ import collections
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from hicache_fuzz.harness.commands.cli import main
 from hicache_fuzz.harness.generation.generate import case_for_index
-from hicache_fuzz.harness.model.case import Attention, Case, HostLayout, KVDtype, PoolSpec, make_tuning
+from hicache_fuzz.harness.model.case import Attention, Case, Direction, HostLayout, KVDtype, PoolSpec, make_tuning
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -29,6 +30,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     LAYER_SHARD_VALUES,
     PACKED,
     TOKEN_MAJOR,
+    contract_entry,
     device_rows,
     device_target_layers,
     host_pool_layers,
@@ -37,7 +39,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     target_rows_strided,
 )
 from hicache_fuzz.oracles import pool_layouts
-from hicache_fuzz.oracles.contract import EntryPoint, Verdict, predict, primary_rule
+from hicache_fuzz.oracles.contract import EntryPoint, Verdict, hicache_jit_takes_row, predict, primary_rule
 from tests.kernels._hicache_helpers import SM90, fake_sglang, hicache_case, run_on_cpu
 
 __all__ = ["fake_sglang"]  # the fixture, used by name
@@ -48,8 +50,9 @@ OPS = "backup,load,evict,backup,load"
 AOT_ROW, JIT_ROW = 24, 64
 
 
-def mla_case(layout: HostLayout, shard: str, *, head_dim: int = JIT_ROW, layers: int = 4, **knobs: int | str) -> Case:
-    case = hicache_case(Attention.MLA, layout, layers=layers, ops=OPS, layer_shard=shard, start_layer=3, **knobs)
+def mla_case(layout: HostLayout, shard: str, *, head_dim: int = JIT_ROW, layers: int = 4, ops: str = OPS,
+             **knobs: Any) -> Case:
+    case = hicache_case(Attention.MLA, layout, layers=layers, ops=ops, layer_shard=shard, start_layer=3, **knobs)
     return case.replace(pools=(PoolSpec("kv", Attention.MLA, KVDtype.BF16, 1, head_dim),))
 
 
@@ -148,20 +151,94 @@ def test_a_planted_drop_of_the_sharded_aot_back_up_is_caught(fake_sglang, monkey
     assert run_on_cpu(jit).outcome is Outcome.PASS  # the JIT one-layer kernel moves it
 
 
-def test_sharded_back_ups_sglang_refuses_are_unsupported_with_its_rule(fake_sglang) -> None:
-    """page_first without the JIT kernel and page_first_direct: sglang builds the pool and raises ValueError at
-    every back-up (the fake as sglang); the backend reports the rule instead of running them."""
-    backend = SglangHicacheBackend()
+SM80 = Platform("cuda", (8, 0))  # no TMA: the register kernel alone decides the JIT gate
+
+
+def test_the_contract_predicts_the_sharded_back_ups_sglang_refuses() -> None:
+    """page_first without the JIT kernel and page_first_direct: sglang builds the pool and raises ValueError at every
+    back-up; the contract rejects every sequence that backs up there and accepts loads on every layout."""
     refused = [mla_case(HostLayout.PAGE_FIRST, "2/0/1", head_dim=AOT_ROW),
-               mla_case(HostLayout.PAGE_FIRST_DIRECT, "2/0/1", io_backend="direct")]
+               mla_case(HostLayout.PAGE_FIRST_DIRECT, "2/0/1", io_backend="direct"),
+               mla_case(HostLayout.PAGE_FIRST, "2/0/1", head_dim=AOT_ROW, direction=Direction.LOAD_BACK,
+                        ops="load,backup")]
     for case in refused:
-        reason = backend.transfer_unsupported(case, SM90)
-        assert reason is not None and "ValueError at every back-up" in reason
-        assert backend.case_unsupported(case) is None
-        result = drive_without_rules(case)
-        assert result.outcome is Outcome.WRONGLY_REJECTED and "ValueError" in (result.error or "")
-    for case in (mla_case(HostLayout.PAGE_FIRST, "2/0/1"), mla_case(HostLayout.LAYER_FIRST, "2/0/1", head_dim=AOT_ROW)):
-        assert backend.transfer_unsupported(case, SM90) is None
+        assert contract_entry(case) is EntryPoint.MLA_SHARDED
+        prediction = predict(case, EntryPoint.MLA_SHARDED, SM90)
+        assert prediction.verdict is Verdict.REJECT and primary_rule(prediction.reasons) == "layer-sharded-backup"
+        assert "ValueError at every back-up" in prediction.reasons[0]
+    moved = [mla_case(HostLayout.PAGE_FIRST, "2/0/1"), mla_case(HostLayout.LAYER_FIRST, "2/0/1", head_dim=AOT_ROW),
+             mla_case(HostLayout.LAYER_FIRST, "2/0/1", io_backend="direct")]
+    moved += [mla_case(layout, "2/0/1", head_dim=AOT_ROW, direction=Direction.LOAD_BACK, ops="load,load")
+              for layout in (HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT)]
+    for case in moved:
+        assert predict(case, EntryPoint.MLA_SHARDED, SM90).verdict is Verdict.ACCEPT, case.layout
+    assert contract_entry(mla_case(HostLayout.PAGE_FIRST, "")) is EntryPoint.REFERENCE
+
+
+def test_the_sharded_page_first_refusal_hangs_on_the_jit_gate_of_the_row_and_page_size() -> None:
+    """A 48-byte latent row: the register kernel never takes it, the TMA kernel where its chunk of 128 rows tiles
+    the page. So page_first moves at page size 128 on sm90 and is refused at page size 2, or on a GPU without TMA."""
+    tma_page = mla_case(HostLayout.PAGE_FIRST, "3/2/0", head_dim=AOT_ROW, page_size=128)
+    assert predict(tma_page, EntryPoint.MLA_SHARDED, SM90).verdict is Verdict.ACCEPT
+    assert predict(tma_page, EntryPoint.MLA_SHARDED, SM80).verdict is Verdict.REJECT
+    assert predict(mla_case(HostLayout.PAGE_FIRST, "3/2/0", head_dim=JIT_ROW), EntryPoint.MLA_SHARDED,
+                   SM80).verdict is Verdict.ACCEPT  # 128 bytes: the register kernel's copy round
+    assert not hicache_jit_takes_row(JIT_ROW * 2, 2, Platform("cpu"))  # sglang's can_use_jit: CUDA or ROCm only
+
+
+def test_the_contract_s_jit_gate_is_the_fake_sglang_s(fake_sglang) -> None:
+    """The gate the contract states (hicache_jit_takes_row) answers as the one the fake sglang's pools are built
+    with, for rows and page sizes on both sides of each rule."""
+    from sglang.kernels.ops.kvcache.hicache import can_use_hicache_jit_kernel
+
+    for row, page_size in itertools.product(range(8, 1300, 8), (1, 2, 3, 8, 16, 32, 64, 96, 128, 256)):
+        assert hicache_jit_takes_row(row, page_size, SM90) == can_use_hicache_jit_kernel(
+            element_size=row, page_size=page_size), (row, page_size)
+
+
+@pytest.mark.parametrize("controller", ["hybrid", "base"])
+@pytest.mark.parametrize(("layout", "io", "raised"), [
+    (HostLayout.PAGE_FIRST, "kernel",
+     "Layer-sharded MLA HiCache backup with page_first layout requires the JIT one-layer kernel."),
+    (HostLayout.PAGE_FIRST_DIRECT, "direct",
+     "Layer-sharded direct HiCache backup only supports layer_first layout, got page_first_direct"),
+])
+def test_sharded_back_ups_sglang_refuses_are_rejected_as_predicted(fake_sglang, controller: str, layout: HostLayout,
+                                                                  io: str, raised: str) -> None:
+    case = mla_case(layout, "3/1/2", head_dim=AOT_ROW, io_backend=io, controller=controller, draft_layers=1)
+    assert SglangHicacheBackend().transfer_unsupported(case, SM90) is None
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.REJECTED_AS_PREDICTED, result.summary
+    assert raised in (result.error or "") and result.diff == {"bytes_changed_before_rejection": False}
+    loads = mla_case(layout, "3/1/2", head_dim=AOT_ROW, io_backend=io, controller=controller, draft_layers=1,
+                     direction=Direction.LOAD_BACK, ops="load,load")
+    assert run_on_cpu(loads).outcome is Outcome.PASS  # loads move on every layout
+
+
+def test_the_tma_kernel_moves_a_sharded_page_first_row_the_register_kernel_does_not_take(fake_sglang,
+                                                                                        monkeypatch) -> None:
+    """With the TMA switch at sglang's default the row moves; a process that turns it off has another gate than the
+    contract's and does not run the case."""
+    case = mla_case(HostLayout.PAGE_FIRST, "2/1/1", head_dim=AOT_ROW, page_size=128, pages=1, host_pages=3,
+                    device_pages=3)
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.PASS, result.summary
+    monkeypatch.setenv("SGLANG_HICACHE_TMA_TRANSFER", "0")
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.UNSUPPORTED and "SGLANG_HICACHE_TMA_TRANSFER off" in result.summary
+
+
+@pytest.mark.parametrize(("layout", "io"), [(HostLayout.PAGE_FIRST, "kernel"),
+                                            (HostLayout.PAGE_FIRST_DIRECT, "direct")])
+def test_a_sharded_back_up_that_no_longer_refuses_is_caught(fake_sglang, monkeypatch, layout: HostLayout,
+                                                            io: str) -> None:
+    case = mla_case(layout, "2/0/1", head_dim=AOT_ROW, io_backend=io)
+    assert run_on_cpu(case).outcome is Outcome.REJECTED_AS_PREDICTED
+    monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "shard_no_refusal")
+    result = run_on_cpu(case)
+    assert result.outcome is Outcome.WRONGLY_ACCEPTED, result.summary
+    assert "the layer-sharded MLA back-up" in result.summary
+    assert run_on_cpu(mla_case(HostLayout.LAYER_FIRST, "2/0/1", head_dim=AOT_ROW)).outcome is Outcome.PASS
 
 
 def drive_without_rules(case: Case):  # type: ignore[no-untyped-def]
@@ -405,24 +482,30 @@ def test_both_knobs_are_drawn_over_their_legal_ranges_and_labelled() -> None:
 
 def test_the_default_mix_draws_both_new_configurations(tmp_path: Path) -> None:
     """A dry run of the backend under the GPU campaign's default mix: its cases include layer-sharded DSA indexers
-    (layer_first ones byte-compared, others rejections) and token-major target rows with packed draft layers (the
-    host pool's refusal), in coverage_values as in the saved cases."""
+    (layer_first ones byte-compared, others rejections), layer-sharded MLA pools (the same, the refusals on page_first
+    and page_first_direct) and token-major target rows with packed draft layers (the host pool's refusal), in
+    coverage_values as in the saved cases."""
     registry_backend = SglangHicacheBackend()
     cuda = Platform("cuda", (9, 0))
     seen = {}
-    for where in ("layer_sharded_class=DSAIndexerPoolHost", "token_major_draft_layers=true"):
-        folder, out = tmp_path / where.split("=")[0], tmp_path / f"{where.split('=')[0]}.json"
+    for where in ("layer_sharded_class=DSAIndexerPoolHost", "layer_sharded_class=MLATokenToKVPoolHost",
+                  "token_major_draft_layers=true"):
+        folder, out = tmp_path / where.replace("=", "_"), tmp_path / f"{where.replace('=', '_')}.json"
         assert main(["fuzz", "--platform", "cuda", "--dry-run", "--backend", "sglang-hicache", "--runs", "1000",
                      "--seed", "1", "--no-progress", "--json", str(out), "--save-cases", str(folder),
                      "--where", where]) == 0
         report = json.loads(out.read_text())
         values = report["coverage_values"]["sglang-hicache"]
-        assert "DSAIndexerPoolHost" in values["layer_sharded_class"] and True in values["token_major_draft_layers"]
+        assert {"DSAIndexerPoolHost", "MLATokenToKVPoolHost"} <= set(values["layer_sharded_class"])
+        assert True in values["token_major_draft_layers"]
         assert report["outcomes"]["sglang-hicache"]["rejected_as_predicted"] > 0
         cases = [Case.from_json(path.read_text()) for path in folder.glob("*.json")]
         seen[where] = {(c.layout, predict(c, registry_backend.plan(c, cuda).entry, cuda).verdict) for c in cases}
     dsa = seen["layer_sharded_class=DSAIndexerPoolHost"]
     assert (HostLayout.LAYER_FIRST, Verdict.ACCEPT) in dsa and any(v is Verdict.REJECT for _, v in dsa)
+    mla = seen["layer_sharded_class=MLATokenToKVPoolHost"]
+    assert {(HostLayout.LAYER_FIRST, Verdict.ACCEPT), (HostLayout.PAGE_FIRST, Verdict.REJECT),
+            (HostLayout.PAGE_FIRST_DIRECT, Verdict.REJECT)} <= mla
     assert any(v is Verdict.REJECT for _, v in seen["token_major_draft_layers=true"])
 
 

@@ -14,7 +14,9 @@ for page_first without the JIT kernel and for every other layout, and turns the 
 * ``shard_swap``: the layer-sharded back-up hands each owned layer's copy the host and device indices swapped (the
   device rows read at the host slots, written to host slots at the device rows);
 * ``shard_aot_drop``: the layer-sharded back-up on layer_first without the JIT kernel never calls
-  ``transfer_kv_per_layer_mla`` (the owned layers' host rows keep their bytes).
+  ``transfer_kv_per_layer_mla`` (the owned layers' host rows keep their bytes);
+* ``shard_no_refusal``: the layer-sharded back-up no longer refuses page_first without the JIT kernel nor
+  page_first_direct: it copies the rows as on layer_first.
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ class MLATokenToKVPoolHost(HiSparseHostPoolMixin, HostPool):
         if io_backend not in ("kernel", "direct"):
             raise ValueError(f"Layer-sharded HiCache backup does not support IO backend: {io_backend}")
         host_layer, source = self._host_layer_by_controller[layer_id], self._device_buffer(layer_id)
+        if planted_bug() == "shard_no_refusal" and self.layout != "layer_first":  # the bug: no layout refused
+            for h, d in pairs(host_indices, device_indices):
+                self._host_row(0, host_layer, h).copy_(source[d])
+            return
         if io_backend == "kernel" and self.layout not in ("layer_first", "page_first"):
             raise ValueError(f"Layer-sharded HiCache backup does not support layout: {self.layout}")
         if io_backend == "kernel" and not self.can_use_jit:
