@@ -16,10 +16,12 @@ pool beside its MLA anchor (kernels/sglang_hicache_dsa.py); ``mxfp8``: the MXFP8
 blocks are judged beside the case's payload (kernels/sglang_hicache_mxfp8.py); or the name of a class the oracle does
 not model, which is reported unsupported with the reason), ``io_backend``, ``start_layer``, ``draft_layers`` (the last
 of ``layers`` are packed draft layers), ``index_topk_freq`` (the DSA indexer's: which of the stage's layers own index
-keys), ``side_pool`` (a K-only index pool or a Mamba state pool beside the anchor in the hybrid controller's group: its
-flags change the group's, and without ``side_transfer`` its bytes must stay as they were), ``side_transfer`` (``on``:
-the side pool moves with every transfer of an entry the sequence backed up, with host slots from its own allocator;
-oracles/side_transfers.py), ``layer_shard`` (``size/rank/remainder``: the MLA pool, or the DSA indexer and its MLA
+keys), ``side_pool`` (a K-only index pool, a Mamba state pool, or both, beside the anchor in the hybrid controller's
+group: their flags change the group's, and without ``side_transfer`` their bytes must stay as they were),
+``side_transfer`` (``on``: the side pools move with every transfer of an entry the sequence backed up, each with host
+slots from its own allocator; ``full``, drawn by a profile of its own: the same, the side pool asked last holding room
+for one back-up, so that the group refuses the others and gives every grant of them back; oracles/side_transfers.py),
+``layer_shard`` (``size/rank/remainder``: the MLA pool, or the DSA indexer and its MLA
 anchor, layer-sharded over context-parallel ranks, the case the rank's share), ``device_rows`` (``token_major``: the
 device pool is sglang's unified pool, whose per-layer tensors are strided views; kernels/sglang_hicache_device.py),
 ``ops`` (the program) and ``requests`` (present
@@ -67,6 +69,7 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     ROW_GROWTH,
     SIDE_POOL_CLASSES,
     SIDE_POOLS,
+    SIDE_TRANSFER_VALUES,
     SIDE_TRANSFERS,
     START_LAYERS,
     TOKEN_MAJOR,
@@ -81,6 +84,8 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     profiles,
     request_slot_kinds,
     side_pool,
+    side_pools,
+    side_refusals,
     side_transfer,
     skip_topk_layers,
     target_rows_strided,
@@ -157,6 +162,7 @@ class SglangHicacheBackend(SglangBackend):
             "controller": controller_kind(case),
             "side_pool": side_pool(case) or "none",
             "side_transfer": side_transfer(case),
+            "side_refused_backup": side_refusals(case) and _refuses(case),
             "io_backend": io_backend,
             "start_layer_nonzero": start > 0,
             "draft_layer": drafts > 0,
@@ -191,8 +197,12 @@ class SglangHicacheBackend(SglangBackend):
             return f"unknown controller {controller_kind(case)!r}"
         if case.tuning_value("side_pool", "") not in ("", *SIDE_POOL_CLASSES):
             return f"unknown side_pool {case.tuning_value('side_pool')!r}"
-        if case.tuning_value(SIDE_TRANSFER_KEY, "") not in SIDE_TRANSFERS:
+        if case.tuning_value(SIDE_TRANSFER_KEY, "") not in SIDE_TRANSFER_VALUES:
             return f"unknown {SIDE_TRANSFER_KEY} {case.tuning_value(SIDE_TRANSFER_KEY)!r}"
+        if sequence.side_refusals(case) and not side_pools(case):
+            # the oracle plans the refusals from the knob alone (oracles/sequence.py)
+            return (f"{SIDE_TRANSFER_KEY} {sequence.SIDE_TRANSFER_FULL!r} makes a side pool refuse back-ups, and the "
+                    f"case's group has none (side_pool {case.tuning_value('side_pool', '')!r} does not fit it)")
         if start < 0 or drafts < 0:
             return f"start_layer {start} / draft_layers {drafts} do not fit a {case.layers}-layer pool"
         if index_topk_freq(case) < 1:
@@ -309,6 +319,14 @@ class SglangHicacheBackend(SglangBackend):
 def controller_path(case: Case) -> str:
     """The path this backend reports: the controller and its io backend (it judges bytes, not kernel paths)."""
     return f"hicache-controller:{case_settings(case)[1]}"
+
+
+def _refuses(case: Case) -> bool:
+    """Whether the case's sequence has a back-up its side pool refuses (a program that does not run has none)."""
+    try:
+        return any(step.op == sequence.REFUSED for step in sequence.plan_steps(case))
+    except sequence.SequenceError:
+        return False
 
 
 def _program_ok(case: Case) -> bool:

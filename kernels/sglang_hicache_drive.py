@@ -67,11 +67,11 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     device_target_layers,
     k_only_heads,
     layer_shard,
-    side_pool,
     side_transfer,
     skip_topk_layers,
 )
 from hicache_fuzz.kernels.sglang_hicache_settings import case_settings as settings
+from hicache_fuzz.kernels.sglang_hicache_settings import side_pools as side_pool_classes
 from hicache_fuzz.oracles import sequence, side_transfers
 from hicache_fuzz.oracles.pool_layouts import pool_class
 
@@ -114,7 +114,7 @@ def objects_key(case: Case, device: torch.device) -> tuple[object, ...]:
 
 def destroy(built: Built) -> None:
     """Unregister the host pool's pinned buffers now rather than at process exit."""
-    for pool in (built.host_pool, built.side.host_pool if built.side else None,
+    for pool in (built.host_pool, *(side.host_pool for side in built.sides),
                  built.dsa.anchor_host if built.dsa else None):
         release = getattr(pool, "destroy", None)
         if release is not None:
@@ -256,12 +256,10 @@ def controller_for(mods: Any, case: Case, built: Built) -> Any:
     entry = mods.build_pool_entry(name=mods.PoolName.KV, host_pool=built.host_pool, device_pool=built.device_pool,
                                   layer_mapping=mapping, transfer_layer_id_max=target + drafts, is_anchor=True,
                                   packed_draft_device_pools=tuple(built.drafts))
-    entries = [entry]
-    side = side_pool(case)
-    if side:
-        built.side = side_pools.build_side(mods, case, side, built.host_pool, DTYPES[case.pools[0].dtype],
-                                           built.device_pool.device, start, target, moves=side_transfer(case))
-        entries.append(side_pools.side_entry(mods, built.side, target))
+    names = side_pool_classes(case)
+    built.sides = side_pools.build_sides(mods, case, names, built.host_pool, DTYPES[case.pools[0].dtype],
+                                         built.device_pool.device, start, target, moves=side_transfer(case))
+    entries = [entry, *(side_pools.side_entry(mods, side, target) for side in built.sides)]
     return mods.HybridCacheController(built.allocator, mods.HostPoolGroup(entries), case.page_size, None,
                                       threading.Event(), write_policy=WRITE_POLICY, io_backend=io_backend,
                                       transfer_layer_id_max=target)
@@ -292,12 +290,12 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
     record = bool(sequence.program(case)) and _images_fit(buffers)
     buffers.step_images = []
     table = hisparse.RequestTable(case, device) if sequence.request_slots(case) else None
-    side = built.side if built.side is not None and side_transfer(case) else None
-    side_steps = side_transfers.side_steps(case) if side is not None else []
-    if side is not None:
-        side.host_pool.clear()  # the side allocator as the oracle's starts: every slot free, ascending
+    sides = built.sides if side_transfer(case) else []
+    side_steps = side_transfers.side_steps(case, len(sides)) if sides else []
+    for side in sides:  # each side allocator as the oracle's starts
+        side.hold_outside(case, len(sides))
     for position, step in enumerate(sequence.plan_steps(case)):
-        side_step = side_steps[position] if side is not None else None
+        side_step = side_steps[position] if sides else None
         if table is not None:
             label = hisparse.request_step(built, table, step, _start, case.layers)
             if not step.transfers:
@@ -305,18 +303,22 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
             sync(device)
         elif step.op == sequence.EVICT:
             controller.evict_host(indices(step.host_indices, torch.device("cpu")))
-            if side is not None and side_step is not None and side_step.host_slots:
-                _release_side_slots(mods, controller, side, step, side_step)
+            if side_step is not None and any(side_step.host_slots):
+                _release_side_slots(mods, controller, sides, step, side_step)
+            _check_sides(step, "evict_host + release_transfers", sides, side_step)
+            continue
+        elif step.op == sequence.REFUSED:
+            _refused_backup(mods, built, sides, step, side_step, device)
             continue
         elif step.op == sequence.BACKUP:
             allocator.done_events.clear()
             rows = indices(step.device_indices, device)
-            if side is not None and side_step is not None:
-                # queued (flush=False) so that the side pool's grant is checked before the copies use it
-                transfer = mods.PoolTransfer(name=side_pools.pool_name(mods, side), device_indices=rows)
-                granted = controller.write(rows, extra_pools=[transfer], flush=False)
+            if side_step is not None:
+                # queued (flush=False) so that the side pools' grants are checked before the copies use them
+                transfers = _side_writes(mods, sides, rows)
+                granted = controller.write(rows, extra_pools=transfers, flush=False)
                 if granted is not None:
-                    _check_side_grant(step, side, transfer, side_step)
+                    _check_side_grants(step, sides, transfers, side_step)
                     controller.start_writing()
             else:
                 granted = controller.write(rows, **_sidecars(built))
@@ -342,7 +344,7 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 allocator.grants.append(rows)
                 # before the submission: the reads must follow it closely
                 layers = layer_read.layers_by_wait(built, pool)
-                controller.load(host, **(_side_load(mods, side, side_step, rows) if side is not None
+                controller.load(host, **(_side_load(mods, sides, side_step, rows) if sides
                                          else _sidecars(built)))
                 allocator.done_events.clear()
                 with layer_read.h2d_delay(layer_read.h2d_delayed(case, step)):
@@ -360,12 +362,7 @@ def run_sequence(mods: Any, buffers: Materialized, built: Built) -> None:
                 _draft_and_foreign_loads(controller, built, host, rows, io_backend, device_target_layers(case),
                                          own_drafts, () if _name in UNGUARDED else _foreign_layer_ids(built))
             sync(device)
-        if side is not None and side_step is not None:
-            side.apply(side_step)
-            sync(device)
-            why = side.differs()
-            if why:
-                raise AssertionError(f"{step.label()} [{label}]: {why}")
+        _check_sides(step, label, sides, side_step, device)
         if built.mxfp8 is not None:
             sync(device)
             why = built.mxfp8.check_step()
@@ -393,39 +390,101 @@ def _sidecars(built: Built) -> dict[str, Any]:
     return {"extra_pools": dsa.sidecar_transfers(built.dsa)} if built.dsa is not None else {}
 
 
-def _side_load(mods: Any, side: side_pools.SidePool, side_step: side_transfers.SideStep | None,
+def _side_writes(mods: Any, sides: list[side_pools.SidePool], rows: torch.Tensor) -> list[Any]:
+    """The ``extra_pools`` of a back-up that moves the side pools: each named with the back-up's device rows and no
+    host slots, for the group's ``resolve_host_transfers`` to grant from its own allocator."""
+    return [mods.PoolTransfer(name=side_pools.pool_name(mods, side), device_indices=rows) for side in sides]
+
+
+def _side_load(mods: Any, sides: list[side_pools.SidePool], side_step: side_transfers.SideStep | None,
                rows: torch.Tensor) -> dict[str, Any]:
-    """The ``extra_pools`` of a load that moves the side pool: its slots from the loaded entry's back-up, to the
-    load's device rows (a load of an entry the sequence did not back up names no side pool)."""
-    if side_step is None or not side_step.host_slots:
+    """The ``extra_pools`` of a load that moves the side pools: each one's slots from the loaded entry's back-up, to
+    the load's device rows (a load of an entry the sequence did not back up names no side pool)."""
+    if side_step is None or not any(side_step.host_slots):
         return {}
-    transfer = mods.PoolTransfer(name=side_pools.pool_name(mods, side),
-                                 host_indices=indices(side_step.host_slots, torch.device("cpu")), device_indices=rows)
-    return {"extra_pools": [transfer]}
+    cpu = torch.device("cpu")
+    return {"extra_pools": [mods.PoolTransfer(name=side_pools.pool_name(mods, side),
+                                              host_indices=indices(side_step.host_slots[side.position], cpu),
+                                              device_indices=rows) for side in sides]}
 
 
-def _check_side_grant(step: sequence.Step, side: side_pools.SidePool, transfer: Any,
-                      side_step: side_transfers.SideStep) -> None:
-    """The side pool's host slots that the group's ``resolve_host_transfers`` granted must be the oracle's side
+def _check_side_grants(step: sequence.Step, sides: list[side_pools.SidePool], transfers: list[Any],
+                       side_step: side_transfers.SideStep) -> None:
+    """The host slots that the group's ``resolve_host_transfers`` granted each side pool must be the oracle's side
     allocator's grant (AssertionError otherwise)."""
-    got = transfer.host_indices
-    values = None if got is None else got.tolist()
-    if values != list(side_step.host_slots):
-        raise AssertionError(f"{step.label()}: the write's {side.name} side pool transfer was granted host slots "
-                             f"{'none' if got is None else head(got)} by resolve_host_transfers, the oracle's side "
-                             f"allocator grants {list(side_step.host_slots)[:8]}")
+    for side, transfer in zip(sides, transfers, strict=True):
+        got, want = transfer.host_indices, list(side_step.host_slots[side.position])
+        if (None if got is None else got.tolist()) != want:
+            raise AssertionError(f"{step.label()}: the write's {side.name} side pool transfer was granted host slots "
+                                 f"{'none' if got is None else head(got)} by resolve_host_transfers, the oracle's "
+                                 f"side allocator grants {want[:8]}")
 
 
-def _release_side_slots(mods: Any, controller: Any, side: side_pools.SidePool, step: sequence.Step,
+def _release_side_slots(mods: Any, controller: Any, sides: list[side_pools.SidePool], step: sequence.Step,
                         side_step: side_transfers.SideStep) -> None:
     """The evicted entry's side slots released as sglang releases independently allocated side-pool slots: the
     group's ``release_transfers``, which must free every one of them."""
-    transfer = mods.PoolTransfer(name=side_pools.pool_name(mods, side),
-                                 host_indices=indices(side_step.host_slots, torch.device("cpu")))
-    released = controller.mem_pool_host.release_transfers([transfer])
-    if released != len(side_step.host_slots):
-        raise AssertionError(f"{step.label()}: release_transfers freed {released} of the {side.name} side pool's "
-                             f"{len(side_step.host_slots)} slots of the evicted entry")
+    cpu = torch.device("cpu")
+    transfers = [mods.PoolTransfer(name=side_pools.pool_name(mods, side),
+                                   host_indices=indices(side_step.host_slots[side.position], cpu)) for side in sides]
+    released = controller.mem_pool_host.release_transfers(transfers)
+    slots = sum(len(held) for held in side_step.host_slots)
+    if released != slots:
+        raise AssertionError(f"{step.label()}: release_transfers freed {released} of the side pools' {slots} slots "
+                             f"of the evicted entry ({', '.join(side.name for side in sides)})")
+
+
+def _refused_backup(mods: Any, built: Built, sides: list[side_pools.SidePool], step: sequence.Step,
+                    side_step: side_transfers.SideStep | None, device: torch.device) -> None:
+    """A back-up the oracle plans as refused (oracles/sequence.py): the write names every side pool, the last one
+    cannot grant, and the write must return None with every side grant of it given back (no transfer keeps host
+    slots), the anchor's grant given back (the anchor allocator's free count is the oracle's) and each side
+    allocator's free count the oracle's. Nothing is written, so no step image is recorded."""
+    if side_step is None:
+        raise AssertionError(f"harness: {step.label()} is planned refused for a case whose side pools do not move")
+    controller = built.controller
+    rows = indices(step.device_indices, device)
+    transfers = _side_writes(mods, sides, rows)
+    label = f"{type(controller).__name__}.write refused by the {sides[-1].name} side pool"
+    granted = controller.write(rows, extra_pools=transfers, flush=False)
+    if granted is not None:
+        raise AssertionError(f"{step.label()}: {type(controller).__name__}.write granted host slots {head(granted)} "
+                             f"although the {sides[-1].name} side pool's allocator has {side_step.free[-1]} free "
+                             f"slots, fewer than the {len(step.device_indices)} the back-up needs: the group must "
+                             f"refuse it (resolve_host_transfers returns None) and the write return None")
+    kept = [(side.name, transfer.host_indices) for side, transfer in zip(sides, transfers, strict=True)
+            if transfer.host_indices is not None]
+    if kept:
+        raise AssertionError(f"{step.label()} [{label}]: the {kept[0][0]} side pool's transfer kept host slots "
+                             f"{head(kept[0][1])} after the group refused the write (the rollback must give every "
+                             f"grant of it back)")
+    free = built.allocating_pool.available_size()
+    if free != step.free:
+        raise AssertionError(f"{step.label()} [{label}]: the anchor's allocator has {free} free slots after the "
+                             f"refused write, the oracle's {step.free}: the controller must give the anchor's grant "
+                             f"back")
+    _check_sides(step, label, sides, side_step)
+
+
+def _check_sides(step: sequence.Step, label: str, sides: list[side_pools.SidePool],
+                 side_step: side_transfers.SideStep | None, device: torch.device | None = None) -> None:
+    """After a step: each side allocator's free count is the oracle's, and (after a transfer) each side pool's bytes
+    are the oracle's image of the step (AssertionError otherwise)."""
+    if side_step is None:
+        return
+    for side in sides:
+        free = side.host_pool.available_size()
+        if free != side_step.free[side.position]:
+            raise AssertionError(f"{step.label()} [{label}]: the {side.name} side pool's allocator has {free} free "
+                                 f"slots, the oracle's side allocator {side_step.free[side.position]}")
+    if device is None:
+        return
+    for side in sides:
+        side.apply(side_step)
+    sync(device)
+    why = next((w for w in (side.differs() for side in sides) if w), "")
+    if why:
+        raise AssertionError(f"{step.label()} [{label}]: {why}")
 
 
 def _foreign_layer_ids(built: Built) -> tuple[int, ...]:
@@ -467,8 +526,8 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
     tensors.copy_in(pool, built)
     built.outside = tensors.outside_bytes(pool, built)
     built.outside.fill_and_snapshot()
-    if built.side is not None:
-        built.side.fill_and_snapshot()
+    for side in built.sides:
+        side.fill_and_snapshot()
     if built.dsa is not None:
         dsa.fill_and_snapshot(buffers.case, built.dsa)
     if built.mxfp8 is not None:
@@ -479,8 +538,8 @@ def drive(mods: Any, buffers: Materialized, built: Built) -> None:
         sync(buffers.device)
         tensors.copy_out(pool, built)
     why = built.outside.changed()
-    if built.side is not None:
-        why = why or (built.side.differs() if side_transfer(buffers.case) else built.side.changed())
+    for side in built.sides:
+        why = why or (side.differs() if side_transfer(buffers.case) else side.changed())
     why = why or (dsa.check(buffers.case, built.dsa) if built.dsa is not None else "")
     why = why or (built.mxfp8.check_final() if built.mxfp8 is not None else "")
     if why:

@@ -73,7 +73,7 @@ class Built:
         self.device_pool, self.drafts, self.host_pool = device_pool, drafts, host_pool
         self.allocator = DeviceAllocatorStandIn(device_pool)
         self.controller: Any = None
-        self.side: side_pools.SidePool | None = None  # the group's side pool, if the case has one
+        self.sides: list[side_pools.SidePool] = []  # the group's side pools, in the group's name order
         self.dsa: dsa.DsaGroup | None = None  # a DSA indexer's anchor and config, if the case's pool is one
         self.mxfp8: mxfp8.ScaleStorages | None = None  # the MXFP8 pool's scale blocks, if the case's pool is one
         self.shard: LayerShard | None = None  # the rank's share of the stage, if the MLA pool is layer-sharded

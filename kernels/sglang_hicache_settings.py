@@ -52,14 +52,21 @@ INDEX_TOPK_FREQS: tuple[int, ...] = (1, 1, 2, 3)
 # "" is the case's own transfer alone; the others are every program of 1..5 operations valid on any geometry.
 PROGRAMS: tuple[str, ...] = ("",) * 40 + sequence.valid_programs(5)
 # Side pools of the hybrid controller's group: "" (anchor only, as the scheduler groups a flat pool) in most
-# cases, else a K-only index pool (PoolName.INDEXER, as sparse-attention models add one) or a Mamba state pool
-# (PoolName.MAMBA, as hybrid linear-attention models do). Their capability flags join the group's
-# (can_use_write_back_jit of every child / of some child), which decide the controller's index placement.
-SIDE_POOLS: tuple[str, ...] = ("",) * 4 + (K_ONLY, MAMBA)
-SIDE_POOL_CLASSES = {K_ONLY: "MHATokenToKOnlyPoolHost", MAMBA: MAMBA_CLASS}
-# Whether the side pool moves with the anchor (oracles/side_transfers.py): "" (it moves nothing, only its flags join
-# the group's) in half the cases, else every transfer names it in extra_pools with its own host allocation.
+# cases, else a K-only index pool (PoolName.INDEXER, as sparse-attention models add one), a Mamba state pool
+# (PoolName.MAMBA, as hybrid linear-attention models do), or both (a hybrid model with an indexer; appended last, so
+# that a draw of any other value is the draw it was before). Their capability flags join the group's
+# (can_use_write_back_jit of every child / of some child), which decide the controller's index placement. Classes
+# in the group's name order (sglang grants side pools sorted by name: indexer before mamba).
+SIDE_BOTH = f"{K_ONLY}+{MAMBA}"
+SIDE_POOLS: tuple[str, ...] = ("",) * 4 + (K_ONLY, MAMBA, SIDE_BOTH)
+SIDE_POOL_CLASSES: dict[str, tuple[str, ...]] = {K_ONLY: ("MHATokenToKOnlyPoolHost",), MAMBA: (MAMBA_CLASS,),
+                                                  SIDE_BOTH: ("MHATokenToKOnlyPoolHost", MAMBA_CLASS)}
+# Whether the side pools move with the anchor (oracles/side_transfers.py): "" (they move nothing, only their flags
+# join the group's) in half the cases, else every transfer names them in extra_pools with their own host
+# allocation. SIDE_TRANSFER_VALUES adds "full" (the side pool asked last holds room for one back-up and refuses the
+# others), which only SIDE_GROUPS_PROFILE draws: a case of it needs a side pool, which its profile guarantees.
 SIDE_TRANSFERS: tuple[str, ...] = ("", side_transfers.SIDE_TRANSFER_ON)
+SIDE_TRANSFER_VALUES: tuple[str, ...] = (*SIDE_TRANSFERS, side_transfers.SIDE_TRANSFER_FULL)
 LAYOUTS = (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD)
 # Row widths (bytes) joining the backend's row menu (POOL_ROW_MENU, compiled at start-up) as a campaign goes on.
 ROW_GROWTH: tuple[int, ...] = (640, 768, 1280, 1536, 2560)
@@ -179,6 +186,24 @@ DSA_SHARD_PROFILE = SpaceProfile(
                           HostLayout.PAGE_FIRST_DIRECT)), ("attentions", (Attention.MLA,)), ("small_rate", 1.0)),
     tuning=(("pool_kind", (DSA,)), (LAYER_SHARD_KEY, LAYER_SHARD_VALUES)))
 
+# Side pools that refuse their grant (side_transfer "full", oracles/side_transfers.py) need a group with side pools:
+# the hybrid controller over a standard, unsharded KV anchor on a layout a side pool takes, which the plain draws
+# meet in a few cases in a hundred, and two side pools need page size 1 as well. So "full" is drawn by a profile of
+# its own only (appended last: the indices of the other profiles and of the plain draws are theirs as before), which
+# pins what puts side pools in the group and draws page size 1 in half its cases. Two cases in three ask for both
+# side pools: at page size 1 on page_first / page_first_direct both fit, and the Mamba pool, asked last, refuses
+# after the K-only pool's grant (rolled back); elsewhere the K-only pool alone, which refuses itself. Two in three
+# refuse ("full"), the others move every side pool ("on"). Every case has a program: the refusals come at its
+# back-ups.
+SIDE_GROUPS_PROFILE = SpaceProfile(
+    name="side_groups", per_mille=PROFILE_PER_MILLE // 2,
+    changes=(("layouts", (HostLayout.LAYER_FIRST, HostLayout.PAGE_FIRST, HostLayout.PAGE_FIRST_DIRECT)),
+             ("page_sizes", (1, 1, 1, 2, 3, 16))),
+    tuning=(("controller", (HYBRID,)), ("pool_kind", (STANDARD,)), (LAYER_SHARD_KEY, ("",)),
+            ("side_pool", (K_ONLY, SIDE_BOTH, SIDE_BOTH)), (sequence.OPS_KEY, sequence.valid_programs(5)),
+            (side_transfers.SIDE_TRANSFER_KEY, (side_transfers.SIDE_TRANSFER_FULL, side_transfers.SIDE_TRANSFER_FULL,
+                                                side_transfers.SIDE_TRANSFER_ON))))
+
 
 def class_profile(kind: str, seed: int | None = None) -> SpaceProfile:
     """The profile of a pool kind: the attention kinds and layouts its class stores (with some io backend), page
@@ -202,7 +227,7 @@ def class_profile(kind: str, seed: int | None = None) -> SpaceProfile:
 def profiles(seed: int | None) -> tuple[SpaceProfile, ...]:
     """The backend's profiles for campaign seed `seed` (CaseSpace.menu_seed)."""
     return (*(class_profile(kind, seed) for kind in CLASS_OF_KIND if kind != MXFP8), MXFP8_PROFILE,
-            LAYER_SHARD_PROFILE, DSA_SHARD_PROFILE)
+            LAYER_SHARD_PROFILE, DSA_SHARD_PROFILE, SIDE_GROUPS_PROFILE)
 
 
 def case_settings(case: Case) -> tuple[str, str, int, int]:
@@ -386,28 +411,41 @@ def controller_kind(case: Case) -> str:
     return kind
 
 
-def side_pool(case: Case) -> str:
-    """The class of the side pool in the case's group ("" for none): the ``side_pool`` knob where the case has a
-    group (the hybrid controller over a standard KV anchor) and the class's constructor takes the case's layout
-    (and, for the Mamba pool, its page size 1)."""
-    wanted = case.tuning_value("side_pool", "")
-    name = SIDE_POOL_CLASSES.get(str(wanted), "")
-    if not name or controller_kind(case) != HYBRID or case_settings(case)[0] not in _BY_ATTENTION.values():
-        return ""
+def side_pools(case: Case) -> tuple[str, ...]:
+    """The classes of the side pools in the case's group, in the group's name order (empty for none): those of the
+    ``side_pool`` knob where the case has a group (the hybrid controller over a standard KV anchor) and the class's
+    constructor takes the case's layout (and, for the Mamba pool, its page size 1); a class that does not fit is
+    left out."""
+    wanted = SIDE_POOL_CLASSES.get(str(case.tuning_value("side_pool", "")), ())
+    if not wanted or controller_kind(case) != HYBRID or case_settings(case)[0] not in _BY_ATTENTION.values():
+        return ()
     if layer_shard(case) is not None:  # sglang shards a DSA model's pools, whose group has no such side pool
-        return ""
+        return ()
+    return tuple(name for name in wanted if _side_fits(name, case))
+
+
+def _side_fits(name: str, case: Case) -> bool:
     cls = pool_layouts.pool_class(name)
     layouts = cls.layouts_for(pool_layouts.KERNEL) | cls.layouts_for(pool_layouts.DIRECT)
-    if case.layout not in layouts or (cls.slot_pages and case.page_size != 1):
-        return ""
-    return name
+    return case.layout in layouts and not (cls.slot_pages and case.page_size != 1)
+
+
+def side_pool(case: Case) -> str:
+    """The side pools of the case's group as one label: their classes joined with ``+`` ("" for none)."""
+    return "+".join(side_pools(case))
 
 
 def side_transfer(case: Case) -> bool:
-    """Whether the case's side pool moves with the anchor's transfers (the ``side_transfer`` knob, where the case
-    has a side pool)."""
-    return bool(side_pool(case)) and case.tuning_value(side_transfers.SIDE_TRANSFER_KEY, "") == (
-        side_transfers.SIDE_TRANSFER_ON)
+    """Whether the case's side pools move with the anchor's transfers (the ``side_transfer`` knob ``on`` or
+    ``full``, where the case has side pools)."""
+    return bool(side_pools(case)) and case.tuning_value(side_transfers.SIDE_TRANSFER_KEY, "") in (
+        side_transfers.SIDE_TRANSFER_ON, side_transfers.SIDE_TRANSFER_FULL)
+
+
+def side_refusals(case: Case) -> bool:
+    """Whether the case's last side pool holds room for one back-up and refuses the others (``full``;
+    oracles/sequence.py plans the refusals wherever the knob says so, so a case without side pools does not run)."""
+    return side_transfer(case) and sequence.side_refusals(case)
 
 
 def index_topk_freq(case: Case) -> int:

@@ -1,5 +1,6 @@
-"""Side pools of the hybrid controller's group for ``sglang-hicache``: a pool beside the anchor, which moves with
-the anchor's transfers where the case's ``side_transfer`` knob says so, else no transfer names it.
+"""Side pools of the hybrid controller's group for ``sglang-hicache``: pools beside the anchor (a K-only index pool, a
+Mamba state pool, or both), which move with the anchor's transfers where the case's ``side_transfer`` knob says so,
+else no transfer names them.
 
 sglang's HostPoolGroup derives its capability flags from every child (``can_use_write_back_jit``: all of them,
 ``supports_per_pool_backup_indices``: any of them), and the HybridCacheController places the back-up indices by
@@ -15,7 +16,9 @@ its host slots left to the group's ``resolve_host_transfers``; a load: the slots
 releases an evicted entry's slots through the group's ``release_transfers``. Its bytes after each step must then be
 the oracle's (oracles/side_transfers.py): the bytes before the sequence with the side steps' copies applied. Its
 host pool has as many slots as the anchor's (the K-only pool takes the anchor's size; the Mamba pool's ratio is
-chosen for it), which the oracle's side allocator assumes.
+chosen for it), which the oracle's side allocator assumes. With two side pools every transfer names both, each
+granted by its own allocator; under ``side_transfer=full`` the one asked last starts with most of its slots held
+(``hold_outside``), so that it refuses the back-ups the oracle plans as refused.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class SidePool:
     def __init__(self, name: str, device_pool: Any, host_pool: Any, host: list[torch.Tensor],
                  device: list[torch.Tensor], case: Case, layers: int) -> None:
         self.name, self.device_pool, self.host_pool = name, device_pool, host_pool
+        self.position = 0  # its place among the group's side pools, in name order (the oracle's side steps)
         self.host, self.device, self.tensors = host, device, host + device
         self.before: list[torch.Tensor] = []
         self.case = side_transfers.side_case(case, side_spec(case, name), layers)
@@ -62,7 +66,16 @@ class SidePool:
 
     def apply(self, step: side_transfers.SideStep) -> None:
         """The oracle's copies of `step` on the expected storages."""
-        side_transfers.apply_side_step(self.case, self.expected_host, self.expected_device, step)
+        side_transfers.apply_side_step(self.case, self.expected_host, self.expected_device, step, self.position)
+
+    def hold_outside(self, case: Case, pools: int) -> None:
+        """The side allocator as the oracle's starts (oracles/side_transfers.py): every slot free, ascending, then
+        the slots entries outside the sequence hold granted to them (one grant of the first ones, never freed)."""
+        self.host_pool.clear()
+        held = side_transfers.held_outside(case, pools, self.position)
+        if held and self.host_pool.alloc(held) is None:
+            raise AssertionError(f"the {self.name} side pool's allocator refused {held} of its "
+                                 f"{self.host_pool.size} slots, all of them free")
 
     def differs(self) -> str:
         """'' if the side pool's host and device bytes are the oracle's expected storages, else the first
@@ -129,6 +142,17 @@ def build_side(mods: Any, case: Case, name: str, anchor_host: Any, dtype: torch.
 def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
     """The bytes of `tensors` one after another, on the CPU."""
     return torch.cat([t.reshape(-1).cpu() for t in tensors]) if tensors else torch.empty(0, dtype=torch.uint8)
+
+
+def build_sides(mods: Any, case: Case, names: tuple[str, ...], anchor_host: Any, dtype: torch.dtype,
+                device: torch.device, start: int, target: int, moves: bool = False) -> list[SidePool]:
+    """The side pools `names` (in the group's name order) beside `anchor_host`, each knowing its place."""
+    sides = []
+    for position, name in enumerate(names):
+        side = build_side(mods, case, name, anchor_host, dtype, device, start, target, moves)
+        side.position = position
+        sides.append(side)
+    return sides
 
 
 def pool_name(mods: Any, side: SidePool) -> Any:

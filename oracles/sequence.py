@@ -27,6 +27,16 @@ A program is valid when every ``load`` and ``evict`` finds a held entry. :func:`
 programs valid whatever the geometry (a back-up may evict all older entries, so only the entry it creates is
 counted on).
 
+**A side pool that refuses its grant** (the tuning entry ``side_transfer`` set to :data:`SIDE_TRANSFER_FULL`; the
+side pools and their transfers are oracles/side_transfers.py's): every back-up also asks the group's side pools for
+host slots, and the one asked last holds room for one back-up only (its other slots are held by entries outside
+the sequence). A back-up is then refused while an entry the sequence backed up still holds that room: the anchor's
+allocator grants its slots first (after the evictions the anchor needs, as above), the side pool cannot grant, and
+the group gives every grant of the write back, the anchor's included (``free``: appended to the free list); the
+write returns nothing, no byte moves and no entry is held (the ``refused`` step). The tree leaves that node on the
+device. A refusal leaves an entry held (the one holding the room), so the programs valid whatever the geometry stay
+valid.
+
 **Request slots** (the tuning entry ``requests``, present even if empty): the HiSparse coordinator's way of holding
 host slots (``managers/hisparse_coordinator.py``), for the pools with sglang's ``HiSparseHostPoolMixin``. Host slots
 belong to requests: a table of :data:`REQUEST_ROWS` rows, each the host slots of one request's tokens ``[0,
@@ -71,6 +81,13 @@ from hicache_fuzz.oracles.transfer import Semantics, apply_chunk_copies, chunk_c
 OPS_KEY = "ops"
 BACKUP, LOAD, EVICT = "backup", "load", "evict"
 OPS = (BACKUP, LOAD, EVICT)
+# A planned step of a program's back-up that the group refused (a side pool could not grant its host slots): the
+# anchor's grant given back, nothing moved, nothing held.
+REFUSED = "refused"
+# Side pools beside the anchor (oracles/side_transfers.py): ``on`` moves them with every transfer of an entry the
+# sequence backed up; ``full`` too, with the side pool asked last holding room for one back-up only.
+SIDE_TRANSFER_KEY = "side_transfer"
+SIDE_TRANSFER_ON, SIDE_TRANSFER_FULL = "on", "full"
 MAX_PROGRAM = 6
 REQUESTS_KEY = "requests"
 # Steps of the request-slot model only: the slots a load-back case's request holds before its load, and a request
@@ -89,7 +106,9 @@ class SequenceError(ValueError):
 @dataclass(frozen=True)
 class Step:
     """One operation of a sequence. ``host_indices``/``device_indices`` are the slots and rows it moves
-    (evict and release: the host slots it frees, no device rows; reserve: the slots granted, no device rows).
+    (evict and release: the host slots it frees, no device rows; reserve: the slots granted, no device rows;
+    refused: the anchor's grant, given back, the device rows the write named, none of them moved, and ``free`` the
+    anchor allocator's free count after it).
 
     Steps of the request-slot model also name their request and first token (a back-up's or reservation's grant,
     a load's first token), and hold the request table after the step (each row's slots, its allocated length
@@ -161,20 +180,26 @@ def plan_steps(case: Case) -> list[Step]:
     ops = program(case)
     n, ps = case.n, case.page_size
     free: deque[int] = deque(x for chunk in prologue(case) for x in chunk)
-    held: deque[tuple[int, ...]] = deque()  # host slots of each held entry, oldest first
+    # host slots of each held entry, oldest first, and whether it holds the refusing side pool's room
+    held: deque[tuple[tuple[int, ...], bool]] = deque()
+    room = side_refusals(case)  # the refusing side pool's room for a back-up is free
     steps: list[Step] = []
 
     def evict_oldest() -> tuple[int, ...]:
-        slots = held.popleft()
+        nonlocal room
+        slots, holds_room = held.popleft()
         free.extend(slots)
+        room = room or holds_room
         return slots
 
     if case.direction is Direction.WRITE_BACK:
         granted = tuple(free.popleft() for _ in range(n))
         steps.append(Step(0, BACKUP, granted, case.device_indices))
+        held.append((granted, room))
+        room = False
     else:
         steps.append(Step(0, LOAD, case.host_indices, case.device_indices))
-    held.append(case.host_indices)
+        held.append((case.host_indices, False))  # not backed up by the sequence: no side slots
     for i, op in enumerate(ops, start=1):
         if op == BACKUP:
             while len(free) < n and held:
@@ -182,17 +207,28 @@ def plan_steps(case: Case) -> list[Step]:
             if len(free) < n:
                 raise SequenceError(f"step {i} (backup): {n} host slots needed, the pool has {case.host_slots}")
             granted = tuple(free.popleft() for _ in range(n))
+            if side_refusals(case) and not room:
+                free.extend(granted)
+                steps.append(Step(i, REFUSED, granted, case.device_indices, free=len(free)))
+                continue
             steps.append(Step(i, BACKUP, granted, case.device_indices))
-            held.append(granted)
+            held.append((granted, room))
+            room = False
         elif op == LOAD:
             if not held:
                 raise SequenceError(f"step {i} (load): no backed-up entry is held")
-            steps.append(Step(i, LOAD, held[-1], reversed_pages(case.device_indices, ps)))
+            steps.append(Step(i, LOAD, held[-1][0], reversed_pages(case.device_indices, ps)))
         else:
             if not held:
                 raise SequenceError(f"step {i} (evict): no backed-up entry is held")
             steps.append(Step(i, EVICT, evict_oldest(), ()))
     return steps
+
+
+def side_refusals(case: Case) -> bool:
+    """Whether a side pool of the case's group holds room for one back-up only and refuses the others
+    (``side_transfer`` = ``full``; the backend runs such a case only where its group has side pools)."""
+    return case.tuning_value(SIDE_TRANSFER_KEY, "") == SIDE_TRANSFER_FULL and not request_slots(case)
 
 
 def step_case(case: Case, step: Step) -> Case:

@@ -26,6 +26,8 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
     k_only_heads,
     layer_shard,
     side_pool,
+    side_pools,
+    side_refusals,
     side_transfer,
 )
 from hicache_fuzz.kernels.sglang_hicache_side import SIDE_HEAD_DIM
@@ -51,6 +53,12 @@ def unscripted_reason(case: Case) -> str | None:
         return "a layer-sharded MLA pool (a stand-in for the layer-split DSA device pool): replay the JSON reproducer"
     if device_rows(case) == TOKEN_MAJOR:
         return "token-major device rows (sglang's unified pool): replay the JSON reproducer"
+    if len(side_pools(case)) > 1:
+        return (f"a group of {len(side_pools(case))} side pools ({side_pool(case)}): the script builds one side pool "
+                f"beside the anchor; replay the JSON reproducer")
+    if side_refusals(case):
+        return ("a side pool that refuses back-ups (side_transfer full: the write returns None, every grant given "
+                "back): the script does not model refused writes; replay the JSON reproducer")
     return None
 
 
@@ -107,9 +115,9 @@ def _side_steps(case: Case) -> dict[int, tuple[list[int], list[int]]]:
     sequence (that grant). Empty where the side pool moves nothing."""
     if not side_transfer(case):
         return {}
-    return {number: (list(s.host_slots), list(s.device_rows))
+    return {number: (list(s.host_slots[0]), list(s.device_rows))
             for number, s in enumerate(side_transfers.side_steps(case))
-            if s.op == sequence.BACKUP or s.host_slots}
+            if s.op == sequence.BACKUP or s.host_slots[0]}
 
 
 _SCRIPT = '''#!/usr/bin/env python3

@@ -36,7 +36,7 @@ def test_side_pool_joins_the_group_and_the_anchor_moves_exactly(fake_sglang, kno
     built = sglang_hicache_drive.build(sglang_hicache_drive.load_modules(), case, torch.device("cpu"))
     group = built.controller.mem_pool_host
     assert [type(e.host_pool).__name__ for e in group.entries][1:] == [name]
-    assert group.anchor_entry.host_pool is built.host_pool and group.entries[1].host_pool is built.side.host_pool
+    assert group.anchor_entry.host_pool is built.host_pool and group.entries[1].host_pool is built.sides[0].host_pool
     flags = [e.host_pool.can_use_write_back_jit for e in group.entries]
     assert group.can_use_write_back_jit == all(flags) and group.supports_per_pool_backup_indices == any(flags)
     assert run_on_cpu(case).outcome is Outcome.PASS
@@ -75,4 +75,4 @@ def test_generated_cases_draw_every_side_pool() -> None:
         case = case_for_index(5, index, space)
         if backend.case_unsupported(case) is None:
             seen[backend.coverage_labels(case)["side_pool"]] += 1
-    assert set(seen) == {"none", "MHATokenToKOnlyPoolHost", "MambaPoolHost"}, seen
+    assert {"none", "MHATokenToKOnlyPoolHost", "MambaPoolHost"} <= set(seen), seen

@@ -40,13 +40,13 @@ def test_the_oracle_grants_releases_and_loads_the_side_slots() -> None:
     plan = sequence.plan_steps(case)
     assert [s.op for s in steps] == [p.op for p in plan]
     n = case.n
-    assert steps[0].host_slots == tuple(range(n))  # step 0's back-up: the first free side slots
-    assert steps[1].host_slots == tuple(range(n, 2 * n))
+    assert steps[0].host_slots == (tuple(range(n)),)  # step 0's back-up: the first free side slots
+    assert steps[1].host_slots == (tuple(range(n, 2 * n)),)
     assert steps[2].host_slots == steps[1].host_slots and steps[2].device_rows == plan[2].device_indices  # its load
     assert steps[3].host_slots == steps[0].host_slots and steps[3].device_rows == ()  # evict: the oldest released
     load_back = hicache_case(direction=Direction.LOAD_BACK, ops="load,backup,load", side_pool="k_only",
                              side_transfer="on")
-    assert [s.host_slots for s in side_transfers.side_steps(load_back)][:2] == [(), ()]  # not backed up here
+    assert [s.host_slots for s in side_transfers.side_steps(load_back)][:2] == [((),), ((),)]  # not backed up
 
 
 @pytest.mark.parametrize(("knob", "name", "page_size"), SIDES)
@@ -68,7 +68,7 @@ def test_the_side_pool_moves_with_its_own_host_slots(fake_sglang: None, monkeypa
     transfers = sum(1 for s in sequence.plan_steps(case) if s.transfers)
     assert checked == [name] * (transfers + 1)  # after every transfer, and at the end
     built = drive.build(drive.load_modules(), case, torch.device("cpu"))
-    assert built.side is not None and built.side.host_pool.size == case.host_slots
+    assert len(built.sides) == 1 and built.sides[0].host_pool.size == case.host_slots
 
 
 @pytest.mark.parametrize(("knob", "name", "page_size"), SIDES)
@@ -77,13 +77,13 @@ def test_the_side_bytes_are_the_oracles_not_the_bytes_before(fake_sglang: None, 
     """The oracle's side storages after a back-up differ from the filled ones: the check judges moved bytes."""
     case = moving_case(knob, page_size, ops="backup")
     built = drive.build(drive.load_modules(), case, torch.device("cpu"))
-    assert built.side is not None
-    built.side.fill_and_snapshot()
-    before = built.side.expected_host.clone()
+    (side,) = built.sides
+    side.fill_and_snapshot()
+    before = side.expected_host.clone()
     for step in side_transfers.side_steps(case):
-        built.side.apply(step)
-    assert not torch.equal(before, built.side.expected_host)
-    assert built.side.differs().startswith(f"{name} side pool host bytes differ from the oracle's")
+        side.apply(step)
+    assert not torch.equal(before, side.expected_host)
+    assert side.differs().startswith(f"{name} side pool host bytes differ from the oracle's")
 
 
 @pytest.mark.parametrize(("knob", "name", "page_size"), SIDES)

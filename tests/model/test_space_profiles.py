@@ -58,19 +58,23 @@ def test_the_mxfp8_profile_makes_the_mxfp8_pool_a_drawn_class() -> None:
 
 def test_each_pool_kind_profile_mostly_resolves_to_its_class() -> None:
     """The per-kind profiles of sglang-hicache (profiles()): most of a profile's indices draw a shape its class stores;
-    the layer-shard profiles', a layer-sharded MLA case or a layer-sharded DSA indexer (half the share of a kind's)."""
+    the layer-shard profiles', a layer-sharded MLA case or a layer-sharded DSA indexer, the side-group profile's a
+    group with side pools (each half the share of a kind's)."""
     from hicache_fuzz.kernels.sglang_hicache_settings import (
         CLASS_OF_KIND,
         DSA_CLASS,
         DSA_SHARD_PROFILE,
         LAYER_SHARD_PROFILE,
+        SIDE_GROUPS_PROFILE,
         layer_shard,
         profiles,
+        side_pools,
     )
 
     backend = load_registry().get("sglang-hicache")
     space = backend.case_space(CaseSpace(), Platform("cuda", (9, 0)))
-    assert {p.name for p in profiles(None)} == {*CLASS_OF_KIND, LAYER_SHARD_PROFILE.name, DSA_SHARD_PROFILE.name}
+    assert {p.name for p in profiles(None)} == {*CLASS_OF_KIND, LAYER_SHARD_PROFILE.name, DSA_SHARD_PROFILE.name,
+                                                 SIDE_GROUPS_PROFILE.name}
     assert space.profiles == profiles(None)
     hits: dict[str, list[bool]] = {p.name: [] for p in space.profiles}
     for index in range(4000):
@@ -82,10 +86,12 @@ def test_each_pool_kind_profile_mostly_resolves_to_its_class() -> None:
             hits[profile.name].append(layer_shard(case) is not None)
         elif profile is DSA_SHARD_PROFILE:
             hits[profile.name].append(layer_shard(case) is not None and case_settings(case)[0] == DSA_CLASS)
+        elif profile is SIDE_GROUPS_PROFILE:
+            hits[profile.name].append(bool(side_pools(case)))
         else:
             hits[profile.name].append(case_settings(case)[0] == CLASS_OF_KIND[profile.name])
     for name, resolved in hits.items():
-        least = 50 if name in (LAYER_SHARD_PROFILE.name, DSA_SHARD_PROFILE.name) else 100
+        least = 50 if name in (LAYER_SHARD_PROFILE.name, DSA_SHARD_PROFILE.name, SIDE_GROUPS_PROFILE.name) else 100
         assert len(resolved) >= least and sum(resolved) >= len(resolved) * 0.4, name
 
 

@@ -1,6 +1,11 @@
-"""Fake HybridCacheController: a HostPoolGroup as the host pool, allocation through the group, sidecar transfers
-(``extra_pools`` riding on the KV transfer's indices) moved with the anchor's, per-pool index placement, and the
-packed draft layers of every pool loaded as transfers of their own (is_draft=True) after the target's."""
+"""Fake HybridCacheController: a HostPoolGroup as the host pool, allocation through the group (a write whose side
+pools the group refuses gives the anchor's grant back and returns None), sidecar transfers (``extra_pools`` riding
+on the KV transfer's indices) moved with the anchor's, per-pool index placement, and the packed draft layers of
+every pool loaded as transfers of their own (is_draft=True) after the target's.
+
+``FAKE_SGLANG_POOL_BUG`` plants one bug: ``side_write`` (every transfer also moves the group's side pools at the
+anchor's indices), ``side_refusal_keeps_anchor`` (a write the group refuses keeps the anchor's grant allocated),
+``side_first_only`` (a transfer moves only the first side-pool transfer it names)."""
 
 from __future__ import annotations
 
@@ -39,7 +44,8 @@ class HybridCacheController(HiCacheController):
         transfers = self.mem_pool_host.resolve_host_transfers(extra_pools, primary_device_indices=device_indices,
                                                               primary_host_indices=host_indices)
         if transfers is None and extra_pools:  # a side pool refused: the anchor's grant is given back
-            self.mem_pool_host.free(host_indices)
+            if planted_bug() != "side_refusal_keeps_anchor":  # the bug: the anchor's grant stays allocated
+                self.mem_pool_host.free(host_indices)
             return None
         self.write_queue.append(SimpleNamespace(host_indices=host_indices, device_indices=device_indices,
                                                 pool_transfers=transfers))
@@ -85,9 +91,17 @@ class HybridCacheController(HiCacheController):
                       pool_transfers: Any = None) -> list[L2Transfer]:
         group = self.mem_pool_host
         anchor = group.anchor_entry
-        transfers = [L2Transfer(anchor.host_pool, anchor.device_pool, host_indices, device_indices,
-                                anchor.layer_mapper)]
-        for transfer in pool_transfers or []:
+        transfers = []
+        if host_indices.numel() > 0:
+            transfers.append(L2Transfer(anchor.host_pool, anchor.device_pool, host_indices, device_indices,
+                                        anchor.layer_mapper))
+        for number, transfer in enumerate(pool_transfers or []):
+            if number and planted_bug() == "side_first_only":  # the bug: only the first side-pool transfer moves
+                break
+            if transfer.host_indices is None or transfer.device_indices is None:
+                raise ValueError(f"Unresolved L2 transfer for {transfer.name}.")
+            if transfer.host_indices.numel() == 0 and transfer.device_indices.numel() == 0:
+                continue
             entry = group.entry_map[transfer.name]
             transfers.append(L2Transfer(entry.host_pool, entry.device_pool, transfer.host_indices,
                                         transfer.device_indices, entry.layer_mapper))

@@ -1,6 +1,18 @@
 """Fake HostPoolGroup: an anchor pool and side pools; the facade's staged-path flag is every child's, allocation
-goes to one pool (the anchor by default), side-pool transfers are granted host slots by their own pool, and
-sidecar transfers riding on another take its indices."""
+goes to one pool (the anchor by default; an entry's reclaim callback asked once where its pool cannot grant),
+side-pool transfers are granted host slots by their own pool, all or none, and sidecar transfers riding on another
+take its indices.
+
+``FAKE_SGLANG_POOL_BUG`` plants one bug of ``resolve_host_transfers``:
+
+* ``side_host_swap``: the two index lists of a side-pool transfer swapped in the skip test (mutant bf64a954ca32);
+* ``side_one_allocator``: every side-pool transfer is granted by the first side pool's allocator;
+* ``side_partial_grant``: a side pool that cannot grant is skipped (its transfer left without host slots) instead
+  of refusing the whole resolution;
+* ``side_rollback_dropped``: a refusal returns None without giving back the grants made before it (their transfers
+  are reset, the slots stay granted);
+* ``side_rollback_kept``: a refusal gives those grants back but leaves their transfers holding the host slots.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +30,10 @@ class PoolEntry:
     device_pool: Any
     layer_mapper: Callable[[int], int | None]
     is_primary_index_anchor: bool = False
+    host_evict_fn: Callable[[int], Any] | None = None
+    device_evict_fn: Callable[[int], Any] | None = None
+    device_alloc_fn: Callable[[int], Any] | None = None
+    device_free_fn: Callable[[Any], Any] | None = None
     packed_draft_device_pools: tuple[Any, ...] = ()
 
 
@@ -41,8 +57,13 @@ class HostPoolGroup:
         return any(getattr(e.host_pool, "can_use_write_back_jit", False) for e in self.entries)
 
     def alloc(self, need_size: int, *, pool: Any = None, reclaim: Any = None, start_owner: Any = None) -> Any:
+        """sglang's: from one pool, reclaiming once (the callback) before a retry."""
         entry = self.anchor_entry if pool is None else self.entry_map[pool]
-        return entry.host_pool.alloc(need_size)
+        indices = entry.host_pool.alloc(need_size)
+        if indices is None and reclaim is not None:
+            reclaim(need_size)
+            indices = entry.host_pool.alloc(need_size)
+        return indices
 
     def free(self, indices: Any, *, pool: Any = None) -> int:
         entry = self.anchor_entry if pool is None else self.entry_map[pool]
@@ -60,8 +81,12 @@ class HostPoolGroup:
 
         def rollback() -> None:
             for transfer, indices in allocated:
-                self.free(indices, pool=transfer.name)
-                transfer.host_indices = None
+                if planted_bug() != "side_rollback_dropped":  # the bug: the grants made before the refusal stay
+                    self.free(indices, pool=transfer.name)
+                if planted_bug() != "side_rollback_kept":  # the bug: their transfers keep the given-back slots
+                    transfer.host_indices = None
+
+        sides = [e.name for e in self.entries if e is not self.anchor_entry]
 
         for transfer in sorted(transfers, key=lambda t: t.name):
             if transfer.indices_from_pool is not None:
@@ -75,7 +100,11 @@ class HostPoolGroup:
                 continue
             if transfer.name not in self.entry_map:
                 continue
-            indices = self.alloc(len(transfer.device_indices), pool=transfer.name)
+            entry = self.entry_map[transfer.name]
+            pool = sides[0] if planted_bug() == "side_one_allocator" else transfer.name  # the bug: one allocator
+            indices = self.alloc(len(transfer.device_indices), pool=pool, reclaim=entry.host_evict_fn)
+            if indices is None and planted_bug() == "side_partial_grant":  # the bug: the refusing pool skipped
+                continue
             if indices is None:
                 rollback()
                 return None
