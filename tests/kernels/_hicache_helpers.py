@@ -65,6 +65,12 @@ def fake_sglang_module() -> Iterator[None]:
 # The device the fake sglang's JIT gate stands for (sm90 CUDA: TMA): the platform of the transfer rules that
 # depend on whether the JIT kernel takes a row.
 SM90 = Platform("cuda", (9, 0))
+# The program of the shard and device-shape tests: two back-ups, loads and an eviction between them.
+SHARD_OPS = "backup,load,evict,backup,load"
+# Latent rows (elements of bf16): 24 (48 bytes), which the JIT kernels do not take at page size 2, so sgl_kernel's
+# AOT ops move them; 64 (128 bytes), which the register kernel takes (and a page_first page row of 128 bytes is a
+# compiled width).
+AOT_ROW, JIT_ROW = 24, 64
 
 
 class CpuHicacheBackend(SglangHicacheBackend):

@@ -40,17 +40,13 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
 )
 from hicache_fuzz.oracles import pool_layouts
 from hicache_fuzz.oracles.contract import EntryPoint, Verdict, hicache_jit_takes_row, predict, primary_rule
-from tests.kernels._hicache_helpers import SM90, fake_sglang, hicache_case, run_on_cpu
+from tests.kernels._hicache_helpers import AOT_ROW, JIT_ROW, SHARD_OPS, SM90, fake_sglang, hicache_case, run_on_cpu
 
 __all__ = ["fake_sglang"]  # the fixture, used by name
 
-OPS = "backup,load,evict,backup,load"
-# Latent rows: 48 bytes (24 bf16) the JIT kernels do not take at page size 2 (sgl_kernel's AOT ops move them), 128
-# bytes (64 bf16) the register kernel takes.
-AOT_ROW, JIT_ROW = 24, 64
 
 
-def mla_case(layout: HostLayout, shard: str, *, head_dim: int = JIT_ROW, layers: int = 4, ops: str = OPS,
+def mla_case(layout: HostLayout, shard: str, *, head_dim: int = JIT_ROW, layers: int = 4, ops: str = SHARD_OPS,
              **knobs: Any) -> Case:
     case = hicache_case(Attention.MLA, layout, layers=layers, ops=ops, layer_shard=shard, start_layer=3, **knobs)
     return case.replace(pools=(PoolSpec("kv", Attention.MLA, KVDtype.BF16, 1, head_dim),))
@@ -274,7 +270,8 @@ def test_the_knob_shards_only_the_mla_host_pool_and_the_dsa_indexer() -> None:
 
 def token_major_case(attention: Attention, layout: HostLayout, io: str = "kernel", head_dim: int = 0,
                      **knobs: int | str) -> Case:
-    case = hicache_case(attention, layout, layers=3, ops=OPS, io_backend=io, **{"device_rows": TOKEN_MAJOR, **knobs})
+    case = hicache_case(attention, layout, layers=3, ops=SHARD_OPS, io_backend=io,
+                        **{"device_rows": TOKEN_MAJOR, **knobs})
     if head_dim:
         spec = case.pools[0]
         case = case.replace(pools=(PoolSpec("kv", attention, KVDtype.BF16, spec.heads, head_dim,
@@ -338,7 +335,7 @@ def test_a_planted_off_by_one_in_the_stride_check_is_caught(fake_sglang, monkeyp
     monkeypatch.setenv("FAKE_SGLANG_POOL_BUG", "stride_ge")
     result = run_on_cpu(case)
     assert result.outcome is Outcome.WRONGLY_REJECTED and "do not share one row stride" in (result.error or "")
-    packed = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, layers=3, ops=OPS, io_backend="direct")
+    packed = hicache_case(Attention.MHA, HostLayout.LAYER_FIRST, layers=3, ops=SHARD_OPS, io_backend="direct")
     assert run_on_cpu(packed).outcome is Outcome.PASS  # packed rows never reach the check's comparison
 
 
@@ -512,7 +509,7 @@ def test_the_default_mix_draws_both_new_configurations(tmp_path: Path) -> None:
 def test_cases_without_the_knobs_replay_as_before() -> None:
     """A case file written before the knobs (no layer_shard, no device_rows) is the same case: packed rows, no
     shard, its id unchanged by the knobs' defaults."""
-    case = hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, ops=OPS)
+    case = hicache_case(Attention.MLA, HostLayout.LAYER_FIRST, ops=SHARD_OPS)
     assert "layer_shard" not in dict(case.tuning) and "device_rows" not in dict(case.tuning)
     assert layer_shard(case) is None and device_rows(case) == PACKED
     assert SglangHicacheBackend().transfer_unsupported(case, SM90) is None

@@ -28,14 +28,10 @@ from hicache_fuzz.kernels.sglang_hicache_settings import (
 )
 from hicache_fuzz.oracles import pool_layouts
 from hicache_fuzz.oracles.contract import EntryPoint, Verdict, predict, primary_rule
-from tests.kernels._hicache_helpers import SM90, fake_sglang, hicache_case, run_on_cpu
+from tests.kernels._hicache_helpers import AOT_ROW, JIT_ROW, SHARD_OPS, SM90, fake_sglang, hicache_case, run_on_cpu
 
 __all__ = ["fake_sglang"]  # the fixture, used by name
 
-OPS = "backup,load,evict,backup,load"
-# Index rows: 48 bytes (the anchor's latent row of 24 bf16, which the JIT kernels do not take), 128 bytes (64 bf16:
-# the register kernel takes the anchor's row, and a page_first page row of 128 bytes is a compiled width).
-AOT_ROW, JIT_ROW = 24, 64
 
 
 def sharded_dsa_case(layout: HostLayout = HostLayout.LAYER_FIRST, shard: str = "3/1/2", *, head_dim: int = AOT_ROW,
@@ -43,7 +39,7 @@ def sharded_dsa_case(layout: HostLayout = HostLayout.LAYER_FIRST, shard: str = "
     """A layer-sharded DSA case: 4 layers (3 index layers of the rank and one packed draft), stage from layer 5; on
     page_first at a page size whose page row is a compiled width (1 x 128 bytes, 12 x 48)."""
     settings: dict[str, Any] = {"pool_kind": "dsa", "layer_shard": shard, "start_layer": 5, "draft_layers": 1,
-                                "index_topk_freq": 2, "ops": OPS, **knobs}
+                                "index_topk_freq": 2, "ops": SHARD_OPS, **knobs}
     page_size = 12 if layout is HostLayout.PAGE_FIRST and head_dim == AOT_ROW else 1
     case = hicache_case(Attention.MLA, layout, page_size=page_size, layers=4, **settings)
     return case.replace(pools=(PoolSpec("kv", Attention.MLA, KVDtype.BF16, 1, head_dim),))
