@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import re
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+import hicache_fuzz.harness as harness_package
+import hicache_fuzz.kernels as kernels_package
+import hicache_fuzz.oracles as oracles_package
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.pipeline.compare import DiffReport, compare_storages, storages_equal
 from hicache_fuzz.harness.pipeline.materialize import materialize
 from hicache_fuzz.harness.pipeline.reuse import StorageReuse
-from hicache_fuzz.kernels.base import Backend, Plan
+from hicache_fuzz.kernels.base import Backend, BackendRejected, Plan
 from hicache_fuzz.kernels.buffers import GUARD_BYTES, HostMemory, Materialized
 from hicache_fuzz.oracles.contract import Platform, Prediction, Verdict, predict
 from hicache_fuzz.oracles.sequence import Step, apply_sequence, step_case
@@ -105,7 +109,7 @@ def _run(case: Case, backend: Backend, platform: Platform, device: torch.device,
         keep = reuse is not None
         clock.lap("backend")
         if raised is not None or prediction.verdict is Verdict.REJECT:
-            _judge_rejection(base, raised is not None, prediction, before, after, clock)
+            _judge_rejection(base, raised, prediction, before, after, clock)
             return base, reused
         expected_steps: list[tuple[Step, dict[str, torch.Tensor]]] | None = [] if buffers.step_images else None
         expected = _expected_raw(case, before, prediction.semantics, expected_steps)
@@ -165,24 +169,27 @@ def raised_at(exc: BaseException, frames: int = 4) -> str:
     """The innermost `frames` frames of `exc`'s traceback (file as its folder/name:line function), innermost first:
     whether a refusal came from sglang, from the kernel's Python wrapper or from this harness is the first question
     of its triage. Kept out of the error text, so failure signatures do not depend on line numbers."""
-    import traceback
-
     summary = traceback.extract_tb(exc.__traceback__)[-frames:]
     return " <- ".join(f"{'/'.join(Path(f.filename).parts[-2:])}:{f.lineno} {f.name}" for f in reversed(summary))
 
 
-def _judge_rejection(base: Result, raised: bool, prediction: Prediction, before: dict[str, torch.Tensor],
-                     after: dict[str, torch.Tensor], clock: _StageClock) -> None:
+def _judge_rejection(base: Result, raised: Exception | None, prediction: Prediction,
+                     before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], clock: _StageClock) -> None:
     """Classify a case the backend refused (`raised`: rejected as predicted, or a valid input wrongly rejected;
     either way whether it changed bytes before refusing) or one the contract rejects that ran (wrongly
-    accepted)."""
-    if raised:
+    accepted). A predicted rejection counts only when the refusal is the backend's: one raised by the harness's
+    own checks or code is that check failing (or a harness bug), reported like a valid case that raised."""
+    if raised is not None:
         changed = not storages_equal(before, after)
         clock.lap("compare")
         base.diff = {"bytes_changed_before_rejection": changed}
-        if prediction.verdict is Verdict.REJECT:
+        fault = harness_fault(raised)
+        if prediction.verdict is Verdict.REJECT and fault is None:
             base.outcome = Outcome.REJECTED_AS_PREDICTED
             base.summary = f"rejected as predicted ({prediction.describe()})"
+        elif prediction.verdict is Verdict.REJECT:
+            base.outcome = Outcome.WRONGLY_REJECTED
+            base.summary = f"predicted rejection, but {fault}: {base.error}"
         else:
             base.outcome = Outcome.WRONGLY_REJECTED
             base.summary = f"valid input rejected: {base.error}"
@@ -190,6 +197,36 @@ def _judge_rejection(base: Result, raised: bool, prediction: Prediction, before:
         base.outcome = Outcome.WRONGLY_ACCEPTED
         base.summary = f"accepted input the contract rejects: {'; '.join(prediction.reasons)}"
     clock.lap("classify")
+
+
+# The folders of the harness's own code: an exception raised there is not the backend refusing.
+_PACKAGE_ROOTS = tuple(str(Path(module.__file__).resolve().parent) for module in (harness_package, oracles_package,
+                                                                                    kernels_package))
+_PROGRAMMING_ERRORS = (AttributeError, NameError, ImportError, KeyError, IndexError, TypeError, ZeroDivisionError)
+
+
+def harness_fault(exc: BaseException) -> str | None:
+    """Why `exc` is not the backend's refusal, or None when it is. The harness's own consistency checks say
+    "harness: ..."; its checks of what sglang did raise AssertionError from harness code; a programming error
+    raised in harness code is a harness bug. A backend's deliberate refusal (`BackendRejected`) and anything
+    raised inside sglang, torch or a plugin is the backend's."""
+    if isinstance(exc, BackendRejected):
+        return None
+    if str(exc).startswith("harness:"):
+        return "the harness's own consistency check raised"
+    if not isinstance(exc, (AssertionError, *_PROGRAMMING_ERRORS)):
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or not _in_harness(frames[-1].filename):
+        return None
+    if isinstance(exc, AssertionError):
+        return "the refusal is a failed check of the harness, not the backend's"
+    return "the refusal is an error in the harness's code, not the backend's"
+
+
+def _in_harness(filename: str) -> bool:
+    path = str(Path(filename).resolve())
+    return any(path.startswith(root + "/") for root in _PACKAGE_ROOTS)
 
 
 def _whole_storage_diff(case: Case, expected: dict[str, torch.Tensor], after: dict[str, torch.Tensor],

@@ -17,8 +17,9 @@ from hicache_fuzz.harness.model.case import (
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.materialize import materialize
+from hicache_fuzz.harness.pipeline import runner
 from hicache_fuzz.harness.pipeline.runner import run_case
-from hicache_fuzz.kernels.base import Plan
+from hicache_fuzz.kernels.base import BackendRejected, Plan
 from hicache_fuzz.kernels.buffers import GUARD_BYTES
 from hicache_fuzz.kernels.reference import ReferenceBackend
 from hicache_fuzz.oracles.contract import EntryPoint, Platform
@@ -127,6 +128,42 @@ def test_contract_violations_classified() -> None:
     result = run_case(mha_case(), RejectsEverything(), Platform(), CPU)
     assert result.outcome is Outcome.WRONGLY_REJECTED
     assert "CUDA tensor" in result.error
+
+
+def _raised_in(path: str, source: str) -> Exception:
+    """The exception `source` raises, with its innermost frame in the file `path`."""
+    try:
+        exec(compile(source, path, "exec"), {})
+    except Exception as exc:
+        return exc
+    raise AssertionError(f"{source!r} did not raise")
+
+
+class RaisesFromHarness(ReferenceBackend):
+    """Refuses with an exception whose innermost frame is in the harness's own code."""
+    name = "test-raises-from-harness"
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def run(self, buffers):  # type: ignore[no-untyped-def]
+        raise self.exc
+
+
+def test_a_predicted_rejection_counts_only_when_the_backend_refuses() -> None:
+    bad = mha_case(host_indices=(8, 9, 10, 16))
+    inside = f"{runner._PACKAGE_ROOTS[2]}/check.py"  # a file in the package's kernels folder
+    failed_check = _raised_in(inside, "raise AssertionError('the side pool kept its slots')")
+    harness_bug = _raised_in(inside, "None.pool")
+    for exc in (failed_check, harness_bug, RuntimeError("harness: the host pool holds 8 bytes")):
+        result = run_case(bad, RaisesFromHarness(exc), Platform(), CPU)
+        assert result.outcome is Outcome.WRONGLY_REJECTED, exc
+        assert "predicted rejection, but" in result.summary
+    # the backend's refusals: its own exception type, or anything raised outside the harness (sglang, torch)
+    outside = _raised_in("/elsewhere/sglang/check.py", "raise AssertionError('index out of range')")
+    for exc in (BackendRejected("host index out of range"), outside, failed_check.__class__("no traceback")):
+        result = run_case(bad, RaisesFromHarness(exc), Platform(), CPU)
+        assert result.outcome is Outcome.REJECTED_AS_PREDICTED, exc
 
 
 def test_silent_fallback_is_flagged() -> None:
