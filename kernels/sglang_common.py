@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hicache_fuzz.harness.model import copy_rules
+from hicache_fuzz.harness.model import copy_rules, jit_gate
 from hicache_fuzz.kernels.base import Availability
 from hicache_fuzz.kernels.compile_books import SGLANG_BOOKS
 from hicache_fuzz.kernels.refused_builds import RefusedBuilds
@@ -39,8 +39,8 @@ from hicache_fuzz.oracles.contract import Platform
 SGLANG_VERSION = "0.5.23"
 HICACHE_MODULE = "sglang.kernels.ops.kvcache.hicache"
 TMA_ENV = "SGLANG_HICACHE_TMA_TRANSFER"
-# sglang 0.5.23 defaults, used when sglang is not importable (hicache.py:22-31, 94; pool_host/base.py:30)
-FALLBACK_TMA_BLOCK_QUOTA = 4
+# sglang 0.5.23's staging chunk, used when sglang is not importable (pool_host/base.py:30); hicache.py's copy rounds,
+# block quotas and TMA stage fall back to harness/model/copy_rules.py
 STAGING_PAGE_CHUNK = 64
 
 # Path names returned by run() and predicted by plan().
@@ -207,7 +207,7 @@ def platform_rules(platform: Platform) -> Rules:
     groups = copy_rules.group_bytes(platform.is_hip)
     quota = copy_rules.block_quota(platform.is_hip)
     return Rules(
-        tuple(groups), quota, FALLBACK_TMA_BLOCK_QUOTA, copy_rules.TMA_MAX_ROW_BYTES, STAGING_PAGE_CHUNK, "fallback"
+        tuple(groups), quota, copy_rules.TMA_BLOCK_QUOTA, copy_rules.TMA_MAX_ROW_BYTES, STAGING_PAGE_CHUNK, "fallback"
     )
 
 
@@ -239,13 +239,8 @@ def default_unroll(row_bytes: int) -> int:
 
 
 def register_row_ok(row_bytes: int, platform: Platform, unroll: int | None = None) -> bool:
-    """`_tiles_across_lanes` with the platform's copy rounds."""
-    lanes = copy_rules.register_lanes(unroll or default_unroll(row_bytes))
-    return bool(lanes) and copy_rules.copy_round(row_bytes, lanes, platform_rules(platform).group_bytes) > 0
-
-
-def tma_rows_per_chunk(row_bytes: int, platform: Platform) -> int:
-    return copy_rules.tma_rows_per_chunk(row_bytes, platform_rules(platform).tma_stage_bytes)
+    """`_tiles_across_lanes` (harness/model/jit_gate.py) with the platform's copy rounds as sglang states them."""
+    return jit_gate.register_tiles_row(row_bytes, platform, unroll, platform_rules(platform).group_bytes)
 
 
 def tma_env_enabled() -> bool:
@@ -257,15 +252,12 @@ def tma_selected(row_bytes: int, page_size: int | None, platform: Platform, mode
     """Prediction of ``use_hicache_tma_kernel`` (hicache.py:122-144) under a forcing `mode`.
 
     mode None follows the environment (as the process's cached gate does), "off" forces the register kernel,
-    "on" evaluates the gate with the environment switch on. ``fits_device`` is assumed true on sm90+.
+    "on" evaluates the gate with the environment switch on (harness/model/jit_gate.py, with the TMA stage as
+    sglang states it). ``fits_device`` is assumed true on sm90+.
     """
-    if mode == "off" or not platform.has_tma:
+    if mode == "off" or (mode is None and not tma_env_enabled()):
         return False
-    if mode is None and not tma_env_enabled():
-        return False
-    if row_bytes % 16:
-        return False
-    return not (page_size is not None and page_size % tma_rows_per_chunk(row_bytes, platform))
+    return jit_gate.tma_takes_row(row_bytes, page_size, platform, platform_rules(platform).tma_stage_bytes)
 
 
 # ---- spies ------------------------------------------------------------------------------------------------

@@ -39,14 +39,8 @@ from hicache_fuzz.harness.model.case import (
     IndexDtype,
     Scope,
 )
-from hicache_fuzz.harness.model.copy_rules import (
-    TMA_MAX_ROW_BYTES,
-    copy_round,
-    group_bytes,
-    register_lanes,
-    register_unroll,
-    tma_rows_per_chunk,
-)
+from hicache_fuzz.harness.model.copy_rules import TMA_MAX_ROW_BYTES
+from hicache_fuzz.harness.model.jit_gate import TMA_ROW_ALIGN_BYTES, register_tiles_row, tma_takes_row
 from hicache_fuzz.harness.model.platform import Platform
 from hicache_fuzz.oracles import pool_layouts, sequence
 from hicache_fuzz.oracles.transfer import Semantics, token_pairs
@@ -87,25 +81,17 @@ class Prediction:
 # ---- platform rules ----------------------------------------------------------------------------------
 
 # The copy-round rules (row tiling, unroll, TMA chunk rows) live in harness/model/copy_rules.py, shared with
-# the sglang backends and the ISA check.
-
-
-def register_kernel_accepts_row(row_bytes: int, platform: Platform, unroll: int | None = None) -> bool:
-    """Mirror of `_tiles_across_lanes`: some copy round tiles the row and splits evenly across lanes."""
-    lanes = register_lanes(unroll or register_unroll(row_bytes))
-    return bool(lanes) and copy_round(row_bytes, lanes, group_bytes(platform.is_hip)) > 0
+# the sglang backends and the ISA check; which JIT kernel takes a row on a platform in harness/model/jit_gate.py,
+# shared with the sglang backends.
 
 
 def hicache_jit_takes_row(row_bytes: int, page_size: int, platform: Platform) -> bool:
-    """Mirror of ``can_use_hicache_jit_kernel(page_size=, element_size=)`` (sglang/kernels/ops/kvcache/hicache.py),
-    the gate a host pool's ``can_use_jit`` is set from: CUDA or ROCm only; the TMA kernel where it is selected (sm90+,
-    rows of 16-byte multiples, pages that tile its chunk of ``tma_rows_per_chunk`` rows), else the register kernel
-    where the row tiles its copy rounds. The TMA switch (``SGLANG_HICACHE_TMA_TRANSFER``) is taken at sglang's
-    default, on, and the modules are taken to build (a module that does not is a silent fallback, B10)."""
-    if platform.kind == "cpu":
-        return False
-    tma = platform.has_tma and row_bytes % 16 == 0 and page_size % tma_rows_per_chunk(row_bytes) == 0
-    return tma or register_kernel_accepts_row(row_bytes, platform)
+    """A host pool's ``can_use_jit``: ``(_is_cuda or _is_hip) and can_use_hicache_jit_kernel(page_size=,
+    element_size=)`` (sglang/kernels/ops/kvcache/hicache.py), the TMA kernel where it takes the row, else the
+    register kernel where the row tiles its copy rounds (harness/model/jit_gate.py). The TMA switch
+    (``SGLANG_HICACHE_TMA_TRANSFER``) is taken at sglang's default, on."""
+    return platform.kind != "cpu" and (tma_takes_row(row_bytes, page_size, platform)
+                                       or register_tiles_row(row_bytes, platform))
 
 
 # ---- the prediction -----------------------------------------------------------------------------------
@@ -283,7 +269,7 @@ def _register_rules(case: Case, platform: Platform) -> list[str]:
         out.append("the JIT register kernel needs a CUDA or ROCm device")
     unroll = case.tuning_value("unroll")
     for row in _rows(case):
-        if not register_kernel_accepts_row(row, platform, unroll):
+        if not register_tiles_row(row, platform, unroll):
             out.append(f"row of {row} bytes does not tile the {'HIP' if platform.is_hip else 'CUDA'} copy rounds")
     if case.layout in (HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD, HostLayout.PAGE_UNIFIED):
         out.append(f"the register kernel has no {case.layout.value} addressing")
@@ -298,8 +284,8 @@ def _tma_rules(case: Case, platform: Platform) -> list[str]:
     if not platform.has_tma:
         out.append("TMA needs CUDA sm90+")
     for row in _rows(case):
-        if row % 16:
-            out.append(f"row of {row} bytes is not a multiple of 16")
+        if row % TMA_ROW_ALIGN_BYTES:
+            out.append(f"row of {row} bytes is not a multiple of {TMA_ROW_ALIGN_BYTES}")
         if row > TMA_MAX_ROW_BYTES:
             out.append(f"row of {row} bytes exceeds the {TMA_MAX_ROW_BYTES}-byte shared-memory stage")
     if case.layout in (HostLayout.PAGE_FIRST_DIRECT, HostLayout.PAGE_HEAD, HostLayout.PAGE_UNIFIED):

@@ -1,9 +1,11 @@
-"""sglang's copy-round rules for its JIT copy kernels, written once: which rows the register kernel can copy
-(the row-tiling rule), its default unroll, and how many rows a TMA chunk holds.
+"""sglang's copy-round rules for its JIT copy kernels, written once: the constants of hicache.py (copy rounds,
+block quotas, the TMA stage), the copy round that tiles a row across lanes, the default unroll, and how many rows
+a TMA chunk holds.
 
-Used by the input contract (oracles/contract.py), the sglang backends (kernels/sglang_common.py, with the
-rounds read from the installed sglang when there is one) and the stand-alone ISA check (harness/isa), which
-is why this module imports nothing but the standard library.
+Used by the JIT gate (harness/model/jit_gate.py: which kernel takes a row on a platform), the input contract
+(oracles/contract.py), the sglang backends (kernels/sglang_common.py, with the constants read from the installed
+sglang when there is one) and the stand-alone ISA check (harness/isa), which is why this module imports nothing
+but the standard library.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ HIP_GROUP_BYTES: tuple[int, ...] = (128, 64, 32, 16)
 PACKAGE_BYTES: tuple[int, ...] = (4, 8, 16)  # what one lane moves per access
 TMA_MAX_ROW_BYTES = 32768  # the TMA kernel's stage: rows per chunk x row bytes stays within it
 TMA_MAX_ROWS_PER_CHUNK = 128
-# Blocks per SM the register kernel is launched with by default (hicache.py DEFAULT_BLOCK_QUOTA).
+# Blocks per SM the register kernel is launched with by default (hicache.py DEFAULT_BLOCK_QUOTA), and the TMA
+# kernel's (hicache.py TMA_BLOCK_QUOTA; CUDA only).
 CUDA_BLOCK_QUOTA = 2
 HIP_BLOCK_QUOTA = 32
+TMA_BLOCK_QUOTA = 4
 
 
 def group_bytes(is_hip: bool) -> tuple[int, ...]:

@@ -29,7 +29,7 @@ from hicache_fuzz.harness.model.case import (
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels import sglang_common as common
 from hicache_fuzz.kernels.registry import load_registry
-from hicache_fuzz.oracles.contract import EntryPoint, Platform, Verdict, predict
+from hicache_fuzz.oracles.contract import EntryPoint, Platform, Verdict, hicache_jit_takes_row, predict
 
 from .sglang_cases import mk
 
@@ -153,6 +153,16 @@ def test_tma_env_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(common.TMA_ENV, "0")
     assert not common.tma_selected(1024, 32, H200)
     assert common.tma_selected(1024, 32, H200, "on")
+
+
+@pytest.mark.parametrize("platform", [H200, A100, MI300])
+def test_backends_and_contract_ask_one_jit_gate(platform: Platform) -> None:
+    """With sglang's constants at the contract's, the backends' gate (TMA switch on) answers as the contract's."""
+    assert common.platform_rules(platform).source == "fallback"
+    for row in range(8, 4113, 8):
+        for page_size in (1, 3, 8, 16, 64, 128):
+            jit = common.tma_selected(row, page_size, platform, "on") or common.register_row_ok(row, platform)
+            assert jit == hicache_jit_takes_row(row, page_size, platform), (row, page_size)
 
 
 # ---- planning ------------------------------------------------------------------------------------------------

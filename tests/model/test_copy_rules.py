@@ -1,14 +1,13 @@
-"""sglang's copy-round rules, written once (harness/model/copy_rules.py) for the contract, the sglang
-backends and the ISA check."""
+"""sglang's copy-round rules, written once (harness/model/copy_rules.py, the JIT gate on a platform in
+harness/model/jit_gate.py) for the contract, the sglang backends and the ISA check."""
 
 from __future__ import annotations
 
 import pytest
 
 from hicache_fuzz.harness.isa import check as isa
-from hicache_fuzz.harness.model import copy_rules
+from hicache_fuzz.harness.model import copy_rules, jit_gate
 from hicache_fuzz.harness.model.platform import Platform
-from hicache_fuzz.oracles.contract import register_kernel_accepts_row
 
 
 @pytest.mark.parametrize(("row", "lanes", "rounds", "expected"), [
@@ -28,7 +27,7 @@ def test_contract_and_isa_apply_the_same_rule() -> None:
             for unroll in (1, 2, 4):
                 lanes = copy_rules.register_lanes(unroll)
                 isa_round = isa.pick_group_bytes(isa.PLATFORM_ROCM if is_hip else isa.PLATFORM_CUDA, row, lanes)
-                assert register_kernel_accepts_row(row, platform, unroll) == (isa_round > 0), (row, unroll)
+                assert jit_gate.register_tiles_row(row, platform, unroll) == (isa_round > 0), (row, unroll)
 
 
 @pytest.mark.parametrize(("unroll", "lanes"), [(1, 32), (4, 8), (32, 1), (0, 0), (3, 0), (64, 0)])

@@ -17,12 +17,12 @@ from hicache_fuzz.harness.model.case import (
     Scope,
 )
 from hicache_fuzz.harness.model.copy_rules import tma_rows_per_chunk
+from hicache_fuzz.harness.model.jit_gate import register_tiles_row
 from hicache_fuzz.oracles.contract import (
     EntryPoint,
     Platform,
     Verdict,
     predict,
-    register_kernel_accepts_row,
 )
 from hicache_fuzz.oracles.transfer import Semantics
 
@@ -46,8 +46,8 @@ def case_with(row_bytes: int = 256, **changes: object) -> Case:
      (2064, False, False), (4096, True, True)],
 )
 def test_register_row_size_rules_per_platform(row: int, cuda: bool, hip: bool) -> None:
-    assert register_kernel_accepts_row(row, CUDA) is cuda
-    assert register_kernel_accepts_row(row, HIP) is hip
+    assert register_tiles_row(row, CUDA) is cuda
+    assert register_tiles_row(row, HIP) is hip
 
 
 @pytest.mark.parametrize(("row", "rows"), [(128, 128), (512, 64), (576, 32), (1024, 32), (1152, 16), (4096, 8),
