@@ -16,8 +16,8 @@ from hicache_fuzz.harness.model.case import (
 )
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.space import CaseSpace
-from hicache_fuzz.harness.pipeline.materialize import materialize
 from hicache_fuzz.harness.pipeline import runner
+from hicache_fuzz.harness.pipeline.materialize import materialize
 from hicache_fuzz.harness.pipeline.runner import run_case
 from hicache_fuzz.kernels.base import BackendRejected, Plan
 from hicache_fuzz.kernels.buffers import GUARD_BYTES
