@@ -8,6 +8,7 @@ This is the whole per-case data flow; everything else (campaigns, selftest, repl
 from __future__ import annotations
 
 import re
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -15,9 +16,6 @@ from pathlib import Path
 
 import torch
 
-import hicache_fuzz.harness as harness_package
-import hicache_fuzz.kernels as kernels_package
-import hicache_fuzz.oracles as oracles_package
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.pipeline.compare import DiffReport, compare_storages, storages_equal
@@ -200,8 +198,10 @@ def _judge_rejection(base: Result, raised: Exception | None, prediction: Predict
 
 
 # The folders of the harness's own code: an exception raised there is not the backend refusing.
-_PACKAGE_ROOTS = tuple(str(Path(module.__file__).resolve().parent) for module in (harness_package, oracles_package,
-                                                                                    kernels_package))
+# (this file is harness/pipeline/runner.py; kernels/base.py and oracles/contract.py sit in their folders' roots)
+_PACKAGE_ROOTS = tuple(str(path.resolve()) for path in (
+    Path(__file__).parents[1], Path(sys.modules[Backend.__module__].__file__ or "").parent,
+    Path(sys.modules[predict.__module__].__file__ or "").parent))
 _PROGRAMMING_ERRORS = (AttributeError, NameError, ImportError, KeyError, IndexError, TypeError, ZeroDivisionError)
 
 
