@@ -474,7 +474,10 @@ def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: i
             return False  # no run left to show the feature is not needed: it stays (a narrower trigger)
         state.runs += 1
         outcome = run(candidate)
-        return outcome.outcome.is_failure and signature(outcome, candidate) == state.signature
+        # The reductions' key, not the identity alone: a relaxed case that another check of the same path
+        # refuses shows another refusal, not that the feature is unneeded (the trigger would then cover every
+        # valid input the path refuses, and hide new ones).
+        return outcome.outcome.is_failure and kept_key(outcome, candidate) == target
 
     state.trigger = derive_trigger(state.case, same_bug)
     state.size = case_size(state.case)

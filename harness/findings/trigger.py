@@ -27,9 +27,10 @@ case, run or predicted, shows it needs them:
 * ``layout``: the case's host layout, ``layer_first`` (plain), ``page_first``, ``page_first_direct``,
   ``page_head`` or ``page_unified``; relaxed to layer_first (and one head group, the only count layer_first
   takes);
-* ``attention``: ``mla`` where some pool of the case is MLA, else ``mha`` (plain; asymmetric MHA counts as
-  ``mha``): sglang builds another host pool class for each. Relaxed by making each MLA pool an MHA pool of one
-  head of the latent row's width (valid on every layout MLA takes);
+* ``attention``: ``mla`` where some pool of the case is MLA, else ``mha_asym`` where some MHA pool's K and V rows
+  differ, else ``mha`` (plain): sglang builds another host pool class for each. Relaxed by making each MLA pool
+  an MHA pool of one head of the latent row's width (valid on every layout MLA takes) and each asymmetric pool
+  the MHA pool of its K rows;
 * ``host_pages``: ``fewer_than_layers`` where the case's host pages are fewer than the layers sglang's host pool
   is built with (kernels/sglang_hicache_settings.py's ``host_pool_layers``: the DSA indexer's MLA anchor holds
   skipped layers and drafts too), else ``at_least_layers`` (plain). sglang's MLA host pool on page_first_direct
@@ -96,8 +97,12 @@ def pool_group(case: Case) -> str:
 
 
 def attention(case: Case) -> str:
-    """mla | mha: "mla" where some pool of the case is MLA (sglang builds an MLA host pool for it), else "mha"."""
-    return "mla" if any(p.attention is Attention.MLA for p in case.pools) else "mha"
+    """mla | mha_asym | mha: "mla" where some pool of the case is MLA (sglang builds an MLA host pool for it),
+    else "mha_asym" where some pool is an MHA pool whose K and V rows differ (its own host pool class), else
+    "mha"."""
+    if any(p.attention is Attention.MLA for p in case.pools):
+        return "mla"
+    return "mha_asym" if any(p.attention is Attention.MHA_ASYM for p in case.pools) else "mha"
 
 
 def host_pages(case: Case) -> str:
@@ -106,8 +111,13 @@ def host_pages(case: Case) -> str:
 
 
 def _as_mha(pool: PoolSpec) -> PoolSpec:
-    """An MLA pool as the MHA pool of one head of the same width (K and V rows each the latent row's size)."""
-    return dataclasses.replace(pool, attention=Attention.MHA) if pool.attention is Attention.MLA else pool
+    """An MLA pool as the MHA pool of one head of the same width (K and V rows each the latent row's size); an
+    asymmetric MHA pool as the MHA pool of its K rows (V as wide as K)."""
+    if pool.attention is Attention.MLA:
+        return dataclasses.replace(pool, attention=Attention.MHA)
+    if pool.attention is Attention.MHA_ASYM:
+        return dataclasses.replace(pool, attention=Attention.MHA, v_head_dim=None)
+    return pool
 
 
 def _enough_host_pages(case: Case) -> Case:

@@ -66,6 +66,19 @@ def test_signature_is_kept_not_just_failure() -> None:
     assert done.size.indices == 2  # one token per side: the fake bug does not care about pages
 
 
+def test_a_trigger_keeps_a_feature_whose_relaxed_case_another_check_refuses() -> None:
+    """page_first refused with one error, and every other layout with another error of the same path (one
+    identity: a valid input refused): the layout is a condition of the trigger, not dropped as unneeded."""
+    run = fake_run({True: "IndexError: index 1 is out of bounds", False: "ValueError: host pool too small"},
+                   lambda c: c.layout is HostLayout.PAGE_FIRST)
+    done = minimize(big_case(backend="test-refuses"), run)
+    assert done.trigger == {"layout": "page_first"}
+    # a path that refuses every layout with the same check: the layout is not needed
+    done = minimize(big_case(backend="test-refuses"), fake_run({True: "IndexError: x", False: "IndexError: x"},
+                                                                lambda c: True))
+    assert done.trigger == {}
+
+
 def test_out_of_range_index_keeps_its_distance_from_the_bound() -> None:
     # "Accepts host index == host_slots" stays exactly one past the end while pools and pages shrink.
     case = big_case()

@@ -66,7 +66,7 @@ def test_each_case_has_its_layout_attention_and_host_pages() -> None:
     assert shape(hicache_case(Attention.MLA, PFD, host_pages=2, pages=1)) == (
         "page_first_direct", "mla", "fewer_than_layers")
     assert shape(hicache_case(Attention.MLA, PFD, host_pages=3)) == ("page_first_direct", "mla", "at_least_layers")
-    assert shape(hicache_case(Attention.MHA_ASYM, HostLayout.PAGE_FIRST)) == ("page_first", "mha", "at_least_layers")
+    assert shape(hicache_case(Attention.MHA_ASYM, HostLayout.PAGE_FIRST)) == ("page_first", "mha_asym", "at_least_layers")
     assert shape(hicache_case(Attention.MHA, HostLayout.PAGE_HEAD, host_pages=2, layers=8))[::2] == (
         "page_head", "fewer_than_layers")
 
@@ -135,6 +135,19 @@ def test_layout_and_attention_relax_to_layer_first_and_mha() -> None:
     mha = _relaxed(case, "attention")
     assert mha is not None and features(mha)["attention"] == "mha"
     assert mha.pools[0].row_bytes("k") == case.pools[0].row_bytes("kv") and mha.layout is PFD
+
+
+def test_an_asymmetric_pool_is_its_own_attention_and_relaxes_to_its_k_rows() -> None:
+    """sglang builds AsymmetricMHATokenToKVPoolHost for MHA pools whose V rows differ from K: a failure of that
+    class names it, so that the symmetric pool's next failure of the same identity is not taken for it."""
+    asym = hicache_case(Attention.MHA, HostLayout.PAGE_FIRST).replace(
+        pools=(PoolSpec("kv", Attention.MHA_ASYM, KVDtype.BF16, 4, 16, v_head_dim=8),))
+    assert features(asym)["attention"] == "mha_asym"
+    relaxed = _relaxed(asym, "attention")
+    assert relaxed is not None and features(relaxed)["attention"] == "mha"
+    assert relaxed.pools[0].row_bytes("v") == relaxed.pools[0].row_bytes("k") == asym.pools[0].row_bytes("k")
+    trigger = {"attention": "mha_asym", "layout": "page_first"}
+    assert in_trigger(trigger, asym) and outside_trigger(trigger, relaxed) == {"attention": "mha"}
 
 
 def test_the_refusal_derives_exactly_the_three_conditions() -> None:
