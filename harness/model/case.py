@@ -324,6 +324,9 @@ def validate(case: Case) -> None:
         if pool.attention is Attention.MHA_ASYM:
             _require(pool.v_head_dim is not None, f"{where}.v_head_dim", "required for mha_asym")
             _positive(pool.v_head_dim, f"{where}.v_head_dim")
+            # sglang builds its asymmetric host pool only where V's head dim differs from K's (equal: an mha pool)
+            _require(pool.v_head_dim != pool.head_dim, f"{where}.v_head_dim",
+                     f"equals head_dim={pool.head_dim}: that is an mha pool")
         else:
             _require(pool.v_head_dim is None, f"{where}.v_head_dim",
                      f"only mha_asym has one, not {pool.attention.value}")

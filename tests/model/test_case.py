@@ -85,6 +85,16 @@ def test_impossible_layout_for_attention_is_rejected() -> None:
         small_case(layout=HostLayout.PAGE_HEAD, pools=(PoolSpec(attention=Attention.MLA, heads=1, head_dim=64),))
 
 
+def test_an_asymmetric_pool_needs_v_rows_unlike_k() -> None:
+    """sglang builds AsymmetricMHATokenToKVPoolHost only where head_dim != v_head_dim: equal dims are an mha pool
+    (and the minimizer, shrinking both, must not make one)."""
+    with pytest.raises(CaseError, match="equals head_dim=8: that is an mha pool"):
+        small_case(layout=HostLayout.PAGE_FIRST,
+                   pools=(PoolSpec(attention=Attention.MHA_ASYM, heads=1, head_dim=8, v_head_dim=8),))
+    small_case(layout=HostLayout.PAGE_FIRST,
+               pools=(PoolSpec(attention=Attention.MHA_ASYM, heads=1, head_dim=8, v_head_dim=16),))
+
+
 def test_case_too_large_is_rejected() -> None:
     with pytest.raises(CaseError, match="over the"):
         small_case(host_slots=1 << 24, page_size=1, pools=(PoolSpec(heads=8, head_dim=128, dtype=KVDtype.FP32),))
