@@ -66,7 +66,8 @@ def test_each_case_has_its_layout_attention_and_host_pages() -> None:
     assert shape(hicache_case(Attention.MLA, PFD, host_pages=2, pages=1)) == (
         "page_first_direct", "mla", "fewer_than_layers")
     assert shape(hicache_case(Attention.MLA, PFD, host_pages=3)) == ("page_first_direct", "mla", "at_least_layers")
-    assert shape(hicache_case(Attention.MHA_ASYM, HostLayout.PAGE_FIRST)) == ("page_first", "mha_asym", "at_least_layers")
+    assert shape(hicache_case(Attention.MHA_ASYM, HostLayout.PAGE_FIRST)) == (
+        "page_first", "mha_asym", "at_least_layers")
     assert shape(hicache_case(Attention.MHA, HostLayout.PAGE_HEAD, host_pages=2, layers=8))[::2] == (
         "page_head", "fewer_than_layers")
 
