@@ -19,7 +19,8 @@
 #   FA_MINIMIZE [1]: one reproducer of each new identity the false alarms raise is minimized (its trigger derived
 #   by running) into $OUT/minimized.tgz, FA_MINIMIZE_LIMIT [150] s;
 #   KNOWN [corpus/sglang]; PYTHON [python3].
-# Writes to $OUT: rcs.txt (each step's exit code and seconds; per selection the cases saved and the replay's
+# Writes to $OUT (all of it packed into 0-results.tgz after every step too: benchmarks/steps.sh):
+# rcs.txt (each step's exit code and seconds; per selection the cases saved and the replay's
 # outcomes), aot.log, jit-warm.log, replay-<n>.json and .log per selection, fa.json, fa.md, fa.log and
 # fa-corpus.tgz (the campaigns' reproducers, fa/seed-N/corpus/...).
 # Exit status: that of the last failing step (0 if none).
@@ -117,4 +118,5 @@ else:
 PY
 done
 [ "${FA_FIRST:-0}" = 1 ] || false_alarms
+pack_results
 exit "$status"

@@ -15,7 +15,8 @@
 #   `pip wheel --no-deps` at its commit; installed into a private folder) or a folder it is installed in
 #   (`pip install --no-deps --target`). It runs the same campaigns after this checkout's, with its own `jit-warm`,
 #   inside the same bare-loop brackets; BASELINE_KNOWN [$KNOWN]: its known-failure corpus.
-# Writes to $OUT: rcs.txt (each step's exit code and seconds, then each campaign's summary), bare-before.json,
+# Writes to $OUT (all of it packed into 0-results.tgz after every step too: benchmarks/steps.sh):
+# rcs.txt (each step's exit code and seconds, then each campaign's summary), bare-before.json,
 # bare-after.json, campaign-<seed>.json (without case ids and coverage), campaign-<seed>.log (its console tail),
 # and with a baseline baseline-campaign-<seed>.json and .log.
 # Exit status: 3 if the installed hicache-fuzz is not this checkout (or the baseline does not import from its folder),
@@ -100,4 +101,5 @@ fi
 bare after
 echo "done at $(( $(date +%s) - started )) s, status $status" >> "$rcs"
 rm -rf "$work"
+pack_results
 exit "$status"

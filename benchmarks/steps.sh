@@ -1,6 +1,9 @@
 # Sourced by the benchmark scripts (benchmarks/*.sh): `step NAME COMMAND...` runs the command and appends
 # "NAME rc=N S s (at T s)" to "$rcs"; a failing step's exit code is kept in "$status" (the script's exit status).
-# The sourcing script sets rcs, status and started (its start, date +%s) first.
+# The sourcing script sets out (its output folder), rcs, status and started (its start, date +%s) first.
+# After every step the whole of "$out" is packed into "$out/0-results.tgz", which sorts first: a device call brings
+# back only the first few files of its output folder by name, and a call cut by its time limit keeps what the steps
+# before the cut wrote.
 step() {
   local name=$1 t0 rc
   shift
@@ -9,4 +12,10 @@ step() {
   rc=$?
   [ "$rc" -eq 0 ] || status=$rc
   echo "$name rc=$rc $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - started )) s)" >> "$rcs"
+  pack_results
+}
+
+pack_results() {
+  tar czf "$out/.0-results.tgz" -C "$out" --exclude ./0-results.tgz --exclude ./.0-results.tgz . 2>/dev/null
+  mv -f "$out/.0-results.tgz" "$out/0-results.tgz"
 }

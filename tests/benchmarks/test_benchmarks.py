@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,7 @@ def test_class_check_on_the_cpu(tmp_path: Path, fa_first: str) -> None:
     assert (rcs.index("false-alarms rc=") < rcs.index("selection 1:")) == (fa_first == "1")
     written = {p.name for p in out.iterdir()}
     assert {"replay-1.json", "replay-1.log", "fa.json", "fa.md", "fa.log", "fa-corpus.tgz"} <= written
+    # everything in one archive that sorts first (a device call brings back only the first few files by name)
+    assert min(written) == "0-results.tgz"
+    with tarfile.open(out / "0-results.tgz") as packed:
+        assert {Path(name).name for name in packed.getnames()} >= written - {"0-results.tgz"}
