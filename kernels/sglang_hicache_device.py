@@ -88,6 +88,28 @@ def mla_split(head_dim: int) -> tuple[int, int]:
     return head_dim - rope, rope
 
 
+def unified_sub_pools(layers: int) -> tuple[tuple[str, int, str], ...]:
+    """The sub-pools of a case's unified pool as (name, layers, grow direction): the case's `layers` layers at the
+    buffer's grow-down end, and the one-layer pool the unified pool needs at its other end (never used)."""
+    return (("full", layers, "down"), ("pad", 1, "up"))
+
+
+def unified_row_fields(spec: PoolSpec) -> dict[str, int]:
+    """The row fields of the case's sub-pool spec (``MLASubPoolSpec`` / ``MHASubPoolSpec``): the latent row split
+    (mla_split), or the heads and K/V head dims (V as wide as K but for the asymmetric kind)."""
+    if spec.attention is Attention.MLA:
+        lora, rope = mla_split(spec.head_dim)
+        return {"kv_lora_rank": lora, "qk_rope_head_dim": rope}
+    v_head_dim = spec.v_head_dim if spec.attention is Attention.MHA_ASYM and spec.v_head_dim else spec.head_dim
+    return {"head_num": spec.heads, "head_dim": spec.head_dim, "v_head_dim": v_head_dim}
+
+
+def unified_stores_bytes(spec: PoolSpec) -> bool:
+    """Whether the sub-pool spec stores the rows as uint8 (fp8 rows, as sglang's unified pool requires), not in
+    the KV dtype."""
+    return spec.dtype is KVDtype.FP8
+
+
 def token_major_pool(case: Case, spec: PoolSpec, layers: int, dtype: torch.dtype, device: torch.device,
                      start: int) -> Any:
     """The case's device pool as sglang's unified pool builds it: `layers` layers of the case's rows in one entry
@@ -100,26 +122,19 @@ def token_major_pool(case: Case, spec: PoolSpec, layers: int, dtype: torch.dtype
         UnifiedMLATokenToKVPool,
     )
 
-    store = torch.uint8 if spec.dtype is KVDtype.FP8 else dtype
-    specs: list[Any]
-    if spec.attention is Attention.MLA:
-        lora, rope = mla_split(spec.head_dim)
-        specs = [MLASubPoolSpec(name=name, layer_num=n, grow_direction=direction, kv_lora_rank=lora,
-                                qk_rope_head_dim=rope, store_dtype=store)
-                 for name, n, direction in (("full", layers, "down"), ("pad", 1, "up"))]
-    else:
-        v_head_dim = spec.v_head_dim if spec.attention is Attention.MHA_ASYM else spec.head_dim
-        specs = [MHASubPoolSpec(name=name, layer_num=n, grow_direction=direction, head_num=spec.heads,
-                                head_dim=spec.head_dim, v_head_dim=v_head_dim, store_dtype=store,
-                                kv_cache_dtype=dtype)
-                 for name, n, direction in (("full", layers, "down"), ("pad", 1, "up"))]
+    mla = spec.attention is Attention.MLA
+    spec_class, dtype_field = (MLASubPoolSpec, {}) if mla else (MHASubPoolSpec, {"kv_cache_dtype": dtype})
+    specs = [spec_class(name=name, layer_num=n, grow_direction=direction, **unified_row_fields(spec),
+                        store_dtype=torch.uint8 if unified_stores_bytes(spec) else dtype, **dtype_field)
+             for name, n, direction in unified_sub_pools(layers)]
+    name = specs[0].name
     unified = UnifiedKVPool(total_bytes=case.device_rows * specs[0].entry_bytes(), sub_pool_specs=specs,
                             device=str(device), enable_memory_saver=False, page_size=case.page_size)
-    if spec.attention is Attention.MLA:
+    if mla:
         # no layer range of its own: sglang builds it for the first stage's ids (settings.device_rows)
-        return UnifiedMLATokenToKVPool(unified_buffer=unified, sub_pool_name="full", kv_cache_dtype=dtype,
+        return UnifiedMLATokenToKVPool(unified_buffer=unified, sub_pool_name=name, kv_cache_dtype=dtype,
                                        page_size=case.page_size)
-    return UnifiedMHATokenToKVPool(unified_buffer=unified, sub_pool_name="full", page_size=case.page_size,
+    return UnifiedMHATokenToKVPool(unified_buffer=unified, sub_pool_name=name, page_size=case.page_size,
                                    start_layer=start, end_layer=start + layers, enable_alt_stream=False)
 
 

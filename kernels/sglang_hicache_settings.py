@@ -377,7 +377,7 @@ def target_rows_strided(case: Case) -> bool:
     if device_rows(case) != TOKEN_MAJOR:
         return False
     spec = case.pools[0]
-    return pool_layouts.token_major_rows_strided(spec.attention, case.layers - case_settings(case)[3],
+    return pool_layouts.token_major_rows_strided(case.layers - case_settings(case)[3],
                                                   tuple(spec.row_bytes(c) for c in spec.components))
 
 

@@ -438,13 +438,23 @@ MIXED_ROW_STRIDES_REFUSAL = ("the host pool refuses device rows of mixed strides
                              "packed draft rows (NotImplementedError when it is built)")
 
 
-def token_major_rows_strided(attention: Attention, target_layers: int, row_bytes: tuple[int, ...]) -> bool:
+def token_major_entry(layers: int, row_bytes: tuple[int, ...]) -> tuple[int, tuple[tuple[int, ...], ...]]:
+    """A unified pool's slot entry of `layers` layers of these rows (bytes per component: K and V for MHA, the
+    latent row for MLA): (its bytes, the byte offset in it of each component's row of each layer,
+    ``[component][layer]``). Each layer's rows follow the previous layer's, its components in order (K_0 V_0 K_1
+    V_1 ...); the entry is rounded up to UNIFIED_ENTRY_ALIGN bytes, and the bytes past the last row belong to no
+    row."""
+    per_layer = sum(row_bytes)
+    offsets = tuple(tuple(layer * per_layer + sum(row_bytes[:component]) for layer in range(layers))
+                    for component in range(len(row_bytes)))
+    return -(-layers * per_layer // UNIFIED_ENTRY_ALIGN) * UNIFIED_ENTRY_ALIGN, offsets
+
+
+def token_major_rows_strided(target_layers: int, row_bytes: tuple[int, ...]) -> bool:
     """Whether a unified pool's per-layer views of `target_layers` layers of these rows (bytes per component) step
-    their rows by more than a row: the entry (every layer's rows, rounded up to 32 bytes) is wider than one row."""
-    if attention is not Attention.MLA:
-        return True
-    entry = -(-target_layers * row_bytes[0] // UNIFIED_ENTRY_ALIGN) * UNIFIED_ENTRY_ALIGN
-    return entry != row_bytes[0]
+    their rows by more than a row: the entry (token_major_entry) is wider than one row. Always for MHA (the entry
+    holds a K and a V row); for MLA unless one layer's row is the whole entry."""
+    return token_major_entry(target_layers, row_bytes)[0] != row_bytes[0]
 
 
 def strided_rows_refusal(name: str, layout: HostLayout, io_backend: str, jit: bool) -> str:

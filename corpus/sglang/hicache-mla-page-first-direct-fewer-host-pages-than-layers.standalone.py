@@ -32,6 +32,13 @@ SIDE, SIDE_MOVES, SIDE_DIM = "", False, 8
 # The steps that name the side pool: step -> (its host slots: a back-up's grant by its own allocator, the loaded or
 # evicted entry's grant; its device rows)
 SIDE_STEPS = {}
+# Token-major device rows (UNIFIED): the target's device pool is sglang's unified pool, built from sub-pool specs
+# (name, layers, grow direction: the KV pool, and the one-layer pool the unified pool needs at the buffer's other end,
+# never used) with these row fields and store dtype. Slot d's entry is the ENTRY bytes from d * ENTRY; in it, the row
+# of component COMPONENTS[c] of target layer l is the ROW_BYTES[c] bytes from OFFSETS[c][l]; no row holds the rest
+UNIFIED, STORE_DTYPE = False, None
+SUB_POOLS, ROW_FIELDS = [], {}
+ENTRY, OFFSETS, ROW_BYTES, COMPONENTS = 0, [], [], []
 
 
 def device_pool(layers, start):
@@ -47,6 +54,21 @@ def device_pool(layers, start):
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
     return MHATokenToKVPool(SIZE, PS, DTYPE, HEADS, HEAD_DIM, layers, str(DEVICE), False, v_head_dim=V_HEAD_DIM,
                             start_layer=start, end_layer=start + layers, enable_alt_stream=False)
+
+
+def unified_device_pool(start):  # the target's layers as views of one buffer (--enable-unified-memory)
+    from sglang.srt.mem_cache import unified_memory_pool as unified
+    spec_class, dtype_field = (unified.MLASubPoolSpec, {}) if MLA else (unified.MHASubPoolSpec,
+                                                                        {"kv_cache_dtype": DTYPE})
+    specs = [spec_class(name=name, layer_num=layers, grow_direction=direction, **ROW_FIELDS, store_dtype=STORE_DTYPE,
+                        **dtype_field) for name, layers, direction in SUB_POOLS]
+    buffer = unified.UnifiedKVPool(total_bytes=(SIZE + PS) * specs[0].entry_bytes(), sub_pool_specs=specs,
+                                   device=str(DEVICE), enable_memory_saver=False, page_size=PS)
+    if MLA:  # no layer range of its own: sglang builds it for the first stage's layer ids
+        return unified.UnifiedMLATokenToKVPool(unified_buffer=buffer, sub_pool_name=specs[0].name,
+                                               kv_cache_dtype=DTYPE, page_size=PS)
+    return unified.UnifiedMHATokenToKVPool(unified_buffer=buffer, sub_pool_name=specs[0].name, page_size=PS,
+                                           start_layer=start, end_layer=start + TARGET, enable_alt_stream=False)
 
 
 class DeviceAllocator:  # the scheduler's device allocator: grants the rows each load names
@@ -101,7 +123,8 @@ def side_pool(anchor_host, device):
 
 def build():
     from sglang.srt.mem_cache.pool_host import mla as host_module
-    target, drafts = device_pool(TARGET, START), [device_pool(1, 0) for _ in range(DRAFTS)]
+    target = unified_device_pool(START) if UNIFIED else device_pool(TARGET, START)
+    drafts = [device_pool(1, 0) for _ in range(DRAFTS)]
     cls = getattr(host_module, CLASS)
     if CLASS == "MHATokenToKOnlyPoolHost":
         # built over the device pool itself (its class has no device pool provider) and sized from its anchor
@@ -152,6 +175,50 @@ def device_layers(target, drafts):  # [component][layer] -> (rows, heads, dim), 
     return [list(getattr(target, n)) + [getattr(d, n)[0] for d in drafts] for n in names]
 
 
+def unified_buffer(target):  # the whole buffer under a unified pool's views, as bytes
+    view = device_layers(target, [])[0][0]
+    return torch.empty(0, dtype=torch.uint8, device=view.device).set_(view.untyped_storage())
+
+
+def unified_layout_problem(target, raw):  # where sglang's views are not the entry layout above ("" if nowhere)
+    if raw.numel() != (SIZE + PS) * ENTRY:
+        return f"the unified buffer holds {raw.numel()} bytes, not {SIZE + PS} entries of {ENTRY}"
+    for c, per in enumerate(device_layers(target, [])):
+        for layer, view in enumerate(per):
+            at, step = view.data_ptr() - raw.data_ptr(), view.stride(0) * view.element_size()
+            if (at, step) != (OFFSETS[c][layer], ENTRY):
+                return (f"its {COMPONENTS[c]} view of layer {layer} starts at byte {at} and steps {step} "
+                        f"bytes, not {OFFSETS[c][layer]} and {ENTRY}")
+    return ""
+
+
+def unified_rows(model_raw):  # the model's rows of every target layer: [component][layer] -> (rows, heads, bytes)
+    heads = 1 if MLA else HEADS
+    return [[torch.as_strided(model_raw, (SIZE + PS, heads, width // heads), (ENTRY, width // heads, 1), start)
+             for start in OFFSETS[c]] for c, width in enumerate(ROW_BYTES)]
+
+
+def unified_difference(want, got, rows):  # the first wrong byte of the unified buffer, named by its slot's entry
+    got = got.cpu()
+    wrong = want.view(-1, ENTRY) != got.view(-1, ENTRY)
+    where = wrong.nonzero()
+    if not where.numel():
+        return None
+    slot, at = int(where[0][0]), int(where[0][1])
+    part = next((f"the {COMPONENTS[c]} row of layer {layer}, byte {at - start}" for c, per in enumerate(OFFSETS)
+                 for layer, start in enumerate(per) if start <= at < start + ROW_BYTES[c]),
+                f"entry byte {at}, past the layers' rows (no row holds it)")
+    slots = wrong.any(1).nonzero().view(-1).tolist()
+    i = slot * ENTRY + at
+    return (f"unified device buffer, slot {slot}{'' if slot in rows else ' (not a row this step addresses)'}, "
+            f"{part}: expected 0x{int(want[i]):02x} got 0x{int(got[i]):02x}; {int(wrong.sum())} bytes differ, "
+            f"in slots {slots[:8]}")
+
+
+def copy_bytes(dst, src):  # a row's bytes, whatever the two tensors' dtypes
+    dst.view(torch.uint8).copy_(src.view(torch.uint8))
+
+
 def host_halves(host):
     if CLASS == "MHATokenToKOnlyPoolHost":
         return [host.k_buffer]
@@ -183,9 +250,9 @@ def side_copies(model_dev, model_host, op, slots, rows):  # one step's copies of
         for layer in range(TARGET):
             for h, d in zip(slots, rows):
                 if op == "backup":
-                    side_row(model_host[c], layer, h).copy_(per[layer][d])
+                    copy_bytes(side_row(model_host[c], layer, h), per[layer][d])
                 else:
-                    per[layer][d].copy_(side_row(model_host[c], layer, h))
+                    copy_bytes(per[layer][d], side_row(model_host[c], layer, h))
 
 
 def sync():
@@ -228,11 +295,11 @@ def first_difference(want, got, what):
     return None
 
 
-def first_wrong(model_dev, dev, model_host, halves, pool):  # every tensor of a pool against the model's copy
+def first_wrong(model_dev, dev, model_host, halves, pool, first_layer=0):  # a pool's tensors against the model's
     for c, per in enumerate(dev):
-        for layer, tensor in enumerate(per):
+        for layer in range(first_layer, len(per)):
             what = f"{pool}device component {c} layer {layer}"
-            problem = first_difference(model_dev[c][layer], tensor.cpu(), what)
+            problem = first_difference(model_dev[c][layer], per[layer].cpu(), what)
             if problem:
                 return problem
     for c, half in enumerate(halves):
@@ -253,15 +320,27 @@ def main():
         print(f"cannot run here: the {SIDE} side pool has {side.host.size} host slots, its grants assume "
               f"{HOST_SLOTS}")
         return 3
+    raw = unified_buffer(target) if UNIFIED else None
+    problem = unified_layout_problem(target, raw) if UNIFIED else ""
+    if problem:
+        print(f"cannot run here: this script models sglang 0.5.23's unified pool entry, and {problem}")
+        return 3
     allocator = DeviceAllocator(target)
     controller = controller_for(allocator, target, drafts, host, side)
     generator = torch.Generator().manual_seed(0)
     dev, halves = device_layers(target, drafts), host_halves(host)
     side_dev, side_halves = (side.device, side.halves) if side is not None else ([], [])
-    for tensor in [t for per in dev + side_dev for t in per] + halves + side_halves:  # every byte, and the model's copy
-        raw = tensor.view(torch.uint8)
-        raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=generator))
+    if UNIFIED:  # the whole buffer stands for the target layers' views (the entry bytes past the rows included)
+        filled = [raw] + [t for per in dev for t in per[TARGET:]]
+    else:
+        filled = [t for per in dev for t in per]
+    for tensor in filled + [t for per in side_dev for t in per] + halves + side_halves:  # every byte, and the model's
+        bytes_ = tensor.view(torch.uint8)
+        bytes_.copy_(torch.randint(0, 256, bytes_.shape, dtype=torch.uint8, generator=generator))
+    model_raw = raw.cpu().clone() if UNIFIED else None
     model_dev = [[t.detach().cpu().clone() for t in per] for per in dev]
+    if UNIFIED:  # the target layers' rows in the model's buffer, where the entry layout puts them
+        model_dev = [rows + per[TARGET:] for rows, per in zip(unified_rows(model_raw), model_dev)]
     model_host = [h.detach().cpu().clone() for h in halves]
     model_side_dev = [[t.detach().cpu().clone() for t in per] for per in side_dev]
     model_side_host = [h.detach().cpu().clone() for h in side_halves]
@@ -308,7 +387,7 @@ def main():
             for c, per in enumerate(model_dev):
                 for layer in range(LAYERS):
                     for h, d in zip(slots, rows):
-                        host_row(model_host[c], layer, h).copy_(per[layer][d])
+                        copy_bytes(host_row(model_host[c], layer, h), per[layer][d])
         else:
             cpu_slots = torch.tensor(slots, dtype=torch.int64)
             device_rows = torch.tensor(rows, dtype=torch.int64, device=DEVICE)
@@ -338,10 +417,11 @@ def main():
             for c, per in enumerate(model_dev):
                 for layer in range(LAYERS):
                     for h, d in zip(slots, rows):
-                        per[layer][d].copy_(host_row(model_host[c], layer, h))
+                        copy_bytes(per[layer][d], host_row(model_host[c], layer, h))
         side_copies(model_side_dev, model_side_host, op, side_slots, side_rows)
         sync()
-        problem = (first_wrong(model_dev, dev, model_host, halves, "")
+        problem = ((unified_difference(model_raw, raw, rows) if UNIFIED else None)
+                   or first_wrong(model_dev, dev, model_host, halves, "", TARGET if UNIFIED else 0)
                    or first_wrong(model_side_dev, side_dev, model_side_host, side_halves, f"{SIDE} side pool "))
         if problem:
             print(f"FAIL at step {number} ({op}): {problem}")

@@ -518,9 +518,13 @@ def test_cases_without_the_knobs_replay_as_before() -> None:
     assert drive.objects_key(explicit, torch.device("cpu")) != drive.objects_key(case, torch.device("cpu"))
 
 
-def test_the_standalone_script_leaves_both_shapes_to_the_json_reproducer() -> None:
+def test_the_standalone_script_leaves_sharded_pools_and_refused_drafts_to_the_json_reproducer() -> None:
+    """Token-major rows get a script (tests/kernels/test_hicache_standalone.py), but not beside packed draft layers
+    the host pool must refuse."""
     from hicache_fuzz.harness.findings.standalone_hicache import unscripted_reason
 
     assert unscripted_reason(mla_case(HostLayout.LAYER_FIRST, "")) is None
     assert "layer-sharded" in (unscripted_reason(mla_case(HostLayout.LAYER_FIRST, "2/1/1")) or "")
-    assert "token-major" in (unscripted_reason(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST)) or "")
+    assert unscripted_reason(token_major_case(Attention.MHA, HostLayout.PAGE_FIRST)) is None
+    drafts = token_major_case(Attention.MHA, HostLayout.PAGE_FIRST, draft_layers=1)
+    assert "token-major target rows beside packed draft layers" in (unscripted_reason(drafts) or "")

@@ -17,6 +17,8 @@ ops, the page_first_direct direct ops). Whether the JIT kernel takes a row is sg
   so every strided device pool is refused at construction;
 * ``stride_mixed``: ``_init_device_row_stride`` drops its check for packed buffers beside strided ones, so a pool
   over token-major target rows and packed draft rows is built (and steps the drafts' rows by the target's stride);
+* ``asym_packed_rows`` (pool_host/mha.py): the asymmetric MHA pool addresses device row d of a layer at d times the
+  row width from the layer's first row, whatever the view's stride, as sglang 0.5.23's does;
 * ``shard_swap`` / ``shard_aot_drop`` (pool_host/mla.py): the layer-sharded MLA back-up;
 * ``side_write`` (hybrid_cache_controller.py): every back-up and load also moves the group's side pools at the
   anchor's indices (beside any transfer that names them); ``mamba_conv`` (pool_host/mamba.py): the Mamba pool does
@@ -211,6 +213,10 @@ class HostPool:
         return {"layer_first": (L, S, heads, width), "page_first": (S, L, heads, width),
                 "page_first_direct": (P, L, ps, heads, width), "page_head": (P, heads, ps, L, width)}[self.layout]
 
+    def _device_row(self, layer: torch.Tensor, row: int) -> torch.Tensor:
+        """Row `row` of one device layer, as the pool's transfers address it."""
+        return layer[row]
+
     def _host_row(self, component: int, layer: int, token: int) -> torch.Tensor:
         half, ps = self.halves[component], self.page_size
         if self.layout == "layer_first":
@@ -277,7 +283,7 @@ class HostPool:
         for component, per_layer in enumerate(self.device_layers):
             for layer in range(self.layer_num):
                 for h, d in index_pairs:
-                    self._host_row(component, layer, h).copy_(per_layer[layer][d])
+                    self._host_row(component, layer, h).copy_(self._device_row(per_layer[layer], d))
 
     def load_to_device_per_layer(self, device_pool: Any, host_indices: torch.Tensor, device_indices: torch.Tensor,
                                  layer_id: int, io_backend: str, *, is_draft: bool = False) -> None:
@@ -294,7 +300,7 @@ class HostPool:
         self._refuse_unpacked_rows(io_backend, backup=False)
         for component, per_layer in enumerate(self.device_layers):
             for d, h in pairs(device_indices, host_indices):
-                per_layer[layer_id][d].copy_(self._host_row(component, layer_id, h))
+                self._device_row(per_layer[layer_id], d).copy_(self._host_row(component, layer_id, h))
 
     def backup_from_device_all_layer_physical(self, device_pool: Any, host_indices: torch.Tensor,
                                               device_indices: torch.Tensor, io_backend: str) -> None:

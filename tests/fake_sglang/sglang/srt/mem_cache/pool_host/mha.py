@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from sglang.srt.mem_cache.pool_host.base import LAYOUTS, HostPool
+from sglang.srt.mem_cache.pool_host.base import LAYOUTS, HostPool, planted_bug
 from sglang.srt.mem_cache.pool_host.hisparse import HiSparseHostPoolMixin
 from sglang.srt.mem_cache.pool_host.page_unified import PageUnifiedLayout
 
@@ -38,6 +38,16 @@ class AsymmetricMHATokenToKVPoolHost(MHATokenToKVPoolHost):
     def _refuse_unpacked_rows(self, io_backend: str, backup: bool) -> None:
         """Nothing: sglang's asymmetric pool has no packed-rows check (its transfers move the rows here, the
         contract's semantics)."""
+
+    def _device_row(self, layer: torch.Tensor, row: int) -> torch.Tensor:
+        """The contract's row; under the planted bug ``asym_packed_rows`` the row sglang 0.5.23's pool addresses on
+        token-major (strided) rows: its per-token AOT ops (``transfer_kv_per_layer_mla_pf_lf``,
+        ``transfer_kv_all_layer_mla_lf_pf``) step device rows by the row width from the layer's first row, not by
+        the view's stride (its direct ops size their copies by the stride instead, and fail on the GPU)."""
+        if planted_bug() != "asym_packed_rows":
+            return layer[row]
+        width = layer[0].numel()
+        return torch.as_strided(layer, layer[0].shape, layer[0].stride(), layer.storage_offset() + row * width)
 
 
 class HiSparseMHATokenToKVPoolHost(HiSparseHostPoolMixin, MHATokenToKVPoolHost):
