@@ -224,8 +224,10 @@ TOKEN_MAJOR_CASES = {
     "tm-asym-pf-kernel": _token_major(Attention.MHA_ASYM, HostLayout.PAGE_FIRST, "kernel", ops=SHARD_OPS),
     "tm-asym-pfd-direct": _token_major(Attention.MHA_ASYM, HostLayout.PAGE_FIRST_DIRECT, "direct",
                                        ops="load,backup,load", controller="base"),
+    # the load-back finding's shape (K and V rows unlike, as sglang builds the class; an entry without padding, so
+    # that the misplaced rows are the first damage)
     "tm-asym-load-back-found": _token_major(Attention.MHA_ASYM, HostLayout.PAGE_FIRST, "kernel", layers=1).replace(
-        pools=(PoolSpec("kv", Attention.MHA_ASYM, KVDtype.BF16, 1, 8, v_head_dim=8),), direction=Direction.LOAD_BACK,
+        pools=(PoolSpec("kv", Attention.MHA_ASYM, KVDtype.BF16, 1, 8, v_head_dim=24),), direction=Direction.LOAD_BACK,
         page_size=1, device_rows=2, host_slots=1, host_indices=(0,), device_indices=(1,)),
     "tm-asym-backup-found": _token_major(Attention.MHA_ASYM, HostLayout.PAGE_FIRST_DIRECT, "direct", layers=1).replace(
         pools=(PoolSpec("kv", Attention.MHA_ASYM, KVDtype.FP16, 1, 16, v_head_dim=8),), page_size=1, device_rows=2,
