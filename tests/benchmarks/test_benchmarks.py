@@ -22,11 +22,11 @@ DATA = ROOT / "tests" / "data"
 BENCHMARKS = ROOT / "benchmarks"
 
 
-def _run(script: str, out: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def _run(script: str, out: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "PLATFORM": "cpu",
                    "TMPDIR": str(tmp_path), **env}
-    return subprocess.run(["bash", str(BENCHMARKS / script)], cwd=ROOT, env=environment, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(["bash", str(BENCHMARKS / script), *args], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("script", sorted(str(p.relative_to(BENCHMARKS)) for p in BENCHMARKS.rglob("*.sh")))
@@ -168,3 +168,33 @@ def test_class_check_on_the_cpu(tmp_path: Path, fa_first: str) -> None:
     assert min(written) == "0-results.tgz"
     with tarfile.open(out / "0-results.tgz") as packed:
         assert {Path(name).name for name in packed.getnames()} >= written - {"0-results.tgz"}
+
+
+def test_minimize_on_device_on_the_cpu(tmp_path: Path) -> None:
+    """The plumbing with a planted bug (tests/_mutants.py): two failing reproducers minimized at once, each into a
+    folder of its own, every output in the archive that comes back from a device."""
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
+    from hicache_fuzz.harness.generation.generate import case_for_index
+    from hicache_fuzz.harness.model.space import CaseSpace
+    from tests._mutants import DropLastPage, cpu_run
+
+    space = CaseSpace(byte_budget=1 << 16, backend="test-drop-last-page")
+    run = cpu_run(DropLastPage())
+    failing = [c for i in range(200) if run(c := case_for_index(5, i, space)).outcome.is_failure][:2]
+    files = [str(save_reproducer(tmp_path / f"in-{n}", case, run(case))) for n, case in enumerate(failing)]
+    out = tmp_path / "out"
+    out.mkdir()
+    done = _run("minimize_on_device.sh", out, tmp_path, *files, PLUGIN="tests._mutants:backends",
+                AOT_SRC=str(tmp_path / "absent"), MAX_RUNS="200", MAX_SECONDS="30")
+    rcs = (out / "rcs.txt").read_text()
+    assert done.returncode == 0, rcs + done.stderr
+    assert "minimize 2 rc=0" in rcs and "aot-build" not in rcs
+    for n in (1, 2):
+        assert json.loads((out / f"minimize-{n}.json").read_text())["results"]
+        assert list((out / f"minimized-{n}").rglob("*.json"))
+    with tarfile.open(out / "0-results.tgz") as packed:
+        names = packed.getnames()
+    assert any(name.startswith("./minimized-2/") and name.endswith(".json") for name in names)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _run("minimize_on_device.sh", empty, tmp_path).returncode == 2
