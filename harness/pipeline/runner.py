@@ -7,8 +7,8 @@ This is the whole per-case data flow; everything else (campaigns, selftest, repl
 
 from __future__ import annotations
 
+import inspect
 import re
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -197,11 +197,10 @@ def _judge_rejection(base: Result, raised: Exception | None, prediction: Predict
     clock.lap("classify")
 
 
-# The folders of the harness's own code: an exception raised there is not the backend refusing.
-# (this file is harness/pipeline/runner.py; kernels/base.py and oracles/contract.py sit in their folders' roots)
-_PACKAGE_ROOTS = tuple(str(path.resolve()) for path in (
-    Path(__file__).parents[1], Path(sys.modules[Backend.__module__].__file__ or "").parent,
-    Path(sys.modules[predict.__module__].__file__ or "").parent))
+# The folders of the harness's own code: an exception raised there is not the backend refusing. (This file is
+# harness/pipeline/runner.py; kernels/base.py and oracles/contract.py sit at their folders' tops.)
+_PACKAGE_ROOTS = tuple(str(Path(path).resolve().parent) for path in (
+    Path(__file__).parent, inspect.getfile(Backend), inspect.getfile(predict)))
 _PROGRAMMING_ERRORS = (AttributeError, NameError, ImportError, KeyError, IndexError, TypeError, ZeroDivisionError)
 
 
