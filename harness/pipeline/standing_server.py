@@ -23,7 +23,8 @@ cases on plain contexts, as it does within one campaign. The daemon is stopped w
 last worker it handed over has ended.
 
 Stopping (``workers stop``, SIGTERM, SIGINT): the socket is removed at once and idle workers are stopped; the
-server exits when the workers it handed over have ended with their campaigns. ``--now`` (or a second signal)
+server exits when the workers it handed over have ended with their campaigns, and reaps every worker it started
+before it does (``workers stop`` returning means none is left). ``--now`` (or a second signal)
 kills those too, which their campaigns record as crashes.
 """
 
@@ -134,6 +135,7 @@ class StandingServer:
         self._signals = 0
         self._spawned = 0
         self._readers: list[threading.Thread] = []  # each reads a starting worker's greeting
+        self._started: list[_Worker] = []  # every worker not yet known to be reaped: none outlives the server
         self.handed_over = 0
         self.refused = 0
         self.retired = 0  # ready workers stopped because their sources changed, or found dead while idle
@@ -201,6 +203,13 @@ class StandingServer:
             readers = list(self._readers)
         for reader in readers:  # the starting workers were killed: their readers close their pipes
             reader.join(timeout=15)
+        with self._cond:  # no worker starts once stopping: the list is final
+            started, self._started = self._started, []
+        for worker in started:  # whatever a reader or watcher has not reaped yet is killed and reaped here
+            if worker.proc.poll() is None:
+                _kill_group(worker.proc)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    worker.proc.wait(timeout=30)
         self.sharing.stop()  # after its last client
         shutil.rmtree(self.log_folder, ignore_errors=True)
         self._release_lock()
@@ -281,9 +290,11 @@ class StandingServer:
                 return
             worker = _Worker(proc, key, log, time.monotonic())
             self.starting.append(worker)
+            self._started = [w for w in self._started if w.proc.returncode is None] + [worker]
             reader = threading.Thread(target=self._await_greeting, args=(worker,), name="standing-start", daemon=True)
+            # Started under the lock: a stop that comes next must find it joinable.
+            reader.start()
             self._readers = [r for r in self._readers if r.is_alive()] + [reader]
-        reader.start()
 
     def _await_greeting(self, worker: _Worker) -> None:
         """Ready once it greets and its sources are still those it was started under; else dropped."""

@@ -78,6 +78,17 @@ def kill_strays(runtime: Path) -> list[int]:
     return strays
 
 
+def describe(pids: list[int]) -> str:
+    """Each process's pid, parent, state and command line: what a "processes left running" failure shows."""
+    lines = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            lines.append(f"{pid} (parent {stat[1]}, state {stat[0]}): {command.strip()}")
+    return "; ".join(lines)
+
+
 def worker_env(*paths: Path) -> dict[str, str]:
     """The workers' environment: the test backends' plugin (and `paths`) importable."""
     env = dict(os.environ)
@@ -91,8 +102,9 @@ def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv(RUNTIME_ENV, str(folder))
     monkeypatch.setenv(SWITCH_ENV, "on")
     yield folder
-    left = kill_strays(folder)
-    assert not left, f"processes left running: {left}"
+    left = processes_of(folder)
+    described = describe(left)
+    assert not kill_strays(folder), f"processes left running: {described}"
 
 
 @pytest.fixture
@@ -287,7 +299,9 @@ def test_workers_start_a_campaign_takes_them_and_stop_leaves_nothing(tmp_path: P
         stopped = run_cli("workers", "stop", "--platform", "cpu", env=env, timeout=120)
         assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stdout + stopped.stderr
         assert not pid_alive(server["pid"]) and not (runtime / "workers-cpu.sock").exists()
-        assert processes_of(runtime) == []
+        left = processes_of(runtime)
+        assert left == [], describe(left)
         assert run_cli("workers", "status", "--platform", "cpu", env=env).returncode == 3
     finally:
-        assert not kill_strays(runtime), "processes left running"
+        described = describe(processes_of(runtime))
+        assert not kill_strays(runtime), f"processes left running: {described}"
