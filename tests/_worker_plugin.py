@@ -1,4 +1,4 @@
-"""Test-only backends for tests/pipeline/test_worker.py: one that aborts the process, one that never returns."""
+"""Test-only backends for tests/pipeline/test_worker.py: ones that abort the process, one that never returns."""
 
 from __future__ import annotations
 
@@ -50,8 +50,33 @@ class MpsCollateralBackend(ReferenceBackend):
         return super().run(buffers)
 
 
+class LongLivedBackend(ReferenceBackend):
+    """Stands in for a bug that corrupts its process: seed 7 passes but poisons the process, and any later case
+    in a poisoned process aborts; seed 9 aborts in a process that ran other cases before it, and alone raises a
+    CUDA error (one bug, two symptoms)."""
+
+    name = "test-long-lived"
+    needs_isolation = True
+    ran = 0  # cases this process has run
+    poisoned = False
+
+    def plan(self, case, platform):  # type: ignore[no-untyped-def]
+        if case.seed == 9 and not LongLivedBackend.ran:  # as torch raises it at the runner's synchronize
+            raise RuntimeError("CUDA error: invalid argument")
+        return super().plan(case, platform)
+
+    def run(self, buffers):  # type: ignore[no-untyped-def]
+        seed = buffers.case.seed
+        LongLivedBackend.ran += 1
+        if LongLivedBackend.poisoned or seed == 9:
+            os.abort()
+        LongLivedBackend.poisoned = seed == 7
+        return super().run(buffers)
+
+
 def backends():  # type: ignore[no-untyped-def]
-    return [AbortBackend(), SleepBackend(), DeviceErrorBackend(), CompileInCaseBackend(), MpsCollateralBackend()]
+    return [AbortBackend(), SleepBackend(), DeviceErrorBackend(), CompileInCaseBackend(), MpsCollateralBackend(),
+            LongLivedBackend()]
 
 
 class DeviceErrorBackend(ReferenceBackend):

@@ -29,7 +29,7 @@ class RunFigures:
     # summed over the cases whose stages were clocked; empty where no stage is clocked
     stage_seconds: dict[str, float] = field(default_factory=dict)
     batch_losses: int = 0  # batches a worker died or hung in
-    cases_replayed_alone: int = 0  # cases run again one at a time after their batch was lost
+    cases_replayed_alone: int = 0  # run again alone: after a lost batch, or a death in a worker that ran others
     storages_reused: int = 0  # cases that ran on storages kept from the case before them (pipeline/reuse.py)
     worker_processes: int = 1  # processes that share a batch
 

@@ -31,6 +31,10 @@ saw: the pool falls back to plain contexts, workers that were MPS clients (this 
 spares) are replaced, and a case that died in a batch but runs clean alone is recorded as collateral, not as a
 CRASH (a case that also dies alone is the CRASH, as without MPS).
 
+A worker that dies at a case after returning results for others is no proof against that case (an earlier case
+may have corrupted the process): the case runs once more in a fresh worker, and that result is the case's
+(``_death_in_fresh_worker``).
+
 Standing workers (pipeline/standing.py): where ``hicache-fuzz workers start`` keeps ready workers for this
 platform, every spawn (the first worker, spares, restarts) first asks that server for one whose key matches what a
 fresh worker would run under. A worker handed over is told to write to this executor's log from then on and greets
@@ -152,7 +156,8 @@ class WorkerExecutor(Executor):
         self.stage_seconds: dict[str, float] = {}  # per pipeline stage, summed over batches (worker's clock)
         self.batch_seconds = 0.0  # round trips of batches (parent's clock)
         self.batch_losses = 0  # batches a worker died or hung in
-        self.replayed = 0  # cases replayed alone after a lost batch
+        self.replayed = 0  # cases replayed alone after a lost batch, or after a death in a used worker
+        self._cases_in_worker = 0  # cases the current worker process has returned results for
         self.reuse_storages = False  # batches ask the worker to reuse storages across same-geometry cases
         self.storages_reused = 0  # cases that ran on storages kept from the case before them (worker's count)
 
@@ -177,6 +182,7 @@ class WorkerExecutor(Executor):
 
     def _run_once(self, case: Case) -> Result:
         self._ensure_started()
+        earlier, under_mps = self._cases_in_worker, self._is_mps_client()
         inflight = self.journal / "inflight" / f"{case.case_id}.json"
         inflight.write_text(case.to_json(indent=2))
         started = time.perf_counter()
@@ -184,7 +190,8 @@ class WorkerExecutor(Executor):
             self._send({"op": "run", "case": case.to_dict()})
             reply = self._receive(self.timeout_s)
         except _WorkerDied as died:
-            return self._lost(case, inflight, Outcome.CRASH, died.describe(), started)
+            lost = self._lost(case, inflight, Outcome.CRASH, died.describe(), started)
+            return self._death_in_fresh_worker(case, lost) if earlier and not under_mps else lost
         except _WorkerTimeout:
             self._kill()
             return self._lost(
@@ -199,7 +206,27 @@ class WorkerExecutor(Executor):
         inflight.unlink(missing_ok=True)
         if "error" in reply:  # the harness itself failed on this case (not the backend): keep it visible
             raise RuntimeError(f"worker failed on case {case.case_id}: {reply['error']}")
+        self._cases_in_worker += 1
         return Result.from_dict(reply["result"])
+
+    def _death_in_fresh_worker(self, case: Case, lost: Result) -> Result:
+        """A worker that died at `case` after returning results for other cases is not proof against `case`: a
+        case before it may have corrupted the process (an out-of-bounds host copy that a later call trips over),
+        and one bug ends a long-lived worker by SIGSEGV where, alone, it raises a CUDA error. So the case runs
+        once more in a fresh worker, and what it does there names it. A device error the worker reports
+        ("fatal") is the case's own launch, and a hang costs its timeout again: neither is replayed. A case that
+        runs clean in the fresh worker is still reported as the crash (nothing is lost), saying so."""
+        self._kill()
+        self.replayed += 1
+        alone = self._run_once(case)
+        if alone.outcome in (Outcome.CRASH, Outcome.HANG):
+            return alone
+        kept = Result(case.case_id, case.backend, Outcome.CRASH)
+        kept.error, kept.diff = lost.error, lost.diff
+        first_line = (lost.error or "").splitlines()[0] if lost.error else "worker died"
+        kept.summary = (f"worker died at this case after other cases in the same worker; in a fresh worker it "
+                        f"ran {alone.outcome.value}: {first_line}")
+        return kept
 
     def run_batch(self, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
         """Results of `cases`, in order. The first `lone_first` (the scale tier's) run first, each as a batch of
@@ -248,6 +275,7 @@ class WorkerExecutor(Executor):
                     failed = cases[len(results)]
                     raise RuntimeError(f"worker failed on case {failed.case_id}: {reply['error']}")
                 results.append(Result.from_dict(reply["result"]))
+                self._cases_in_worker += 1
             if lost is None:
                 done = self._receive(self.timeout_s)
                 for stage, seconds in done.get("stages", {}).items():
@@ -474,6 +502,7 @@ class WorkerExecutor(Executor):
             # Only the first worker compiles the menus; a restart without a spare loads modules as cases need them.
             self._proc = self._spawn(self.warm_up and not self.started, "restart" if self.started else "first")
         self._buffer = b""
+        self._cases_in_worker = 0
         if self.started:
             self.restarts += 1
         self.started += 1

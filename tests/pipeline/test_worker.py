@@ -64,7 +64,38 @@ def test_abort_becomes_crash_and_worker_restarts(tmp_path: Path) -> None:
         saved = tmp_path / "journal" / "crashes" / f"{crashed.case_id}.json"
         assert Case.from_json(saved.read_text()) == crashed
         assert ex.run(case("test-abort", 2)).outcome is Outcome.PASS  # restarted, campaign goes on
-        assert ex.restarts == 1
+        # the worker had run a case before it died: the case ran again in a fresh worker (died there too), and
+        # the next case needed another
+        assert ex.restarts == 2 and ex.replayed == 1
+
+
+def test_a_death_after_other_cases_is_named_by_the_case_in_a_fresh_worker(tmp_path: Path) -> None:
+    with executor(tmp_path, ["test-long-lived"]) as ex:
+        # one bug, two symptoms: it aborts a worker that ran a case before it, and alone raises a CUDA error
+        assert ex.run(case("test-long-lived", 0)).outcome is Outcome.PASS
+        result = ex.run(case("test-long-lived", 9))
+        assert result.outcome is Outcome.CRASH and "CUDA error: invalid argument" in (result.error or "")
+        assert "SIGABRT" not in (result.error or "") and ex.replayed == 1
+        # an innocent case after one that corrupted the process: reported (nothing lost), and said to run clean
+        assert ex.run(case("test-long-lived", 7)).outcome is Outcome.PASS
+        victim = ex.run(case("test-long-lived", 0))
+        assert victim.outcome is Outcome.CRASH and "SIGABRT" in (victim.error or "")
+        assert "in a fresh worker it ran pass" in victim.summary
+        assert ex.replayed == 2
+        # the first case of a fresh worker is its own evidence: not replayed
+        ex._kill()
+        assert ex.run(case("test-long-lived", 9)).outcome is Outcome.CRASH
+        assert ex.replayed == 2
+
+
+def test_a_death_in_a_batchs_replay_is_named_in_a_fresh_worker(tmp_path: Path) -> None:
+    with executor(tmp_path, ["test-long-lived"]) as ex:
+        # the batch dies at case 9 (after case 1); replayed alone, case 9 raises its CUDA error and case 7
+        # passes but poisons the worker, so case 2 dies there: run once more in a fresh worker, it passes
+        results = ex.run_batch([case("test-long-lived", s) for s in (1, 9, 7, 2)])
+        assert [r.outcome for r in results] == [Outcome.PASS, Outcome.CRASH, Outcome.PASS, Outcome.CRASH]
+        assert "CUDA error: invalid argument" in (results[1].error or "")
+        assert "in a fresh worker it ran pass" in results[3].summary
 
 
 def test_sleep_becomes_hang(tmp_path: Path) -> None:
@@ -141,7 +172,8 @@ def test_spare_worker_takes_over_after_a_crash(tmp_path: Path) -> None:
         assert ex.run(crashed).outcome is Outcome.CRASH
         assert (tmp_path / "journal" / "crashes" / f"{crashed.case_id}.json").exists()
         assert ex.run(case("test-abort", 2)).outcome is Outcome.PASS
-        assert ex.spares_used == 1 and ex.restarts == 1
+        # the crash's replay in a fresh worker took the spare, the next case the spare started behind it
+        assert ex.spares_used == 2 and ex.restarts == 2
         assert ex.hello["pid"] != first_pid
         assert len(ex._spares) == 1
         spare = ex._spares[0][0]
@@ -158,7 +190,8 @@ def test_dead_spare_is_replaced_by_a_fresh_start(tmp_path: Path) -> None:
         ex._spares[0][0].wait()
         assert ex.run(case("test-abort", 1)).outcome is Outcome.CRASH
         assert ex.run(case("test-abort", 2)).outcome is Outcome.PASS
-        assert ex.spares_used == 0 and ex.restarts == 1
+        # the crash's replay started afresh (its spare was dead); the next case took the spare started after it
+        assert ex.spares_used == 1 and ex.restarts == 2
 
 
 def test_two_spares_serve_two_crashes_in_a_row(tmp_path: Path) -> None:
@@ -168,7 +201,9 @@ def test_two_spares_serve_two_crashes_in_a_row(tmp_path: Path) -> None:
         assert ex.run(case("test-abort", 1)).outcome is Outcome.CRASH
         assert ex.run(case("test-abort", 1)).outcome is Outcome.CRASH
         assert ex.run(case("test-abort", 2)).outcome is Outcome.PASS
-        assert ex.spares_used == 2 and ex.restarts == 2 and len(ex._spares) == 2
+        # three restarts, each served by a spare: the first crash's replay in a fresh worker, the second crash
+        # (the first case of its worker, so not replayed), the next case
+        assert ex.spares_used == 3 and ex.restarts == 3 and len(ex._spares) == 2
 
 
 def test_modules_built_inside_cases_are_attributed(tmp_path: Path) -> None:
