@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hicache_fuzz.harness.findings.identity import error_cause, signature
-from hicache_fuzz.harness.findings.trigger import derive_trigger
+from hicache_fuzz.harness.findings.trigger import derive_trigger, trigger_runs
 from hicache_fuzz.harness.model.case import (
     LAYOUTS_BY_ATTENTION,
     Attention,
@@ -435,8 +435,9 @@ def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: i
 
     `run` executes one case (an executor's ``run``); `result` is the case's known result (run again if
     omitted). The budget counts candidate runs and wall seconds, the trigger's runs too (``derive_trigger``: one
-    per non-plain feature, a feature left untried for want of budget stays in the trigger); the best case so far
-    is returned either way.
+    per non-plain feature). Shrinking stops while those runs are still left (their seconds estimated at the mean
+    run's), so the trigger is tried even when the shrink was cut short; only a run that overshoots the estimate
+    leaves a feature untried, and it stays in the trigger. The best case so far is returned either way.
     `on_step` is called with the state after every candidate run (``runs``, ``accepted``, ``case``,
     ``seconds`` so far): the command's progress line.
     """
@@ -452,22 +453,32 @@ def minimize(case: Case, run: RunCase, result: Result | None = None, max_runs: i
     def budget_left() -> bool:
         return state.runs < max_runs and time.perf_counter() - started < max_seconds
 
+    def shrink_budget_left() -> bool:
+        """The budget less the trigger's runs: one per non-plain feature of the case so far, at the mean run's
+        seconds. A long shrink (hundreds of indices) would otherwise spend everything and leave every knob of the
+        case in the trigger, untried, so the entry would call the same bug new on the next case that differs in
+        a knob the failure never needed."""
+        reserve = trigger_runs(state.case)
+        elapsed = time.perf_counter() - started
+        per_run = elapsed / state.runs if state.runs else 0.0
+        return state.runs + reserve < max_runs and elapsed + reserve * per_run < max_seconds
+
     def step() -> None:
         if on_step is not None:
             state.seconds = time.perf_counter() - started
             on_step(state)
 
     progress = True
-    while progress and budget_left():
+    while progress and shrink_budget_left():
         progress = False
         for reduction in PASSES:
             # Re-run a pass on its own output until it stops shrinking, then move to the next pass.
-            while budget_left():
-                kept = _first_kept(reduction, state, run, target, tried, budget_left, step)
+            while shrink_budget_left():
+                kept = _first_kept(reduction, state, run, target, tried, shrink_budget_left, step)
                 if kept is None:
                     break
                 progress = True
-    state.fixpoint = not progress and budget_left()
+    state.fixpoint = not progress and shrink_budget_left()
 
     def same_bug(candidate: Case) -> bool:  # a few runs more: each non-plain feature put back to plain alone
         if not budget_left():

@@ -188,6 +188,11 @@ def _relaxed(case: Case, feature: str) -> Case | None:
         return None
 
 
+def trigger_runs(case: Case) -> int:
+    """How many cases :func:`derive_trigger` runs for `case`: one per feature that is not plain."""
+    return sum(1 for name, value in features(case).items() if value != plain_value(name))
+
+
 def derive_trigger(case: Case, still_fails: StillFails | None = None) -> dict[str, str]:
     """The trigger of the failure `case` shows. With `still_fails` (runs a case, or asks the contract, and says
     whether it fails with the signature being kept): its features that are not plain, less those whose removal

@@ -99,6 +99,18 @@ def test_budget_is_respected() -> None:
     assert signature(done.result, done.case) == signature(run(big_case()), big_case())
 
 
+def test_a_budget_cut_shrink_still_tries_each_knob_for_the_trigger() -> None:
+    """A page_first refusal whose case carries knobs it does not need, on a budget far too small to shrink 160
+    indices: the shrinking stops with a run left per knob, so the knobs are tried and only the layout stays."""
+    knobs = (("controller", "base"), ("draft_layers", "1"), ("pool_kind", "hisparse"), ("start_layer", "7"))
+    case = big_case(backend="test-refuses", tuning=knobs)
+    run = fake_run({True: "IndexError: index 1 is out of bounds", False: "ValueError: host pool too small"},
+                   lambda c: c.layout is HostLayout.PAGE_FIRST)
+    done = minimize(case, run, max_runs=12)
+    assert done.runs <= 12 and not done.fixpoint and done.case.tuning == knobs  # cut short before the defaults
+    assert done.trigger == {"layout": "page_first"}
+
+
 def test_passing_case_is_refused() -> None:
     with pytest.raises(NotFailing):
         minimize(big_case(backend="reference"), cpu_run(ReferenceBackend()))
