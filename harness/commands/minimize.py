@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -23,12 +24,14 @@ from hicache_fuzz.harness.model.exit_codes import (
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.minimize import Minimized
     from hicache_fuzz.harness.findings.corpus import CorpusEntry
-    from hicache_fuzz.harness.model.platform import Machine
+    from hicache_fuzz.harness.model.platform import Machine, Platform
     from hicache_fuzz.harness.model.progress import ProgressLine
     from hicache_fuzz.harness.pipeline.executor import Executor
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
     from hicache_fuzz.kernels.base import Backend
     from hicache_fuzz.kernels.registry import Registry
+
+CORPUS_DEFAULT = "fuzz-out/minimized"
 
 # Every path this command writes, checked before it runs (cli.py, harness/model/output_paths.py).
 OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
@@ -37,11 +40,14 @@ OUTPUT_OPTIONS = {"json": "file", "corpus": "dir"}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("paths", nargs="+", type=Path, help="reproducer files, or directories of them")
-    parser.add_argument("--corpus", default="fuzz-out/minimized",
+    parser.add_argument("--corpus", default=CORPUS_DEFAULT,
                         help="minimized reproducers (JSON + repro script) go here (default: %(default)s)")
     # None: the minimizer's own budgets (imported only when the command runs)
     parser.add_argument("--max-runs", type=positive_int, default=None, help="candidate runs per case")
     parser.add_argument("--max-seconds", type=finite_positive_float, default=None, help="seconds per case")
+    parser.add_argument("--in-place", action="store_true",
+                        help="write each minimized reproducer over its input file (a known corpus entry keeps its "
+                             "name, expect and scope; its standalone script is rewritten beside it); no --corpus")
     parser.add_argument("--json", metavar="PATH", help="write sizes before/after and ratios as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on a terminal")
     add_isolation(parser, documented=False)
@@ -97,6 +103,7 @@ class _Minimizing:
     registry: Registry
     execution: ExecutionOptions
     corpus: Path  # where minimized reproducers go
+    in_place: bool  # each over its input file instead
     max_runs: int
     max_seconds: float
     total: int  # files to minimize, for the progress line
@@ -115,11 +122,13 @@ def run(args: argparse.Namespace) -> int:
     from hicache_fuzz.harness.model.progress import ProgressLine
     from hicache_fuzz.harness.pipeline.setup import close_executors, machine_for, registry_for
 
+    if args.in_place and args.corpus != CORPUS_DEFAULT:
+        raise UsageError("--in-place writes each reproducer over its input: it takes no --corpus")
     execution = execution_options(args)
     machine = machine_for(execution.platform)
     registry = registry_for(execution.backend_plugins)
     entries = _load_entries(args.paths)
-    state = _Minimizing(machine, registry, execution, Path(args.corpus),
+    state = _Minimizing(machine, registry, execution, Path(args.corpus), args.in_place,
                         DEFAULT_MAX_RUNS if args.max_runs is None else args.max_runs,
                         DEFAULT_MAX_SECONDS if args.max_seconds is None else args.max_seconds,
                         len(entries), ProgressLine(not args.no_progress))
@@ -190,7 +199,10 @@ def _keep(state: _Minimizing, entry: CorpusEntry, backend: Backend, done: Minimi
         extra["expect"] = "fail"
     spec = f"{type(backend).__module__}:{type(backend).__qualname__}"
     try:
-        out = save_reproducer(state.corpus, done.case, done.result, extra, backend_class=spec)
+        if state.in_place:
+            out = _write_in_place(entry.path, done, extra, state.machine.platform)
+        else:
+            out = save_reproducer(state.corpus, done.case, done.result, extra, backend_class=spec)
     except OSError as exc:  # the disk filled up after the check: the minimized case is not lost
         saved = write_fallback(reproducer_dict(done.case, done.result) | extra, "minimized reproducer")
         state.progress.print(f"hicache-fuzz minimize: cannot write to {state.corpus}: {os_reason(exc)}; "
@@ -204,6 +216,34 @@ def _keep(state: _Minimizing, entry: CorpusEntry, backend: Backend, done: Minimi
                          f"{done.size.indices}, bytes {done.original_size.bytes} -> {done.size.bytes} "
                          f"({done.runs} runs, {done.seconds:.1f} s"
                          f"{'' if done.fixpoint else ', budget spent'}) -> {out}")
+
+
+# What a minimized reproducer replaces in the file it was read from; every other field (expect, scope, ...) stays.
+REPLACED_FIELDS = ("case", "observed", "signature", "signature_key", "variant", "minimized", "trigger")
+
+
+def _write_in_place(path: Path, done: Minimized, extra: dict[str, Any], state_platform: Platform) -> Path:
+    """Write the minimized reproducer over `path` (its fields but REPLACED_FIELDS kept) and its standalone
+    script beside it, where the backend has one; returns `path`."""
+    from hicache_fuzz.harness.findings.corpus import reproducer_dict
+    from hicache_fuzz.harness.findings.identity import signature_key
+    from hicache_fuzz.harness.findings.standalone import (
+        DEFAULT_PLATFORM,
+        StandaloneUnsupported,
+        supports,
+        write_standalone,
+    )
+    from hicache_fuzz.harness.model.json_input import read_json_file
+    from hicache_fuzz.harness.model.output_paths import write_json_atomic
+
+    kept = {name: value for name, value in read_json_file(path).items() if name not in REPLACED_FIELDS}
+    data = kept | reproducer_dict(done.case, done.result) | {"signature_key": signature_key(done.result, done.case)}
+    write_json_atomic(path, data | extra)
+    if supports(done.case.backend):
+        with contextlib.suppress(StandaloneUnsupported):
+            # the contract's verdict in the script is the platform's the failure was minimized on
+            write_standalone(path, state_platform if state_platform.kind != "cpu" else DEFAULT_PLATFORM)
+    return path
 
 
 def _exit_code(state: _Minimizing, json_written: bool) -> int:

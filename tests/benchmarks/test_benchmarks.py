@@ -171,8 +171,9 @@ def test_class_check_on_the_cpu(tmp_path: Path, fa_first: str) -> None:
 
 
 def test_minimize_on_device_on_the_cpu(tmp_path: Path) -> None:
-    """The plumbing with a planted bug (tests/_mutants.py): two failing reproducers minimized at once, each into a
-    folder of its own, every output in the archive that comes back from a device."""
+    """The plumbing with a planted bug (tests/_mutants.py): two known (expect fail) reproducers minimized at once,
+    each rewritten where it lies (name and expect kept), and each under its path in the archive that comes back
+    from a device."""
     from hicache_fuzz.harness.findings.reproducer import save_reproducer
     from hicache_fuzz.harness.generation.generate import case_for_index
     from hicache_fuzz.harness.model.space import CaseSpace
@@ -181,20 +182,25 @@ def test_minimize_on_device_on_the_cpu(tmp_path: Path) -> None:
     space = CaseSpace(byte_budget=1 << 16, backend="test-drop-last-page")
     run = cpu_run(DropLastPage())
     failing = [c for i in range(200) if run(c := case_for_index(5, i, space)).outcome.is_failure][:2]
-    files = [str(save_reproducer(tmp_path / f"in-{n}", case, run(case))) for n, case in enumerate(failing)]
+    files = [save_reproducer(tmp_path / f"in-{n}", case, run(case), {"expect": "fail"})
+             for n, case in enumerate(failing)]
+    originals = [json.loads(path.read_text()) for path in files]
     out = tmp_path / "out"
     out.mkdir()
-    done = _run("minimize_on_device.sh", out, tmp_path, *files, PLUGIN="tests._mutants:backends",
+    done = _run("minimize_on_device.sh", out, tmp_path, *map(str, files), PLUGIN="tests._mutants:backends",
                 AOT_SRC=str(tmp_path / "absent"), MAX_RUNS="200", MAX_SECONDS="30")
     rcs = (out / "rcs.txt").read_text()
     assert done.returncode == 0, rcs + done.stderr
     assert "minimize 2 rc=0" in rcs and "aot-build" not in rcs
-    for n in (1, 2):
+    for n, (path, original) in enumerate(zip(files, originals, strict=True), start=1):
         assert json.loads((out / f"minimize-{n}.json").read_text())["results"]
-        assert list((out / f"minimized-{n}").rglob("*.json"))
+        rewritten = json.loads(path.read_text())
+        assert rewritten["expect"] == "fail" and "minimized" in rewritten and "minimized" not in original
+        assert len(rewritten["case"]["host_indices"]) < len(original["case"]["host_indices"])
+        assert json.loads((out / "minimized" / str(path).lstrip("/")).read_text()) == rewritten
     with tarfile.open(out / "0-results.tgz") as packed:
         names = packed.getnames()
-    assert any(name.startswith("./minimized-2/") and name.endswith(".json") for name in names)
+    assert any(name.startswith("./minimized/") and name.endswith(files[1].name) for name in names)
     empty = tmp_path / "empty"
     empty.mkdir()
     assert _run("minimize_on_device.sh", empty, tmp_path).returncode == 2

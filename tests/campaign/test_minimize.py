@@ -150,3 +150,33 @@ def test_minimize_subcommand(tmp_path: Path) -> None:
     row = json.loads(out_json.read_text())["results"][0]
     assert row["minimized"]["bytes"] <= row["original"]["bytes"]
     assert Path(row["output"]).exists() and Path(row["output"]).parent.name == row["signature"]
+
+
+def test_minimize_in_place_rewrites_a_known_entry_keeping_its_name_expect_and_scope(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-minimizing a known corpus entry where it fails (a GPU machine, for sglang's): the file keeps its name,
+    its "expect" and "scope", and gets the smaller case, the minimizer's report and the trigger derived by
+    running."""
+    space = CaseSpace(byte_budget=1 << 16, backend="test-drop-last-page")
+    run = cpu_run(DropLastPage())
+    case = next(c for i in range(200) if run(c := case_for_index(5, i, space)).outcome.is_failure)
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
+
+    saved = save_reproducer(tmp_path / "in", case.replace(note="a known bug, kept"), run(case),
+                            {"expect": "fail", "scope": {"platforms": ["cpu"]}})
+    entry = tmp_path / "known-last-page-dropped.json"
+    entry.write_text(saved.read_text())
+    monkeypatch.chdir(tmp_path)  # where the default --corpus would go
+    code = main(["minimize", "--backend-plugin", PLUGIN, str(entry), "--in-place", "--isolate", "no",
+                 "--no-progress"])
+    assert code == 0
+    data = json.loads(entry.read_text())
+    assert data["expect"] == "fail" and data["scope"] == {"platforms": ["cpu"]}
+    assert data["case"]["note"] == "a known bug, kept"
+    assert data["minimized"]["minimized"]["indices"] < data["minimized"]["original"]["indices"]
+    assert "trigger" in data and data["signature"] == data["minimized"]["signature"]
+    assert len(data["case"]["host_indices"]) < len(case.host_indices)
+    assert not (tmp_path / "fuzz-out").exists()
+    # it is not a corpus folder: --corpus beside --in-place is bad usage
+    assert main(["minimize", "--backend-plugin", PLUGIN, str(entry), "--in-place", "--corpus",
+                 str(tmp_path / "x"), "--isolate", "no"]) == 2
