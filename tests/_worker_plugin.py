@@ -74,9 +74,24 @@ class LongLivedBackend(ReferenceBackend):
         return super().run(buffers)
 
 
+class PoisonBackend(ReferenceBackend):
+    """Stands in for a case that corrupts its worker without failing: a seed divisible by 4 passes but poisons the
+    process, and any later case in a poisoned process aborts (in a fresh worker, every case passes)."""
+
+    name = "test-poison"
+    needs_isolation = True
+    poisoned = False
+
+    def run(self, buffers):  # type: ignore[no-untyped-def]
+        if PoisonBackend.poisoned:
+            os.abort()
+        PoisonBackend.poisoned = buffers.case.seed % 4 == 0
+        return super().run(buffers)
+
+
 def backends():  # type: ignore[no-untyped-def]
     return [AbortBackend(), SleepBackend(), DeviceErrorBackend(), CompileInCaseBackend(), MpsCollateralBackend(),
-            LongLivedBackend()]
+            LongLivedBackend(), PoisonBackend()]
 
 
 class DeviceErrorBackend(ReferenceBackend):

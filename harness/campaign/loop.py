@@ -34,7 +34,7 @@ from hicache_fuzz.harness.findings.known import KnownMap, known_files, match_kno
 from hicache_fuzz.harness.findings.reproducer import save_reproducer
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
-from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.model.outcome import FRESH_WORKER_KEY, Outcome, Result
 from hicache_fuzz.harness.model.output_paths import write_json_atomic
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import Executor
@@ -91,6 +91,9 @@ class FailureClass:
     file: str
     known: str = ""  # the known-failure reproducer with this signature ("" = a new failure)
     variants: list[str] = field(default_factory=list)  # fine-grained keys met (identity.variant), in order
+    # "" or, for a worker's crash or hang that did not come back when its case ran again in a fresh worker
+    # (Result.flaky), that run's outcome. Listed and saved, never new: the gate's confirm phase calls it flaky.
+    flaky: str = ""
 
 
 @dataclass
@@ -125,7 +128,11 @@ class CampaignReport:
 
     @property
     def new_failures(self) -> list[FailureClass]:
-        return [f for f in self.failures if not f.known]
+        return [f for f in self.failures if not f.known and not f.flaky]
+
+    @property
+    def flaky_failures(self) -> list[FailureClass]:
+        return [f for f in self.failures if f.flaky]
 
     @property
     def cases_per_second(self) -> float:
@@ -148,6 +155,7 @@ class CampaignReport:
             "paths": self.paths,
             "failures_total": self.failure_count,
             "new_failure_signatures": [f.signature for f in self.new_failures],
+            "flaky_failure_signatures": [f.signature for f in self.flaky_failures],
             "unique_failures": [f.__dict__ for f in self.failures],
             "case_ids": self.case_ids,
             "coverage": self.coverage.to_dict(),
@@ -486,6 +494,17 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
         else:
             classes[key] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
                                         _summary(result), known, known, [identity.variant])
+        return False
+    if result.flaky:  # saved (nothing found is lost), counted apart, never new
+        key = f"{sig}|flaky"
+        if key in classes:
+            classes[key].count += 1
+            return False
+        classes[key] = FailureClass(sig, result.backend, result.outcome.value, 1, case.case_id, index,
+                                    _summary(result), "", variants=[identity.variant],
+                                    flaky=str(result.diff[FRESH_WORKER_KEY]))
+        if config.corpus_dir is not None:
+            classes[key].file = _save(config.corpus_dir, case, result, {}, report)
         return False
     if sig in classes:
         failure = classes[sig]

@@ -73,6 +73,7 @@ class CampaignRun:
     cases: int = 0
     new_identities: list[str] = field(default_factory=list)
     known_identities: list[str] = field(default_factory=list)
+    flaky_identities: list[str] = field(default_factory=list)  # crashes that ran clean in a fresh worker
     seconds: float = 0.0
     report: str = ""
     error: str = ""
@@ -173,7 +174,10 @@ def run_campaign(seed: int, seconds: float, known: list[Path], out: Path, extra:
     report = read_json_file(report_path, max_bytes=256 << 20)
     outcome.cases = int(report.get("cases", 0))
     for failure in report.get("unique_failures", []):
-        target = outcome.known_identities if failure.get("known") else outcome.new_identities
+        if failure.get("flaky"):
+            target = outcome.flaky_identities
+        else:
+            target = outcome.known_identities if failure.get("known") else outcome.new_identities
         target.append(str(failure.get("signature", "")))
     return outcome
 
@@ -183,6 +187,7 @@ def summarize(runs: list[CampaignRun], seconds: float, args: argparse.Namespace,
     """The run's summary; `fuzz_args` are the options every campaign was given."""
     new = Counter(identity for r in runs for identity in set(r.new_identities))
     known = Counter(identity for r in runs for identity in set(r.known_identities))
+    flaky = Counter(identity for r in runs for identity in set(r.flaky_identities))
     return {
         "format": FORMAT,
         "version": 1,
@@ -196,6 +201,7 @@ def summarize(runs: list[CampaignRun], seconds: float, args: argparse.Namespace,
         "total_cases": sum(r.cases for r in runs),
         "new_identities": dict(sorted(new.items())),  # identity -> campaigns it appeared in
         "known_identities": dict(sorted(known.items())),
+        "flaky_identities": dict(sorted(flaky.items())),
         "wall_seconds": round(seconds, 1),
         "runs": [r.__dict__ for r in runs],
     }
@@ -214,6 +220,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         print(f"  NEW   {identity}: in {count} campaign(s)")
     for identity, count in summary["known_identities"].items():
         print(f"  known {identity}: in {count} campaign(s)")
+    for identity, count in summary.get("flaky_identities", {}).items():
+        print(f"  flaky {identity}: in {count} campaign(s) (ran clean in a fresh worker)")
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
@@ -224,8 +232,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
              f"fuzz options `{' '.join(summary['fuzz_args'])}`; {summary['wall_seconds']:g} s wall."
              + (f" Seeds not started before the deadline (not counted): {summary['seeds_not_run']}."
                 if summary.get("seeds_not_run") else ""), "",
-             "| seed | exit | cases | new identities | known identities |", "|---|---|---|---|---|"]
+             "| seed | exit | cases | new identities | known identities | flaky identities |",
+             "|---|---|---|---|---|---|"]
     for run_row in summary["runs"]:
         lines.append(f"| {run_row['seed']} | {run_row['exit_code']} | {run_row['cases']} "
-                     f"| {', '.join(run_row['new_identities']) or '-'} | {len(run_row['known_identities'])} |")
+                     f"| {', '.join(run_row['new_identities']) or '-'} | {len(run_row['known_identities'])} "
+                     f"| {', '.join(run_row.get('flaky_identities', [])) or '-'} |")
     return "\n".join(lines) + "\n"

@@ -216,7 +216,9 @@ def _name_failure_statuses(report: CampaignReport, known: dict[str, Any]) -> Non
     statuses: list[dict[str, Any]] = []
     for failure in report.failures:
         status: dict[str, Any] = {"signature": failure.signature}
-        if failure.known.startswith(PRE_EXISTING_NOTE):
+        if failure.flaky:
+            status.update(status="flaky", detail=f"ran {failure.flaky} in a fresh worker")
+        elif failure.known.startswith(PRE_EXISTING_NOTE):
             status.update(status=PRE_EXISTING, detail=failure.known)
         elif failure.known:
             status.update(status="known", known=failure.known,
@@ -425,6 +427,8 @@ def print_campaign(report: CampaignReport) -> None:
                 print(f"      known: {failure.known} (trigger: {describe(status['trigger'])})")
             elif failure.known:
                 print(f"      {failure.known}")
+            elif failure.flaky:
+                print(f"      flaky: ran {failure.flaky} in a fresh worker; reproducer: {failure.file}")
             elif failure.file:
                 print(f"      reproducer: {failure.file}")
             for file, unmet in status.get("known_identity_outside_trigger", {}).items():

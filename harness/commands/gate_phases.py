@@ -170,9 +170,11 @@ def run_gate_campaign(backends: list[Backend], registry: Registry, machine: Mach
             elif failures:
                 status = FAILED
             digest = hashlib.sha256("\n".join(report.case_ids).encode()).hexdigest()
+            # crashes the worker pool already ran again in a fresh worker, clean there: what confirm calls flaky
+            flaky = [{**f.__dict__, "rerun_outcome": f.flaky} for f in report.flaky_failures]
             rows.append(CampaignRow(backend.name, cases_per_backend, report.cases, status,
                                     dict(sorted(report.outcomes.get(backend.name, {}).items())), failures,
-                                    known_found, digest, report.first_index, round(report.seconds, 3)))
+                                    known_found, digest, report.first_index, round(report.seconds, 3), flaky))
     finally:
         workers = executor.worker_figures()
         if timings is not None and workers is not None:

@@ -29,6 +29,9 @@ FAILURES = frozenset({
     Outcome.CRASH, Outcome.HANG,
 })
 
+# A lost case's diff key: what the case did when run once more in a fresh worker (pipeline/worker.py).
+FRESH_WORKER_KEY = "fresh_worker_outcome"
+
 
 @dataclass
 class Result:
@@ -44,6 +47,17 @@ class Result:
     seconds: float = 0.0
     raised_at: str = ""  # innermost frames of what the backend raised (file:line function), for triage only
 
+    @property
+    def flaky(self) -> bool:
+        """A crash or hang of a worker that did not come back when the case ran again in a fresh worker: order-
+        or state-dependent (an earlier case of that worker corrupted it), so not a finding against the case."""
+        again = self.diff.get(FRESH_WORKER_KEY)
+        if self.outcome not in (Outcome.CRASH, Outcome.HANG) or not isinstance(again, str):
+            return False
+        try:
+            return not Outcome(again).is_failure
+        except ValueError:  # a value this version does not know: not shown to be clean
+            return False
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from hicache_fuzz.harness.model.case import Case
-from hicache_fuzz.harness.model.outcome import Outcome, Result
+from hicache_fuzz.harness.model.outcome import FRESH_WORKER_KEY, Outcome, Result
 from hicache_fuzz.harness.pipeline import probe_cache
 from hicache_fuzz.harness.pipeline.executor_base import Executor, RunFigures, WorkerFigures
 from hicache_fuzz.harness.pipeline.gpu_sharing import Collateral, GpuSharing, spreads
@@ -222,7 +222,7 @@ class WorkerExecutor(Executor):
         if alone.outcome in (Outcome.CRASH, Outcome.HANG):
             return alone
         kept = Result(case.case_id, case.backend, Outcome.CRASH)
-        kept.error, kept.diff = lost.error, lost.diff
+        kept.error, kept.diff = lost.error, {**lost.diff, FRESH_WORKER_KEY: alone.outcome.value}
         first_line = (lost.error or "").splitlines()[0] if lost.error else "worker died"
         kept.summary = (f"worker died at this case after other cases in the same worker; in a fresh worker it "
                         f"ran {alone.outcome.value}: {first_line}")
@@ -312,11 +312,13 @@ class WorkerExecutor(Executor):
             elif number == 0 and alone.outcome not in (Outcome.CRASH, Outcome.HANG):
                 # It died in the batch but not alone: keep the batch's verdict, and say so.
                 outcome, detail = lost
+                ran_alone = alone.outcome
                 alone = Result(case.case_id, case.backend, outcome)
                 alone.error = detail
                 alone.summary = (f"worker {'died' if outcome is Outcome.CRASH else 'hung'} in a batch at this "
                                  f"case; run alone it did not: {detail.splitlines()[0]}")
-                alone.diff = {"saved_batch": str(self.journal / "crashes" / batch_file.name)}
+                alone.diff = {"saved_batch": str(self.journal / "crashes" / batch_file.name),
+                              FRESH_WORKER_KEY: ran_alone.value}
             results.append(alone)
         return results
 

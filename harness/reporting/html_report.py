@@ -93,7 +93,7 @@ def _e(value: Any) -> str:
 
 def _campaign(report: Mapping[str, Any], base_dir: Path, by_signature: Mapping[str, str]) -> str:
     failures = list(report.get("unique_failures", []))
-    new = [f for f in failures if not f.get("known")]
+    new = [f for f in failures if not f.get("known") and not f.get("flaky")]
     status = "fail" if new else "pass"
     stats = [("result", f'<span class="{status}">{len(new)} new failure signature(s)</span>'),
              ("cases", _e(report.get("cases", 0))), ("seconds", _e(report.get("seconds", 0))),
@@ -276,6 +276,8 @@ def _failures(failures: Sequence[Mapping[str, Any]], base_dir: Path, by_signatur
         for m in sorted(members, key=lambda m: -int(m.get("count", 1))):
             known = m.get("known", "")
             state = f'known (<code>{_e(known)}</code>)' if known else '<span class="fail">new</span>'
+            if m.get("flaky"):
+                state = f'flaky (ran {_e(m["flaky"])} in a fresh worker)'
             file = str(m.get("file", "") or m.get("artifact", ""))
             if not _here(file) and str(m.get("signature", "")) in by_signature:
                 file = by_signature[str(m["signature"])]  # the committed reproducer of the same bug

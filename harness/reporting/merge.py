@@ -53,7 +53,7 @@ _COMBINED_KEYS = frozenset({
     "cases_per_second", "first_index", "next_index", "outcomes", "paths", "failures_total",
     "unique_failures", "case_ids", "merged_from", "overlaps", "seconds_total", "coverage", "coverage_gaps",
     "coverage_ranges", "coverage_values", "coverage_summary",
-    "coverage_exemptions", "new_failure_signatures",
+    "coverage_exemptions", "new_failure_signatures", "flaky_failure_signatures",
 })
 
 
@@ -268,7 +268,9 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str] |
         "outcomes": outcomes,
         "paths": paths,
         "failures_total": sum(int(f["count"]) for f in merged_failures),
-        "new_failure_signatures": [f["signature"] for f in merged_failures if not f.get("known")],
+        "new_failure_signatures": [f["signature"] for f in merged_failures
+                                   if not f.get("known") and not f.get("flaky")],
+        "flaky_failure_signatures": [f["signature"] for f in merged_failures if f.get("flaky")],
         "unique_failures": merged_failures,
         "case_ids": case_ids,
         "coverage": coverage.to_dict(),
@@ -304,7 +306,8 @@ def _merge_failure(failures: dict[str, dict[str, Any]], failure: Mapping[str, An
     """Add one report's failure class; the representative is the earliest (seed, index) occurrence, so the
     merged report does not depend on the order of its inputs."""
     # A known class and a new class of one identity (a case outside the known entry's trigger) stay apart.
-    signature = str(failure["signature"]) + ("|known" if failure.get("known") else "")
+    signature = str(failure["signature"]) + ("|known" if failure.get("known") else "") + (
+        "|flaky" if failure.get("flaky") else "")
     candidate = {**failure, "seed": failure.get("seed", seed), "count": int(failure.get("count", 1))}
     known = failures.get(signature)
     if known is None:

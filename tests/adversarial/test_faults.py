@@ -142,6 +142,24 @@ def test_worker_that_cannot_restart_stops_with_the_report_kept(tmp_path: Path, c
     assert crash["outcome"] == "crash" and Path(crash["file"]).exists()
 
 
+def test_crashes_that_run_clean_in_a_fresh_worker_are_flaky_not_new(tmp_path: Path, cli: object) -> None:
+    """test-poison: some cases pass but poison their worker, and the next case there aborts. Each such crash runs
+    clean in a fresh worker, so the campaign lists it as flaky, saves its reproducer, and exits 0 (as the gate's
+    confirm phase judges a failure that passes when re-run alone)."""
+    report = tmp_path / "report.json"
+    ran = cli("fuzz", "--platform", "cpu", "--seed", "5", "--runs", "40", "--isolate", "yes", "--no-progress",  # type: ignore[operator]
+              "--backend-plugin", "tests._worker_plugin:backends", "--backend", "test-poison",
+              "--corpus", str(tmp_path / "corpus"), "--json", str(report))
+    data = json.loads(report.read_text())
+    assert ran.code == 0, ran.out + ran.err
+    assert data["new_failure_signatures"] == [] and data["flaky_failure_signatures"]
+    flaky = [f for f in data["unique_failures"] if f["flaky"]]
+    assert flaky and all(f["outcome"] == "crash" and f["flaky"] == "pass" and Path(f["file"]).exists()
+                         for f in flaky)
+    assert {s["status"] for s in data["failure_status"]} == {"flaky"}
+    assert "FLAKY" in ran.out
+
+
 def test_allocation_failure_is_classified_not_a_traceback(tmp_path: Path, cli: object,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from hicache_fuzz.kernels.buffers import HostMemory

@@ -27,6 +27,17 @@ def test_clean_reference_raises_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
+def test_crashes_that_run_clean_in_a_fresh_worker_are_counted_flaky_not_new(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(Path(__file__).parents[2])  # the campaigns' workers import the test plugin from here
+    code, summary = run(tmp_path, "poison", "--platform", "cpu", "--isolate", "yes", "--backend-plugin",
+                        "tests._worker_plugin:backends", "--backend", "test-poison", "--runs", "40", seconds="120")
+    assert code == 0 and summary["campaigns_with_new_identities"] == 0 and summary["new_identities"] == {}
+    assert summary["flaky_identities"] and all("-crash-" in bug for bug in summary["flaky_identities"])
+    assert "flaky identities" in (tmp_path / "poison" / "summary.md").read_text()
+
+
+@pytest.mark.slow  # the long tail: deselected by default, run by .ci/run (-m slow)
 def test_a_bug_raises_its_identity_in_every_campaign(tmp_path: Path) -> None:
     # A case budget, not a clock: on a loaded 2-core CI machine a 2-s campaign once ran a single case, whose
     # identity was not the mismatch (40 cases meet it under both seeds; the clock is only a guard).
