@@ -215,7 +215,8 @@ class WorkerExecutor(Executor):
         and one bug ends a long-lived worker by SIGSEGV where, alone, it raises a CUDA error. So the case runs
         once more in a fresh worker, and what it does there names it. A device error the worker reports
         ("fatal") is the case's own launch, and a hang costs its timeout again: neither is replayed. A case that
-        runs clean in the fresh worker is still reported as the crash (nothing is lost), saying so."""
+        runs clean in the fresh worker is still reported as the crash (nothing is lost), saying so, with that
+        run's outcome under FRESH_WORKER_KEY: the campaign lists it as flaky (Result.flaky)."""
         self._kill()
         self.replayed += 1
         alone = self._run_once(case)
@@ -223,7 +224,7 @@ class WorkerExecutor(Executor):
             return alone
         kept = Result(case.case_id, case.backend, Outcome.CRASH)
         kept.error, kept.diff = lost.error, {**lost.diff, FRESH_WORKER_KEY: alone.outcome.value}
-        first_line = (lost.error or "").splitlines()[0] if lost.error else "worker died"
+        first_line = lost.error.splitlines()[0] if lost.error else "worker died"
         kept.summary = (f"worker died at this case after other cases in the same worker; in a fresh worker it "
                         f"ran {alone.outcome.value}: {first_line}")
         return kept
