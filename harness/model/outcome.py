@@ -29,8 +29,10 @@ FAILURES = frozenset({
     Outcome.CRASH, Outcome.HANG,
 })
 
-# A lost case's diff key: what the case did when run once more in a fresh worker (pipeline/worker.py).
+# A lost case's diff keys (pipeline/worker.py): what the case did when run once more in a fresh worker, and
+# the cases (dicts, oldest first) its worker had run just before it.
 FRESH_WORKER_KEY = "fresh_worker_outcome"
+HISTORY_KEY = "worker_history"
 
 
 @dataclass

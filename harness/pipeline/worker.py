@@ -53,12 +53,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
 from hicache_fuzz.harness.model.case import Case
-from hicache_fuzz.harness.model.outcome import FRESH_WORKER_KEY, Outcome, Result
+from hicache_fuzz.harness.model.outcome import FRESH_WORKER_KEY, HISTORY_KEY, Outcome, Result
 from hicache_fuzz.harness.pipeline import probe_cache
 from hicache_fuzz.harness.pipeline.executor_base import Executor, RunFigures, WorkerFigures
 from hicache_fuzz.harness.pipeline.gpu_sharing import Collateral, GpuSharing, spreads
@@ -66,6 +67,8 @@ from hicache_fuzz.harness.pipeline.prebuild import Prebuild
 from hicache_fuzz.harness.pipeline.standing import StandingWorker, close_standing, take
 
 LOG_TAIL_BYTES = 4000
+# Cases a worker ran last, kept for a crash that does not come back in a fresh worker: the culprit is among them.
+HISTORY_KEPT = 8
 # Spare workers `fuzz` keeps on a GPU: runs of crashes are two or three cases long (see the module docstring).
 GPU_SPARE_WORKERS = 2
 # What a worker imports to run the real kernels and its parent need not: the start-up record says which of them
@@ -158,6 +161,7 @@ class WorkerExecutor(Executor):
         self.batch_losses = 0  # batches a worker died or hung in
         self.replayed = 0  # cases replayed alone after a lost batch, or after a death in a used worker
         self._cases_in_worker = 0  # cases the current worker process has returned results for
+        self._worker_history: deque[Case] = deque(maxlen=HISTORY_KEPT)  # its last ones, oldest first
         self.reuse_storages = False  # batches ask the worker to reuse storages across same-geometry cases
         self.storages_reused = 0  # cases that ran on storages kept from the case before them (worker's count)
 
@@ -183,6 +187,7 @@ class WorkerExecutor(Executor):
     def _run_once(self, case: Case) -> Result:
         self._ensure_started()
         earlier, under_mps = self._cases_in_worker, self._is_mps_client()
+        history = list(self._worker_history)
         inflight = self.journal / "inflight" / f"{case.case_id}.json"
         inflight.write_text(case.to_json(indent=2))
         started = time.perf_counter()
@@ -191,7 +196,7 @@ class WorkerExecutor(Executor):
             reply = self._receive(self.timeout_s)
         except _WorkerDied as died:
             lost = self._lost(case, inflight, Outcome.CRASH, died.describe(), started)
-            return self._death_in_fresh_worker(case, lost) if earlier and not under_mps else lost
+            return self._death_in_fresh_worker(case, lost, history) if earlier and not under_mps else lost
         except _WorkerTimeout:
             self._kill()
             return self._lost(
@@ -207,23 +212,26 @@ class WorkerExecutor(Executor):
         if "error" in reply:  # the harness itself failed on this case (not the backend): keep it visible
             raise RuntimeError(f"worker failed on case {case.case_id}: {reply['error']}")
         self._cases_in_worker += 1
+        self._worker_history.append(case)
         return Result.from_dict(reply["result"])
 
-    def _death_in_fresh_worker(self, case: Case, lost: Result) -> Result:
+    def _death_in_fresh_worker(self, case: Case, lost: Result, history: list[Case]) -> Result:
         """A worker that died at `case` after returning results for other cases is not proof against `case`: a
         case before it may have corrupted the process (an out-of-bounds host copy that a later call trips over),
         and one bug ends a long-lived worker by SIGSEGV where, alone, it raises a CUDA error. So the case runs
         once more in a fresh worker, and what it does there names it. A device error the worker reports
         ("fatal") is the case's own launch, and a hang costs its timeout again: neither is replayed. A case that
         runs clean in the fresh worker is still reported as the crash (nothing is lost), saying so, with that
-        run's outcome under FRESH_WORKER_KEY: the campaign lists it as flaky (Result.flaky)."""
+        run's outcome under FRESH_WORKER_KEY (the campaign lists it as flaky: Result.flaky) and the cases its
+        worker ran just before it under HISTORY_KEY, among which is what corrupted it."""
         self._kill()
         self.replayed += 1
         alone = self._run_once(case)
         if alone.outcome in (Outcome.CRASH, Outcome.HANG):
             return alone
         kept = Result(case.case_id, case.backend, Outcome.CRASH)
-        kept.error, kept.diff = lost.error, {**lost.diff, FRESH_WORKER_KEY: alone.outcome.value}
+        kept.error, kept.diff = lost.error, {**lost.diff, FRESH_WORKER_KEY: alone.outcome.value,
+                                             HISTORY_KEY: [earlier.to_dict() for earlier in history]}
         first_line = lost.error.splitlines()[0] if lost.error else "worker died"
         kept.summary = (f"worker died at this case after other cases in the same worker; in a fresh worker it "
                         f"ran {alone.outcome.value}: {first_line}")
@@ -277,6 +285,7 @@ class WorkerExecutor(Executor):
                     raise RuntimeError(f"worker failed on case {failed.case_id}: {reply['error']}")
                 results.append(Result.from_dict(reply["result"]))
                 self._cases_in_worker += 1
+                self._worker_history.append(cases[len(results) - 1])
             if lost is None:
                 done = self._receive(self.timeout_s)
                 for stage, seconds in done.get("stages", {}).items():
@@ -290,6 +299,7 @@ class WorkerExecutor(Executor):
         if lost is None:
             batch_file.unlink(missing_ok=True)
             return results
+        history = list(self._worker_history)  # before the replays restart the worker
         self._kill()
         self.batch_losses += 1
         (self.journal / "crashes").mkdir(exist_ok=True)
@@ -319,7 +329,8 @@ class WorkerExecutor(Executor):
                 alone.summary = (f"worker {'died' if outcome is Outcome.CRASH else 'hung'} in a batch at this "
                                  f"case; run alone it did not: {detail.splitlines()[0]}")
                 alone.diff = {"saved_batch": str(self.journal / "crashes" / batch_file.name),
-                              FRESH_WORKER_KEY: ran_alone.value}
+                              FRESH_WORKER_KEY: ran_alone.value,
+                              HISTORY_KEY: [earlier.to_dict() for earlier in history]}
             results.append(alone)
         return results
 
@@ -506,6 +517,7 @@ class WorkerExecutor(Executor):
             self._proc = self._spawn(self.warm_up and not self.started, "restart" if self.started else "first")
         self._buffer = b""
         self._cases_in_worker = 0
+        self._worker_history.clear()
         if self.started:
             self.restarts += 1
         self.started += 1

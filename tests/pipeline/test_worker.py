@@ -82,6 +82,8 @@ def test_a_death_after_other_cases_is_named_by_the_case_in_a_fresh_worker(tmp_pa
         assert victim.outcome is Outcome.CRASH and "SIGABRT" in (victim.error or "")
         assert "in a fresh worker it ran pass" in victim.summary
         assert ex.replayed == 2
+        # what its worker ran before it, the culprit last: replayable by hand
+        assert [c["seed"] for c in victim.diff["worker_history"]] == [7]  # seed 9 ended the worker before
         # the first case of a fresh worker is its own evidence: not replayed
         ex._kill()
         assert ex.run(case("test-long-lived", 9)).outcome is Outcome.CRASH
@@ -96,6 +98,15 @@ def test_a_death_in_a_batchs_replay_is_named_in_a_fresh_worker(tmp_path: Path) -
         assert [r.outcome for r in results] == [Outcome.PASS, Outcome.CRASH, Outcome.PASS, Outcome.CRASH]
         assert "CUDA error: invalid argument" in (results[1].error or "")
         assert "in a fresh worker it ran pass" in results[3].summary
+        assert [c["seed"] for c in results[3].diff["worker_history"]] == [7]
+
+
+def test_a_batch_lost_after_a_poisoning_case_is_flaky_with_the_culprit_in_its_history(tmp_path: Path) -> None:
+    with executor(tmp_path, ["test-poison"]) as ex:
+        # seed 4 passes and poisons the worker, seed 1 then dies in the batch; alone, in a fresh worker, it passes
+        results = ex.run_batch([case("test-poison", s) for s in (4, 1)])
+    assert [r.outcome for r in results] == [Outcome.PASS, Outcome.CRASH]
+    assert results[1].flaky and [c["seed"] for c in results[1].diff["worker_history"]] == [4]
 
 
 def test_sleep_becomes_hang(tmp_path: Path) -> None:
