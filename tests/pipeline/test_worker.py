@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hicache_fuzz.harness.model.case import Case, Direction, HostLayout, PoolSpec, Scope
-from hicache_fuzz.harness.model.outcome import Outcome
+from hicache_fuzz.harness.model.json_input import InputError
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.pipeline.worker import WorkerError, WorkerExecutor
 
 TESTS = str(Path(__file__).resolve().parents[1])  # where _worker_plugin.py lives
@@ -107,6 +108,34 @@ def test_a_batch_lost_after_a_poisoning_case_is_flaky_with_the_culprit_in_its_hi
         results = ex.run_batch([case("test-poison", s) for s in (4, 1)])
     assert [r.outcome for r in results] == [Outcome.PASS, Outcome.CRASH]
     assert results[1].flaky and [c["seed"] for c in results[1].diff["worker_history"]] == [4]
+
+
+def test_a_flaky_crashs_history_replays_the_crash_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flaky crash's reproducer holds its worker's history; written out as numbered case files, `replay`
+    runs them in order in one worker and the crash comes back at the last; the last case alone passes."""
+    from hicache_fuzz.harness.commands.cli import main
+    from hicache_fuzz.harness.findings.history import write_history
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
+
+    with executor(tmp_path, ["test-poison"]) as ex:
+        victim = ex.run_batch([case("test-poison", s) for s in (4, 1)])[1]
+    saved = save_reproducer(tmp_path / "corpus", case("test-poison", 1), victim)
+    folder = tmp_path / "history"
+    paths = write_history(saved, folder)
+    assert [p.name[:3] for p in paths] == ["00-", "01-"] and paths[-1].name.endswith(f"{victim.case_id}.json")
+    monkeypatch.chdir(Path(TESTS).parent)  # the replay's worker imports the test plugin from the checkout
+    replay = ["replay", "--platform", "cpu", "--isolate", "yes", "--backend-plugin", "tests._worker_plugin:backends"]
+    assert main([*replay, str(folder)]) == 1  # the sequence crashes the worker at the last case
+    assert main([*replay, str(paths[-1])]) == 0  # alone it passes
+    with pytest.raises(InputError, match="worker_history"):
+        write_history(_without_history(tmp_path), folder)
+
+
+def _without_history(tmp_path: Path) -> Path:
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer
+
+    passing = case("test-poison", 1)
+    return save_reproducer(tmp_path / "plain", passing, Result(passing.case_id, passing.backend, Outcome.CRASH))
 
 
 def test_sleep_becomes_hang(tmp_path: Path) -> None:
