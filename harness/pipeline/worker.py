@@ -160,8 +160,8 @@ class WorkerExecutor(Executor):
         self.batch_seconds = 0.0  # round trips of batches (parent's clock)
         self.batch_losses = 0  # batches a worker died or hung in
         self.replayed = 0  # cases replayed alone after a lost batch, or after a death in a used worker
-        self._cases_in_worker = 0  # cases the current worker process has returned results for
-        self._worker_history: deque[Case] = deque(maxlen=HISTORY_KEPT)  # its last ones, oldest first
+        # the last cases the current worker process returned results for, oldest first
+        self._worker_history: deque[Case] = deque(maxlen=HISTORY_KEPT)
         self.reuse_storages = False  # batches ask the worker to reuse storages across same-geometry cases
         self.storages_reused = 0  # cases that ran on storages kept from the case before them (worker's count)
 
@@ -186,8 +186,7 @@ class WorkerExecutor(Executor):
 
     def _run_once(self, case: Case) -> Result:
         self._ensure_started()
-        earlier, under_mps = self._cases_in_worker, self._is_mps_client()
-        history = list(self._worker_history)
+        history, under_mps = list(self._worker_history), self._is_mps_client()
         inflight = self.journal / "inflight" / f"{case.case_id}.json"
         inflight.write_text(case.to_json(indent=2))
         started = time.perf_counter()
@@ -196,7 +195,7 @@ class WorkerExecutor(Executor):
             reply = self._receive(self.timeout_s)
         except _WorkerDied as died:
             lost = self._lost(case, inflight, Outcome.CRASH, died.describe(), started)
-            return self._death_in_fresh_worker(case, lost, history) if earlier and not under_mps else lost
+            return self._death_in_fresh_worker(case, lost, history) if history and not under_mps else lost
         except _WorkerTimeout:
             self._kill()
             return self._lost(
@@ -211,7 +210,6 @@ class WorkerExecutor(Executor):
         inflight.unlink(missing_ok=True)
         if "error" in reply:  # the harness itself failed on this case (not the backend): keep it visible
             raise RuntimeError(f"worker failed on case {case.case_id}: {reply['error']}")
-        self._cases_in_worker += 1
         self._worker_history.append(case)
         return Result.from_dict(reply["result"])
 
@@ -284,7 +282,6 @@ class WorkerExecutor(Executor):
                     failed = cases[len(results)]
                     raise RuntimeError(f"worker failed on case {failed.case_id}: {reply['error']}")
                 results.append(Result.from_dict(reply["result"]))
-                self._cases_in_worker += 1
                 self._worker_history.append(cases[len(results) - 1])
             if lost is None:
                 done = self._receive(self.timeout_s)
@@ -516,7 +513,6 @@ class WorkerExecutor(Executor):
             # Only the first worker compiles the menus; a restart without a spare loads modules as cases need them.
             self._proc = self._spawn(self.warm_up and not self.started, "restart" if self.started else "first")
         self._buffer = b""
-        self._cases_in_worker = 0
         self._worker_history.clear()
         if self.started:
             self.restarts += 1
