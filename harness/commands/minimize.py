@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from hicache_fuzz.harness.model.exit_codes import (
 if TYPE_CHECKING:
     from hicache_fuzz.harness.campaign.minimize import Minimized
     from hicache_fuzz.harness.findings.corpus import CorpusEntry
-    from hicache_fuzz.harness.model.platform import Machine, Platform
+    from hicache_fuzz.harness.model.platform import Machine
     from hicache_fuzz.harness.model.progress import ProgressLine
     from hicache_fuzz.harness.pipeline.executor import Executor
     from hicache_fuzz.harness.pipeline.setup import ExecutionOptions
@@ -191,7 +190,7 @@ def _keep(state: _Minimizing, entry: CorpusEntry, backend: Backend, done: Minimi
     """Save the minimized reproducer (elsewhere if the corpus cannot be written: never lost) and report it."""
     from hicache_fuzz.harness.commands.output import os_reason, write_fallback
     from hicache_fuzz.harness.findings.corpus import reproducer_dict
-    from hicache_fuzz.harness.findings.reproducer import save_reproducer
+    from hicache_fuzz.harness.findings.reproducer import save_reproducer, save_reproducer_over
 
     report = done.to_dict()
     extra: dict[str, Any] = {"minimized": report, "trigger": done.trigger}
@@ -200,7 +199,7 @@ def _keep(state: _Minimizing, entry: CorpusEntry, backend: Backend, done: Minimi
     spec = f"{type(backend).__module__}:{type(backend).__qualname__}"
     try:
         if state.in_place:
-            out = _write_in_place(entry.path, done, extra, state.machine.platform)
+            out = save_reproducer_over(entry.path, done.case, done.result, extra)
         else:
             out = save_reproducer(state.corpus, done.case, done.result, extra, backend_class=spec)
     except OSError as exc:  # the disk filled up after the check: the minimized case is not lost
@@ -216,34 +215,6 @@ def _keep(state: _Minimizing, entry: CorpusEntry, backend: Backend, done: Minimi
                          f"{done.size.indices}, bytes {done.original_size.bytes} -> {done.size.bytes} "
                          f"({done.runs} runs, {done.seconds:.1f} s"
                          f"{'' if done.fixpoint else ', budget spent'}) -> {out}")
-
-
-# What a minimized reproducer replaces in the file it was read from; every other field (expect, scope, ...) stays.
-REPLACED_FIELDS = ("case", "observed", "signature", "signature_key", "variant", "minimized", "trigger")
-
-
-def _write_in_place(path: Path, done: Minimized, extra: dict[str, Any], state_platform: Platform) -> Path:
-    """Write the minimized reproducer over `path` (its fields but REPLACED_FIELDS kept) and its standalone
-    script beside it, where the backend has one; returns `path`."""
-    from hicache_fuzz.harness.findings.corpus import reproducer_dict
-    from hicache_fuzz.harness.findings.identity import signature_key
-    from hicache_fuzz.harness.findings.standalone import (
-        DEFAULT_PLATFORM,
-        StandaloneUnsupported,
-        supports,
-        write_standalone,
-    )
-    from hicache_fuzz.harness.model.json_input import read_json_file
-    from hicache_fuzz.harness.model.output_paths import write_json_atomic
-
-    kept = {name: value for name, value in read_json_file(path).items() if name not in REPLACED_FIELDS}
-    data = kept | reproducer_dict(done.case, done.result) | {"signature_key": signature_key(done.result, done.case)}
-    write_json_atomic(path, data | extra)
-    if supports(done.case.backend):
-        with contextlib.suppress(StandaloneUnsupported):
-            # the contract's verdict in the script is the platform's the failure was minimized on
-            write_standalone(path, state_platform if state_platform.kind != "cpu" else DEFAULT_PLATFORM)
-    return path
 
 
 def _exit_code(state: _Minimizing, json_written: bool) -> int:

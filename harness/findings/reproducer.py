@@ -29,7 +29,7 @@ from typing import Any
 from hicache_fuzz.harness.findings.corpus import reproducer_dict
 from hicache_fuzz.harness.findings.identity import signature, signature_key
 from hicache_fuzz.harness.model.case import Case
-from hicache_fuzz.harness.model.json_input import child_path
+from hicache_fuzz.harness.model.json_input import child_path, read_json_file
 from hicache_fuzz.harness.model.outcome import Result
 from hicache_fuzz.harness.model.output_paths import write_json_atomic, write_text_atomic
 
@@ -93,15 +93,30 @@ def save_reproducer(corpus_dir: Path, case: Case, result: Result, extra: dict[st
     path. `extra` adds top-level fields (e.g. "expect", "minimized"); `backend_class` is the backend's
     "module:Class" when it is not in the default registry (a --backend-plugin backend)."""
     json_path, script_path = reproducer_paths(corpus_dir, case, result)
-    data = reproducer_dict(case, result)
-    data["signature_key"] = signature_key(result, case)
-    data.update(extra or {})
+    data = _reproducer_fields(case, result, extra)
     write_json_atomic(json_path, data)
     spec = backend_class or backend_class_spec(case.backend)
     write_script(script_path, case, data["signature"], str(data.get("expect", "pass")), spec,
                  result.summary.splitlines()[0] if result.summary else result.error[:200])
     _write_standalone(json_path, case)
     return json_path
+
+
+# What a reproducer written over an existing file replaces; every other field there (expect, scope, ...) stays.
+REPLACED_FIELDS = ("case", "observed", "signature", "signature_key", "variant", "minimized", "trigger")
+
+
+def save_reproducer_over(path: Path, case: Case, result: Result, extra: dict[str, Any] | None = None) -> Path:
+    """Write the reproducer over the file `path` (a known corpus entry re-minimized: its name and its fields but
+    REPLACED_FIELDS kept) and its standalone script beside it; returns `path`."""
+    kept = {name: value for name, value in read_json_file(path).items() if name not in REPLACED_FIELDS}
+    write_json_atomic(path, kept | _reproducer_fields(case, result, extra))
+    _write_standalone(path, case)
+    return path
+
+
+def _reproducer_fields(case: Case, result: Result, extra: dict[str, Any] | None) -> dict[str, Any]:
+    return reproducer_dict(case, result) | {"signature_key": signature_key(result, case)} | (extra or {})
 
 
 def _write_standalone(json_path: Path, case: Case) -> None:
