@@ -5,9 +5,9 @@
     python benchmarks/summarize.py slim REPORT.json OUT.json
 
 ``campaign``: cases, rate, the share of the bare loop's rate (the kernel-speed baseline measured in the same
-call), the engine lines of the console summary, outcomes and failures. ``gate``: verdict, phase seconds, campaign
-rows. ``slim``: the report without the per-case id list and the coverage detail, which make up most of its bytes
-and which no summary reads. Exit 2 with the reason on a file that is not such a report.
+call), the engine lines of the console summary, the start-up record, outcomes and failures. ``gate``: verdict,
+phase seconds, campaign rows. ``slim``: the report without the per-case id list and the coverage detail, which
+make up most of its bytes and which no summary reads. Exit 2 with the reason on a file that is not such a report.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def campaign_lines(report: dict[str, Any], bare_rates: list[float], launched: fl
     if launched is not None and first:
         head += f"; first result {first - launched:.1f} s after launch"
     outcomes = report.get("outcomes", {})
-    return [head, *summary_lines(report),
+    startup = ["start-up " + json.dumps(report["startup"], sort_keys=True)] if report.get("startup") else []
+    return [head, *summary_lines(report), *startup,
             "cases by backend " + json.dumps({name: sum(counts.values()) for name, counts in outcomes.items()}),
             "outcomes " + json.dumps(outcomes),
             "failures " + json.dumps([[f["signature"], f["count"], bool(f.get("known"))]

@@ -61,6 +61,37 @@ def test_gate_cold_jit_on_the_cpu(tmp_path: Path) -> None:
     assert {"gate.json", "summary.md", "junit.xml", "gate.log", "artifacts.tgz"} <= {p.name for p in out.iterdir()}
 
 
+def test_feedback_latency_on_the_cpu(tmp_path: Path) -> None:
+    """Fresh, standing and after-a-kernel-edit campaigns and the gate, against a stand-in sglang folder that holds
+    only the kernel source the script edits: the edit is made for the third campaign and undone byte for byte."""
+    out, empty, fake = tmp_path / "out", tmp_path / "empty-corpus", tmp_path / "fake-sglang"
+    out.mkdir()
+    empty.mkdir()
+    kernel = fake / "sglang" / "kernels" / "jit" / "csrc" / "kvcacheio" / "hicache.cuh"
+    kernel.parent.mkdir(parents=True)
+    (fake / "sglang" / "__init__.py").write_text("")
+    kernel.write_text("// the kernel\n")
+    done = _run("feedback_latency.sh", out, tmp_path, JIT_WARM="0", CAMPAIGN_SECONDS="2", PYTHONPATH=str(fake),
+                HICACHE_FUZZ_RUNTIME_DIR=str(tmp_path / "runtime"),
+                GATE_ARGS=f"--corpus {empty} --cases-per-backend 3 --no-isa --allow-skip-isa --backend reference")
+    rcs = (out / "rcs.txt").read_text()
+    assert done.returncode == 0, rcs + done.stderr
+    for name in ("fresh", "standing", "cuh"):
+        assert f"{name if name != 'cuh' else 'cuh-change'} rc=0" in rcs and f"== {name}\n" in rcs
+        assert json.loads((out / f"{name}.json").read_text())["cases"] > 0
+    assert f"kernel source changed in the .cuh step: {kernel}" in rcs and "kernel source restored" in rcs
+    assert kernel.read_text() == "// the kernel\n"
+    assert "status pass exit 0 cases/backend 3" in rcs and "workers-stop rc=0" in rcs
+
+
+def test_feedback_latency_refuses_without_the_kernel_source(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    done = _run("feedback_latency.sh", out, tmp_path, PYTHONPATH=str(tmp_path / "nothing"), CUH="no-such.cuh")
+    assert done.returncode == 3
+    assert "no writable no-such.cuh under sglang's kernels/jit/csrc: stop" in (out / "rcs.txt").read_text()
+
+
 def test_campaign_summary_of_a_recorded_gpu_campaign(tmp_path: Path) -> None:
     report = json.loads((DATA / "gpu-engine-campaign-stalls.json").read_text())
     lines = summarize.campaign_lines(report, [4000.0, 5000.0])
