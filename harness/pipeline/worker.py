@@ -227,13 +227,8 @@ class WorkerExecutor(Executor):
         alone = self._run_once(case)
         if alone.outcome in (Outcome.CRASH, Outcome.HANG):
             return alone
-        kept = Result(case.case_id, case.backend, Outcome.CRASH)
-        kept.error, kept.diff = lost.error, {**lost.diff, FRESH_WORKER_KEY: alone.outcome.value,
-                                             HISTORY_KEY: [earlier.to_dict() for earlier in history]}
-        first_line = lost.error.splitlines()[0] if lost.error else "worker died"
-        kept.summary = (f"worker died at this case after other cases in the same worker; in a fresh worker it "
-                        f"ran {alone.outcome.value}: {first_line}")
-        return kept
+        return _kept_failure(case, Outcome.CRASH, lost.error or "worker died", alone.outcome, history,
+                             "at this case after other cases in the same worker", lost.diff)
 
     def run_batch(self, cases: Sequence[Case], lone_first: int = 0) -> list[Result]:
         """Results of `cases`, in order. The first `lone_first` (the scale tier's) run first, each as a batch of
@@ -319,15 +314,8 @@ class WorkerExecutor(Executor):
                 self._record_collateral(case, lost[1], alone, str(self.journal / "crashes" / batch_file.name))
             elif number == 0 and alone.outcome not in (Outcome.CRASH, Outcome.HANG):
                 # It died in the batch but not alone: keep the batch's verdict, and say so.
-                outcome, detail = lost
-                ran_alone = alone.outcome
-                alone = Result(case.case_id, case.backend, outcome)
-                alone.error = detail
-                alone.summary = (f"worker {'died' if outcome is Outcome.CRASH else 'hung'} in a batch at this "
-                                 f"case; run alone it did not: {detail.splitlines()[0]}")
-                alone.diff = {"saved_batch": str(self.journal / "crashes" / batch_file.name),
-                              FRESH_WORKER_KEY: ran_alone.value,
-                              HISTORY_KEY: [earlier.to_dict() for earlier in history]}
+                alone = _kept_failure(case, lost[0], lost[1], alone.outcome, history, "in a batch at this case",
+                                      {"saved_batch": str(self.journal / "crashes" / batch_file.name)})
             results.append(alone)
         return results
 
@@ -629,6 +617,20 @@ class _WorkerDied(Exception):
         else:
             how = f"worker exited with status {code}"
         return how + (f"\n--- worker log tail ---\n{self.log_tail}" if self.log_tail else "")
+
+
+def _kept_failure(case: Case, outcome: Outcome, detail: str, ran_alone: Outcome, history: Sequence[Case],
+                  where: str, diff: dict[str, Any]) -> Result:
+    """The verdict kept for a case whose worker died or hung at it (`where`) but which ran `ran_alone` in a fresh
+    worker: still the crash or hang (nothing found is lost), its summary saying how it ran alone, its diff holding
+    that outcome (FRESH_WORKER_KEY: the campaign lists it as flaky) and the cases the worker ran before it
+    (HISTORY_KEY: what may have corrupted the worker is among them)."""
+    kept = Result(case.case_id, case.backend, outcome)
+    kept.error = detail
+    verb = "died" if outcome is Outcome.CRASH else "hung"
+    kept.summary = f"worker {verb} {where}; in a fresh worker it ran {ran_alone.value}: {detail.splitlines()[0]}"
+    kept.diff = {**diff, FRESH_WORKER_KEY: ran_alone.value, HISTORY_KEY: [earlier.to_dict() for earlier in history]}
+    return kept
 
 
 def _tail(path: Path) -> str:
