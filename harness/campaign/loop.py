@@ -21,6 +21,7 @@ from hicache_fuzz.harness.engine.feed import (
     CaseFeed,
     EngineOptions,
     EngineSettings,
+    KnownCrash,
     ScaleTier,
     Slot,
     known_crash_features,
@@ -269,7 +270,9 @@ class _CampaignRun:
         self.growth = MenuGrowth(backends, config.space, platform, config.seed,
                                  prefetch=not config.dry_run and executor.prebuild is None)
         settings = config.engine.resolve(platform, backends, executor)  # the options, resolved once
-        self.feed, self.feed_kind = _make_feed(config, settings, index, backends, self.growth, platform)
+        known_crashes = frozenset(known_crash_features(known_files(config.known_signatures)))
+        self.feed, self.feed_kind = _make_feed(config, settings, index, backends, self.growth, platform,
+                                               known_crashes)
         self.early: deque[Slot] = deque()  # slots taken from the feed before the first worker was ready
         if self.feed_kind == "process":
             if executor.prebuild is not None:
@@ -294,7 +297,7 @@ class _CampaignRun:
         # while it records; not for an executor that runs a batch as it is submitted (it would only run the next
         # batch before recording this one).
         ahead = settings.batches_ahead if config.minimizer is None and executor.queues_batches else 0
-        self.scheduler = BatchScheduler(executor, ahead, known_crash_features(known_files(config.known_signatures)))
+        self.scheduler = BatchScheduler(executor, ahead, set(known_crashes))
         self.done = False  # nothing more is submitted
         self.halt = False  # nothing more is recorded either (a stop at a failure, a corpus that cannot be written)
         self.ended: float | None = None  # the clock at the last result
@@ -443,16 +446,18 @@ class _CampaignRun:
 
 
 def _make_feed(config: CampaignConfig, settings: EngineSettings, index: int, backends: list[Backend],
-               growth: MenuGrowth, platform: Platform) -> tuple[CaseFeed | ProcessFeed, str]:
+               growth: MenuGrowth, platform: Platform,
+               known_crashes: frozenset[KnownCrash]) -> tuple[CaseFeed | ProcessFeed, str]:
     """The campaign's feed and what it is ("thread", "process", or why the process feed could not start)."""
     args = (config.seed, index, config.shard, backends, growth.spaces, platform, settings.mix, settings.batch,
             growth.before, settings.variants, settings.every)
     if settings.feed == "process":
         try:
-            return ProcessFeed(*args, processes=settings.feed_processes), "process"
+            return ProcessFeed(*args, processes=settings.feed_processes, crash_suspects=known_crashes), "process"
         except Exception as exc:  # e.g. a plugin backend that cannot be sent to another process: same slots here
-            return CaseFeed(*args), f"thread (the feed process did not start: {type(exc).__name__}: {exc})"[:300]
-    return CaseFeed(*args), "thread"
+            return (CaseFeed(*args, crash_suspects=known_crashes),
+                    f"thread (the feed process did not start: {type(exc).__name__}: {exc})"[:300])
+    return CaseFeed(*args, crash_suspects=known_crashes), "thread"
 
 
 def _take_full(feed: CaseFeed | ProcessFeed, limit: int) -> list[Slot]:

@@ -146,6 +146,8 @@ class EngineStats:
                 "worker_processes": ran.worker_processes,
                 "variants_per_case": getattr(feed, "variants", 0),  # the most any backend got
                 "variants_by_backend": dict(getattr(feed, "variants_by_backend", {})),
+                # cases a known crash reproducer predicts run without index variants (engine/feed.py)
+                "no_variants_for": sorted(f.describe() for f in getattr(feed, "crash_suspects", ())),
                 # K per backend: it ran every K-th campaign index (EngineOptions.backend_every)
                 "backend_every": dict(getattr(feed, "every", {})),
                 "batches_ahead": batches_ahead,
@@ -275,11 +277,13 @@ def _variants_text(engine: dict[str, Any]) -> str:
     """"3", or "3 (sglang-pool 15)" where backends got different counts."""
     by_backend: dict[str, int] = engine.get("variants_by_backend") or {}
     counts = sorted(set(by_backend.values()))
+    withheld = engine.get("no_variants_for") or []
+    none_for = f" (none for cases a known crash predicts: {'; '.join(withheld)})" if withheld else ""
     if len(counts) <= 1:
-        return str(counts[0] if counts else engine.get("variants_per_case", 0))
+        return str(counts[0] if counts else engine.get("variants_per_case", 0)) + none_for
     common = min(counts, key=lambda n: (-list(by_backend.values()).count(n), n))
     others = ", ".join(f"{name} {n}" for name, n in sorted(by_backend.items()) if n != common)
-    return f"{common} ({others})"
+    return f"{common} ({others}){none_for}"
 
 
 def _every_text(engine: dict[str, Any]) -> str:

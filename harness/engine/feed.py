@@ -21,12 +21,20 @@ Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 The command-line form of these options is harness/commands/fuzz_options.py (no torch import: fast --help).
 
 Known crash classes. A corpus entry marked ``"expect": "fail"`` whose observed outcome is a crash gives a
-predicate: same backend, same emptiness of each index list (every crash class known today is a zero-length
-launch). Cases that match are moved to the end of their batch: if one kills the worker, the cases of the
-batch before it keep their results and only it (and other suspects) are replayed alone. With the runner's
-device probe, the known zero-length class does not kill the worker at all (its pending error is cleared and
-the case is a CRASH result with the known signature), so it costs no restart; the ordering is the safety net
-for crash classes that are sticky.
+predicate: same backend, same host layout, same emptiness of each index list, and the entry's trigger met (the
+case conditions its failure needs, findings/trigger.py). Cases that match are suspects, and two rules follow:
+
+* they run at the end of their batch: if one kills the worker, the cases of the batch before it keep their
+  results and only it (and other suspects) are replayed alone;
+* they get no index variants. A sticky crash (one that costs the worker its CUDA context, such as the AOT
+  page_head ops' misaligned 8-byte loads) depends on the geometry, which every variant of a case shares, so it
+  would repeat in each variant and each repeat costs a worker restart (tens of seconds on a GPU, against
+  milliseconds a case): the eight slots of one such case can take a campaign's whole minute. A suspect is
+  therefore run once per generated case; what it loses is index variety on the suspect geometries alone.
+
+With the runner's device probe, the known zero-length class does not kill the worker at all (its pending error
+is cleared and the case is a CRASH result with the known signature), so it costs no restart; its cases have no
+index to vary anyway.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +61,8 @@ from hicache_fuzz.harness.engine.scale import (
     scale_case,
 )
 from hicache_fuzz.harness.engine.variants import index_variants
+from hicache_fuzz.harness.findings.trigger import describe as describe_trigger
+from hicache_fuzz.harness.findings.trigger import in_trigger
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor_base import Executor
@@ -215,33 +225,62 @@ def rows_by_backend(slots: Iterable[Slot]) -> dict[str, list[int]]:
 
 @dataclass(frozen=True)
 class CrashFeatures:
+    """What a known crash reproducer predicts of a case (module docstring, "Known crash classes")."""
+
     backend: str
+    layout: str
     host_empty: bool
     device_empty: bool
 
+    def describe(self) -> str:
+        empty = [side for side, flag in (("host", self.host_empty), ("device", self.device_empty)) if flag]
+        return f"{self.backend} {self.layout}" + (f", empty {' and '.join(empty)} indices" if empty else "")
+
 
 def crash_features(case: Case) -> CrashFeatures:
-    return CrashFeatures(case.backend, not case.host_indices, not case.device_indices)
+    return CrashFeatures(case.backend, case.layout.value, not case.host_indices, not case.device_indices)
 
 
-def known_crash_features(files: Iterable[str]) -> set[CrashFeatures]:
-    """The features of the known crash reproducers among `files` (plain JSON; unreadable ones are skipped)."""
+@dataclass(frozen=True)
+class KnownCrash:
+    """A known crash reproducer as a predicate on cases: its case's features and its trigger (the case conditions
+    its failure needs, findings/trigger.py; empty: none recorded)."""
+
+    features: CrashFeatures
+    trigger: tuple[tuple[str, str], ...] = ()
+
+    def predicts(self, case: Case) -> bool:
+        return crash_features(case) == self.features and in_trigger(dict(self.trigger), case)
+
+    def describe(self) -> str:
+        return self.features.describe() + (f" ({describe_trigger(dict(self.trigger))})" if self.trigger else "")
+
+
+def known_crash_features(files: Iterable[str]) -> set[KnownCrash]:
+    """The predicates of the known crash reproducers among `files` (plain JSON; unreadable ones are skipped)."""
     found = set()
     for file in files:
         try:
             data = json.loads(Path(file).read_text())
             if data.get("observed", {}).get("outcome") == "crash":
-                found.add(crash_features(Case.from_dict(data["case"])))
+                trigger = data.get("trigger") or {}
+                found.add(KnownCrash(crash_features(Case.from_dict(data["case"])),
+                                     tuple(sorted((str(k), str(v)) for k, v in trigger.items()))))
         except Exception:  # a known-failure file that does not parse predicts nothing
             continue
     return found
 
 
-def suspects_last(slots: list[Slot], known: set[CrashFeatures]) -> list[int]:
+def predicted_crash(case: Case, known: Collection[KnownCrash]) -> bool:
+    """Whether some known crash reproducer predicts that `case` may crash its worker."""
+    return any(crash.predicts(case) for crash in known)
+
+
+def suspects_last(slots: list[Slot], known: Collection[KnownCrash]) -> list[int]:
     """Execution order of `slots` (positions): predicted known crashes last, otherwise campaign order."""
     if not known:
         return list(range(len(slots)))
-    return sorted(range(len(slots)), key=lambda i: crash_features(slots[i].case) in known)
+    return sorted(range(len(slots)), key=lambda i: predicted_crash(slots[i].case, known))
 
 
 @dataclass
@@ -258,8 +297,10 @@ class CaseFeed:
     def __init__(self, seed: int, start_index: int, shard: tuple[int, int], backends: list[Backend],
                  spaces: dict[str, CaseSpace], platform: Platform, mix: Mix | None, batch: int,
                  before_index: Any = None, variants: int | Mapping[str, int] = 0,
-                 every: Mapping[str, int] | None = None, lanes: int = 1) -> None:
+                 every: Mapping[str, int] | None = None, lanes: int = 1,
+                 crash_suspects: frozenset[KnownCrash] = frozenset()) -> None:
         self.seed, self.step = seed, shard[1]
+        self.crash_suspects = crash_suspects  # cases these predict get no index variants (module doc)
         # A feed that is one of `lanes` feed processes generates every lanes-th index of its shard from
         # start_index on (feed_process.py); the schedule (every) still counts the shard's indices.
         self.lanes = lanes
@@ -307,8 +348,9 @@ class CaseFeed:
             case = campaign_case(self.seed, index, backend, space, self.platform, self.mix,
                                  self.profiles[backend.name])
             last = backend is runs_here[-1]  # the index's last slot comes from its last backend that runs it
-            has_indices = bool(case.host_indices and case.device_indices)
-            variants = self.variants_by_backend.get(backend.name, 0) if has_indices else 0
+            varied = bool(case.host_indices and case.device_indices) and (
+                not self.crash_suspects or not predicted_crash(case, self.crash_suspects))
+            variants = self.variants_by_backend.get(backend.name, 0) if varied else 0
             out.append(Slot(backend, index, case, last and not variants))
             for number, variant in enumerate(index_variants(case, variants), start=1):
                 out.append(Slot(backend, index, variant, last and number == variants, variant=number))

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-from hicache_fuzz.harness.engine.feed import CaseFeed, FeedClock, Slot
+from hicache_fuzz.harness.engine.feed import CaseFeed, FeedClock, KnownCrash, Slot
 from hicache_fuzz.harness.engine.mix import Mix
 from hicache_fuzz.harness.model.platform import limit_torch_threads
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -72,7 +72,7 @@ def _feed_main(connection: Connection, settings: dict[str, Any]) -> None:
             return
         feed = CaseFeed(settings["seed"], message[1], settings["shard"], backends, settings["spaces"],
                         settings["platform"], settings["mix"], settings["batch"], None, settings["variants"],
-                        settings["every"], lanes=settings["lanes"])
+                        settings["every"], lanes=settings["lanes"], crash_suspects=settings["crash_suspects"])
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         connection.close()
         return
@@ -150,17 +150,18 @@ class ProcessFeed:
                  spaces: dict[str, CaseSpace], platform: Platform, mix: Mix | None, batch: int,
                  before_index: Callable[[Backend, int], None] | None = None,
                  variants: int | Mapping[str, int] = 0, every: Mapping[str, int] | None = None,
-                 processes: int = 1) -> None:
+                 processes: int = 1, crash_suspects: frozenset[KnownCrash] = frozenset()) -> None:
         self.backends, self.mix, self.batch, self.before_index = backends, mix, batch, before_index
         self.step = shard[1]
         # Until the children are ready, whole indices come from this in-process feed (no thread: it runs when
         # asked). Its resolved settings and mix profiles (calibrated once, here) are the ones the report and the
         # scale tier read; the children calibrate their own from the same inputs, with the same result.
         local = CaseFeed(seed, start_index, shard, backends, spaces, platform, mix, batch, before_index, variants,
-                         every)
+                         every, crash_suspects=crash_suspects)
         local.close()
         self._local: CaseFeed | None = local
         self.variants_by_backend, self.variants, self.every = local.variants_by_backend, local.variants, local.every
+        self.crash_suspects = crash_suspects
         self.profiles = local.profiles
         self.clock = FeedClock(calibrate_seconds=local.clock.calibrate_seconds)
         self._ready: deque[Slot] = deque()
@@ -171,7 +172,7 @@ class ProcessFeed:
         context = multiprocessing.get_context("spawn")
         settings = {"seed": seed, "shard": shard, "backends": backends, "spaces": spaces, "platform": platform,
                     "mix": mix, "batch": batch, "variants": variants, "every": dict(self.every),
-                    "lanes": max(1, processes)}
+                    "lanes": max(1, processes), "crash_suspects": crash_suspects}
         self._children: list[_Child] = []
         try:
             for lane in range(max(1, processes)):

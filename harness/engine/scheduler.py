@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from hicache_fuzz.harness.engine.feed import CrashFeatures, Slot, suspects_last
+from hicache_fuzz.harness.engine.feed import KnownCrash, Slot, suspects_last
 from hicache_fuzz.harness.pipeline.executor import Executor, SubmittedBatch, submit_batch
 
 
@@ -36,7 +36,7 @@ class Submitted:
 class BatchScheduler:
     """The batches a campaign has submitted and not yet recorded, in the order they are to be recorded."""
 
-    def __init__(self, executor: Executor, ahead: int, known_crashes: set[CrashFeatures]) -> None:
+    def __init__(self, executor: Executor, ahead: int, known_crashes: set[KnownCrash]) -> None:
         self.executor = executor
         self.ahead = ahead  # batches queued beyond the one being recorded (0: one at a time)
         self.known_crashes = known_crashes

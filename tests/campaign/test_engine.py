@@ -17,10 +17,13 @@ from hicache_fuzz.harness.engine.campaign_case import backend_space
 from hicache_fuzz.harness.engine.engine_stats import summary_lines
 from hicache_fuzz.harness.engine.feed import (
     CaseFeed,
+    CrashFeatures,
     EngineOptions,
+    KnownCrash,
     Slot,
     crash_features,
     known_crash_features,
+    predicted_crash,
     suspects_last,
 )
 from hicache_fuzz.harness.engine.mix import DEFAULT_MIX, Mix, TransferProfile, case_class, mixed_case
@@ -154,11 +157,53 @@ def test_known_crash_cases_run_last_in_their_batch() -> None:
     files = [str(p) for p in CORPUS.glob("*.json")]
     known = known_crash_features(files)
     zero = Case.from_dict(json.loads((CORPUS / "jit-register-zero-length-launch.json").read_text())["case"])
-    assert crash_features(zero) in known
+    assert predicted_crash(zero, known) and crash_features(zero) in {crash.features for crash in known}
     plain = zero.replace(host_indices=(1,), device_indices=(1,))
     backend = load_registry().get("reference")
     slots = [Slot(backend, i, c, False) for i, c in enumerate([zero, plain, plain])]
     assert suspects_last(slots, known) == [1, 2, 0]
+
+
+def test_a_known_crash_predicts_only_cases_within_its_trigger() -> None:
+    aot = Case.from_dict(json.loads((CORPUS / "aot-page-head-12-byte-heads-misaligned-address.json").read_text())
+                         ["case"])
+    direct = CORPUS / "hicache-asym-token-major-page-first-direct-backup-invalid-argument.json"
+    asym = Case.from_dict(json.loads(direct.read_text())["case"])
+    known = known_crash_features([str(CORPUS / "aot-page-head-12-byte-heads-misaligned-address.json"), str(direct)])
+    assert predicted_crash(aot, known) and predicted_crash(asym, known)
+    assert not predicted_crash(aot.replace(backend="sglang-jit"), known)  # another backend
+    # the asymmetric entry's trigger names token-major device rows: the same layout without them is no suspect
+    trigger = json.loads(direct.read_text())["trigger"]
+    assert trigger.get("tuning.device_rows") == "token_major"
+    plain_rows = asym.replace(tuning=tuple((k, v) for k, v in asym.tuning if k != "device_rows"))
+    assert not predicted_crash(plain_rows, known)
+
+
+def test_cases_a_known_crash_predicts_get_no_index_variants() -> None:
+    backend = load_registry().get("reference")
+    space = backend_space(backend, CaseSpace(), CPU)
+    plain = CaseFeed(1, 0, (0, 1), [backend], {backend.name: space}, CPU, None, 64, variants=3)
+    try:
+        plain_slots = plain.take(400)
+    finally:
+        plain.close()
+    layouts = {s.case.layout.value for s in plain_slots if s.variant == 0 and s.case.host_indices}
+    suspect_layout = sorted(layouts)[0]
+    crash = KnownCrash(CrashFeatures("reference", suspect_layout, False, False))
+    withheld = CaseFeed(1, 0, (0, 1), [backend], {backend.name: space}, CPU, None, 64, variants=3,
+                        crash_suspects=frozenset({crash}))
+    try:
+        slots = withheld.take(400)
+    finally:
+        withheld.close()
+    suspects = [s for s in slots if s.case.layout.value == suspect_layout and s.case.host_indices
+                and s.case.device_indices]
+    others = [s for s in slots if s.case.layout.value != suspect_layout and s.case.host_indices
+              and s.case.device_indices]
+    assert suspects and all(s.variant == 0 and s.last_of_index for s in suspects)
+    assert any(s.variant > 0 for s in others)  # the rest keep their variants
+    generated, before = [s.case for s in slots if s.variant == 0], [s.case for s in plain_slots if s.variant == 0]
+    assert generated[:len(before)] == before  # withholding variants changes no generated case
 
 
 # ---- mix -------------------------------------------------------------------------------------------------

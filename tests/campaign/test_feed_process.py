@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
-from hicache_fuzz.harness.engine.feed import CaseFeed, EngineOptions
+from hicache_fuzz.harness.engine.feed import CaseFeed, CrashFeatures, EngineOptions, KnownCrash
 from hicache_fuzz.harness.engine.feed_process import FeedProcessError, ProcessFeed
 from hicache_fuzz.harness.model.platform import Platform, require
 from hicache_fuzz.harness.model.space import CaseSpace
@@ -20,7 +20,7 @@ from hicache_fuzz.kernels.registry import load_registry
 CPU = Platform("cpu")
 
 
-def _feeds(kind: type, **extra: int) -> object:
+def _feeds(kind: type, **extra: object) -> object:
     registry = load_registry()
     backends = [registry.get("reference"), registry.get("zoo-last-page-dropped")]
     spaces = {b.name: CaseSpace() for b in backends}
@@ -44,6 +44,13 @@ def test_the_feed_processes_send_the_slots_of_the_in_process_feed(processes: int
     """Whatever the number of lanes (the shard's step is 2 and one backend runs every other index of it, so a
     lane's indices are not the schedule's), the merged slots are the in-process feed's."""
     assert _described(_feeds(ProcessFeed, processes=processes), 4) == _described(_feeds(CaseFeed), 4)
+
+
+def test_the_feed_processes_withhold_the_variants_of_predicted_crashes_as_the_in_process_feed() -> None:
+    suspects = frozenset({KnownCrash(CrashFeatures("reference", "page_first", False, False))})
+    processes = _described(_feeds(ProcessFeed, processes=2, crash_suspects=suspects), 4)
+    assert processes == _described(_feeds(CaseFeed, crash_suspects=suspects), 4)
+    assert processes != _described(_feeds(CaseFeed), 4)  # some page_first case of the reference lost its variants
 
 
 def test_a_lane_of_a_feed_generates_every_lanes_th_index_of_the_one_feed() -> None:
