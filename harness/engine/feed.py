@@ -21,8 +21,9 @@ Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 The command-line form of these options is harness/commands/fuzz_options.py (no torch import: fast --help).
 
 Known crash classes. A corpus entry marked ``"expect": "fail"`` whose observed outcome is a crash gives a
-predicate: same backend, same host layout, same emptiness of each index list, and the entry's trigger met (the
-case conditions its failure needs, findings/trigger.py). Cases that match are suspects, and two rules follow:
+predicate: same backend, same host layout (any, where an index list is empty), same emptiness of each index
+list, and the entry's trigger met (the case conditions its failure needs, findings/trigger.py). Cases that match
+are suspects, and two rules follow:
 
 * they run at the end of their batch: if one kills the worker, the cases of the batch before it keep their
   results and only it (and other suspects) are replayed alone;
@@ -234,11 +235,16 @@ class CrashFeatures:
 
     def describe(self) -> str:
         empty = [side for side, flag in (("host", self.host_empty), ("device", self.device_empty)) if flag]
-        return f"{self.backend} {self.layout}" + (f", empty {' and '.join(empty)} indices" if empty else "")
+        where = f"{self.backend} {self.layout}" if self.layout else f"{self.backend}, any layout"
+        return where + (f", empty {' and '.join(empty)} indices" if empty else "")
 
 
 def crash_features(case: Case) -> CrashFeatures:
-    return CrashFeatures(case.backend, case.layout.value, not case.host_indices, not case.device_indices)
+    """The case's features as a known crash predicts them. With an index list empty the layout is left out (""):
+    a zero-length launch fails before any layout is read."""
+    host_empty, device_empty = not case.host_indices, not case.device_indices
+    layout = "" if host_empty or device_empty else case.layout.value
+    return CrashFeatures(case.backend, layout, host_empty, device_empty)
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ def test_a_scale_case_in_a_batch_leads_it_alone() -> None:
 def test_predicted_known_crashes_run_last_in_their_batch() -> None:
     executor = QueueingExecutor()
     crash = slot(5, host=[])  # an empty index list: the features of a known crash reproducer
-    known = {KnownCrash(CrashFeatures("reference", "layer_first", True, True))}
+    known = {KnownCrash(CrashFeatures("reference", "", True, True))}
     scheduler = BatchScheduler(executor, ahead=1, known_crashes=known)
     scheduler.submit([crash, slot(1), slot(2)], None)
     assert executor.submitted[0].cases[-1] is crash.case
