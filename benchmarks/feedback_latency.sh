@@ -37,12 +37,8 @@ started=$(date +%s)
 # shellcheck source=benchmarks/steps.sh
 source "$here/steps.sh"
 
-"$py" -c "import hicache_fuzz.harness as h; print('harness from', h.__file__)" > "$rcs" 2>&1
-if ! grep -q "harness from $PWD/" "$rcs"; then
-  echo "the installed hicache-fuzz is not this checkout ($PWD): stop" >> "$rcs"
-  exit 3
-fi
-git rev-parse HEAD >> "$rcs" 2>&1 || echo "(no git here)" >> "$rcs"
+: > "$rcs"
+require_this_checkout
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
   >> "$rcs" 2>&1
 # sglang's kernel source, located without importing sglang (an import is part of what is measured)

@@ -20,13 +20,11 @@ rcs="$out/rcs.txt"
 script_started=$(date +%s.%N)
 elapsed() { "$py" -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
 
+# shellcheck source=benchmarks/steps.sh
+source "$here/steps.sh"  # require_this_checkout
+
 echo "== environment" > "$rcs"
-timeout 20 "$py" -c "import hicache_fuzz.harness as h; print('harness from', h.__file__)" >> "$rcs" 2>&1
-if ! grep -q "harness from $PWD/" "$rcs"; then
-  echo "the installed hicache-fuzz is not this checkout ($PWD): stop" >> "$rcs"
-  exit 3
-fi
-git rev-parse HEAD >> "$rcs" 2>&1 || echo "(no git here)" >> "$rcs"
+require_this_checkout
 command -v nvidia-smi > /dev/null && timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$rcs" 2>&1
 echo "nproc $(nproc)" >> "$rcs"
 command -v nvcc > /dev/null && timeout 20 nvcc --version 2>&1 | tail -n 1 >> "$rcs"

@@ -39,9 +39,9 @@ own_pythonpath=${PYTHONPATH:-}
 # shellcheck source=benchmarks/steps.sh
 source "$(dirname "$0")/steps.sh"
 
-"$py" -c "import hicache_fuzz.harness as h; print('harness from', h.__file__)" > "$rcs" 2>&1
-grep -q "harness from $PWD/" "$rcs" || { echo "the installed hicache-fuzz is not the checkout $PWD: stop" >> "$rcs"; exit 3; }
-{ git rev-parse --short HEAD 2>/dev/null || echo "(no git)"; echo "nproc $(nproc)"; } >> "$rcs"
+: > "$rcs"
+require_this_checkout
+echo "nproc $(nproc)" >> "$rcs"
 command -v nvidia-smi > /dev/null && timeout 20 nvidia-smi --query-gpu=name,memory.total --format=csv >> "$rcs" 2>&1
 
 if [ "${JIT_WARM:-1}" = 1 ]; then

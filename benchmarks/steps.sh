@@ -19,3 +19,15 @@ pack_results() {
   tar czf "$out/.0-results.tgz" -C "$out" --exclude ./0-results.tgz --exclude ./.0-results.tgz . 2>/dev/null
   mv -f "$out/.0-results.tgz" "$out/0-results.tgz"
 }
+
+# `require_this_checkout`: the installed hicache-fuzz must import from this checkout (the working folder), or the
+# script would measure another copy. Appends where it imports from and the commit to "$rcs"; exits 3 if it is not
+# this checkout. Needs py and rcs.
+require_this_checkout() {
+  timeout 20 "$py" -c "import hicache_fuzz.harness as h; print('harness from', h.__file__)" >> "$rcs" 2>&1
+  if ! grep -q "harness from $PWD/" "$rcs"; then
+    echo "the installed hicache-fuzz is not this checkout ($PWD): stop" >> "$rcs"
+    exit 3
+  fi
+  git rev-parse HEAD >> "$rcs" 2>&1 || echo "(no git here)" >> "$rcs"
+}
