@@ -24,7 +24,7 @@ from hicache_fuzz.harness.engine.feed import (
     KnownCrash,
     ScaleTier,
     Slot,
-    known_crash_features,
+    known_crashes,
     rows_by_backend,
 )
 from hicache_fuzz.harness.engine.feed_process import ProcessFeed
@@ -270,9 +270,9 @@ class _CampaignRun:
         self.growth = MenuGrowth(backends, config.space, platform, config.seed,
                                  prefetch=not config.dry_run and executor.prebuild is None)
         settings = config.engine.resolve(platform, backends, executor)  # the options, resolved once
-        known_crashes = frozenset(known_crash_features(known_files(config.known_signatures)))
+        crash_suspects = frozenset(known_crashes(known_files(config.known_signatures)))
         self.feed, self.feed_kind = _make_feed(config, settings, index, backends, self.growth, platform,
-                                               known_crashes)
+                                               crash_suspects)
         self.early: deque[Slot] = deque()  # slots taken from the feed before the first worker was ready
         if self.feed_kind == "process":
             if executor.prebuild is not None:
@@ -297,7 +297,7 @@ class _CampaignRun:
         # while it records; not for an executor that runs a batch as it is submitted (it would only run the next
         # batch before recording this one).
         ahead = settings.batches_ahead if config.minimizer is None and executor.queues_batches else 0
-        self.scheduler = BatchScheduler(executor, ahead, set(known_crashes))
+        self.scheduler = BatchScheduler(executor, ahead, crash_suspects)
         self.done = False  # nothing more is submitted
         self.halt = False  # nothing more is recorded either (a stop at a failure, a corpus that cannot be written)
         self.ended: float | None = None  # the clock at the last result

@@ -255,14 +255,15 @@ class KnownCrash:
     features: CrashFeatures
     trigger: tuple[tuple[str, str], ...] = ()
 
-    def predicts(self, case: Case) -> bool:
-        return crash_features(case) == self.features and in_trigger(dict(self.trigger), case)
+    def predicts(self, features: CrashFeatures, case: Case) -> bool:
+        """Whether this crash is predicted for `case`, whose crash_features are `features`."""
+        return features == self.features and in_trigger(dict(self.trigger), case)
 
     def describe(self) -> str:
         return self.features.describe() + (f" ({describe_trigger(dict(self.trigger))})" if self.trigger else "")
 
 
-def known_crash_features(files: Iterable[str]) -> set[KnownCrash]:
+def known_crashes(files: Iterable[str]) -> set[KnownCrash]:
     """The predicates of the known crash reproducers among `files` (plain JSON; unreadable ones are skipped)."""
     found = set()
     for file in files:
@@ -279,7 +280,8 @@ def known_crash_features(files: Iterable[str]) -> set[KnownCrash]:
 
 def predicted_crash(case: Case, known: Collection[KnownCrash]) -> bool:
     """Whether some known crash reproducer predicts that `case` may crash its worker."""
-    return any(crash.predicts(case) for crash in known)
+    features = crash_features(case)  # once per case: the feed asks for every case it generates
+    return any(crash.predicts(features, case) for crash in known)
 
 
 def suspects_last(slots: list[Slot], known: Collection[KnownCrash]) -> list[int]:

@@ -17,6 +17,7 @@ takes no other case of the batch down with it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from hicache_fuzz.harness.engine.feed import KnownCrash, Slot, suspects_last
@@ -36,7 +37,7 @@ class Submitted:
 class BatchScheduler:
     """The batches a campaign has submitted and not yet recorded, in the order they are to be recorded."""
 
-    def __init__(self, executor: Executor, ahead: int, known_crashes: set[KnownCrash]) -> None:
+    def __init__(self, executor: Executor, ahead: int, known_crashes: Collection[KnownCrash]) -> None:
         self.executor = executor
         self.ahead = ahead  # batches queued beyond the one being recorded (0: one at a time)
         self.known_crashes = known_crashes

@@ -22,7 +22,7 @@ from hicache_fuzz.harness.engine.feed import (
     KnownCrash,
     Slot,
     crash_features,
-    known_crash_features,
+    known_crashes,
     predicted_crash,
     suspects_last,
 )
@@ -155,7 +155,7 @@ def test_an_in_process_crash_has_the_signature_of_the_known_worker_death() -> No
 
 def test_known_crash_cases_run_last_in_their_batch() -> None:
     files = [str(p) for p in CORPUS.glob("*.json")]
-    known = known_crash_features(files)
+    known = known_crashes(files)
     zero = Case.from_dict(json.loads((CORPUS / "jit-register-zero-length-launch.json").read_text())["case"])
     assert predicted_crash(zero, known) and crash_features(zero) in {crash.features for crash in known}
     plain = zero.replace(host_indices=(1,), device_indices=(1,))
@@ -169,7 +169,7 @@ def test_a_known_crash_predicts_only_cases_within_its_trigger() -> None:
                          ["case"])
     direct = CORPUS / "hicache-asym-token-major-page-first-direct-backup-invalid-argument.json"
     asym = Case.from_dict(json.loads(direct.read_text())["case"])
-    known = known_crash_features([str(CORPUS / "aot-page-head-12-byte-heads-misaligned-address.json"), str(direct)])
+    known = known_crashes([str(CORPUS / "aot-page-head-12-byte-heads-misaligned-address.json"), str(direct)])
     assert predicted_crash(aot, known) and predicted_crash(asym, known)
     assert not predicted_crash(aot.replace(backend="sglang-jit"), known)  # another backend
     # the asymmetric entry's trigger names token-major device rows: the same layout without them is no suspect
