@@ -33,6 +33,7 @@ from hicache_fuzz.harness.campaign.loop import CampaignReport
 from hicache_fuzz.harness.findings.corpus import load_entry
 from hicache_fuzz.harness.findings.known import KnownMap, match_known
 from hicache_fuzz.harness.model.exit_codes import Unavailable, UsageError
+from hicache_fuzz.harness.model.outcome import Outcome
 
 PRE_EXISTING, NEW, NOT_REPLAYED = "pre-existing", "new", "not replayed"
 PRE_EXISTING_NOTE = "pre-existing on the baseline"  # a campaign failure class's `known` note for such a failure
@@ -191,14 +192,15 @@ def variant_files(file: str, variants: list[str]) -> list[str]:
 
 
 def judge_failure(replay: BaselineReplay, files: list[str], signature: str, backend: str,
-                  known: KnownMap) -> tuple[str, str, str]:
+                  known: KnownMap, outcome: str = "") -> tuple[str, str, str]:
     """(new | known | pre-existing, why, the known entry's file or "") of one failure class of a campaign run
     without its known corpus, from the reproducers of its variants: the baseline decides where it replayed
     them; only a class it could not replay is matched against the known corpus (every variant's case must
     meet a known entry's trigger, known.match_known)."""
     verdict, detail = replay.class_verdict(files, signature)
     cases = [load_entry(Path(file)).case for file in files]
-    matches = [match_known(known, signature, backend, case) for case in cases]
+    crash = Outcome.CRASH if outcome == Outcome.CRASH.value else None
+    matches = [match_known(known, signature, backend, case, crash) for case in cases]
     known_file = matches[0] if matches and all(matches) else ""
     if verdict in (NEW, PRE_EXISTING):
         return verdict, detail, known_file
@@ -216,7 +218,7 @@ def judge_campaign(report: CampaignReport, baseline: Baseline, known: KnownMap, 
     verdicts = []
     for failure in report.failures:
         status, detail, known_file = judge_failure(replay, files[id(failure)], failure.signature, failure.backend,
-                                                   known)
+                                                   known, failure.outcome)
         failure.known = {NEW: "", "known": known_file,
                          PRE_EXISTING: f"{PRE_EXISTING_NOTE} ({baseline.describe()})"}[status]
         verdicts.append({"signature": failure.signature, "files": files[id(failure)], "status": status,

@@ -21,10 +21,8 @@ from hicache_fuzz.harness.engine.feed import (
     CaseFeed,
     EngineOptions,
     EngineSettings,
-    KnownCrash,
     ScaleTier,
     Slot,
-    known_crashes,
     rows_by_backend,
 )
 from hicache_fuzz.harness.engine.feed_process import ProcessFeed
@@ -32,6 +30,7 @@ from hicache_fuzz.harness.engine.scheduler import BatchScheduler, Submitted
 from hicache_fuzz.harness.findings.corpus import reproducer_dict
 from hicache_fuzz.harness.findings.identity import identify
 from hicache_fuzz.harness.findings.known import KnownMap, known_files, match_known
+from hicache_fuzz.harness.findings.known_crash import KnownCrash, known_crashes
 from hicache_fuzz.harness.findings.reproducer import save_reproducer
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import InputError
@@ -491,7 +490,7 @@ def _record_failure(config: CampaignConfig, classes: dict[str, FailureClass], ca
     accounts for it."""
     identity = identify(result, case)
     sig = identity.bug
-    known = match_known(config.known_signatures, sig, result.backend, case)
+    known = match_known(config.known_signatures, sig, result.backend, case, result.outcome)
     if known:  # already in a corpus as an expected failure: count it, keep no second copy
         key = f"{sig}|known"  # apart from a new class of the same identity (a case outside the trigger)
         if key in classes:

@@ -208,7 +208,7 @@ def judge_on_baseline(report: GateReport, baseline: Baseline, known: KnownMap, e
         sorted_out: dict[str, list[dict[str, Any]]] = {NEW: [], "known": [], PRE_EXISTING: []}
         for failure in row.failures:
             status, detail, known_file = judge_failure(replay, files[id(failure)], failure["signature"],
-                                                       failure["backend"], known)
+                                                       failure["backend"], known, str(failure.get("outcome", "")))
             judged = {**failure, "status": status, "baseline_detail": detail}
             if known_file:
                 judged.update(known=known_file,

@@ -147,7 +147,7 @@ class EngineStats:
                 "variants_per_case": getattr(feed, "variants", 0),  # the most any backend got
                 "variants_by_backend": dict(getattr(feed, "variants_by_backend", {})),
                 # cases a known crash reproducer predicts run without index variants (engine/feed.py)
-                "no_variants_for": sorted(f.describe() for f in getattr(feed, "crash_suspects", ())),
+                "no_variants_for": sorted({f.describe() for f in getattr(feed, "crash_suspects", ())}),
                 # K per backend: it ran every K-th campaign index (EngineOptions.backend_every)
                 "backend_every": dict(getattr(feed, "every", {})),
                 "batches_ahead": batches_ahead,

@@ -20,10 +20,9 @@ Engine options (:class:`EngineOptions`; ``auto`` resolves per platform):
 
 The command-line form of these options is harness/commands/fuzz_options.py (no torch import: fast --help).
 
-Known crash classes. A corpus entry marked ``"expect": "fail"`` whose observed outcome is a crash gives a
-predicate: same backend, same host layout (any, where an index list is empty), same emptiness of each index
-list, and the entry's trigger met (the case conditions its failure needs, findings/trigger.py). Cases that match
-are suspects, and two rules follow:
+Known crash classes. A known crash reproducer predicts which cases may crash (findings/known_crash.py: same
+backend, host layout and emptiness of the index lists, and the entry's trigger met). Those cases are suspects,
+and two rules follow:
 
 * they run at the end of their batch: if one kills the worker, the cases of the batch before it keep their
   results and only it (and other suspects) are replayed alone;
@@ -40,7 +39,6 @@ index to vary anyway.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -48,7 +46,6 @@ from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.engine.campaign_case import campaign_case
@@ -62,8 +59,7 @@ from hicache_fuzz.harness.engine.scale import (
     scale_case,
 )
 from hicache_fuzz.harness.engine.variants import index_variants
-from hicache_fuzz.harness.findings.trigger import describe as describe_trigger
-from hicache_fuzz.harness.findings.trigger import in_trigger
+from hicache_fuzz.harness.findings.known_crash import KnownCrash, predicted_crash
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor_base import Executor
@@ -222,66 +218,6 @@ def rows_by_backend(slots: Iterable[Slot]) -> dict[str, list[int]]:
             for component in pool.components:
                 wanted[pool.row_bytes(component)] = None
     return {name: list(wanted) for name, wanted in rows.items()}
-
-
-@dataclass(frozen=True)
-class CrashFeatures:
-    """What a known crash reproducer predicts of a case (module docstring, "Known crash classes")."""
-
-    backend: str
-    layout: str
-    host_empty: bool
-    device_empty: bool
-
-    def describe(self) -> str:
-        empty = [side for side, flag in (("host", self.host_empty), ("device", self.device_empty)) if flag]
-        where = f"{self.backend} {self.layout}" if self.layout else f"{self.backend}, any layout"
-        return where + (f", empty {' and '.join(empty)} indices" if empty else "")
-
-
-def crash_features(case: Case) -> CrashFeatures:
-    """The case's features as a known crash predicts them. With an index list empty the layout is left out (""):
-    a zero-length launch fails before any layout is read."""
-    host_empty, device_empty = not case.host_indices, not case.device_indices
-    layout = "" if host_empty or device_empty else case.layout.value
-    return CrashFeatures(case.backend, layout, host_empty, device_empty)
-
-
-@dataclass(frozen=True)
-class KnownCrash:
-    """A known crash reproducer as a predicate on cases: its case's features and its trigger (the case conditions
-    its failure needs, findings/trigger.py; empty: none recorded)."""
-
-    features: CrashFeatures
-    trigger: tuple[tuple[str, str], ...] = ()
-
-    def predicts(self, features: CrashFeatures, case: Case) -> bool:
-        """Whether this crash is predicted for `case`, whose crash_features are `features`."""
-        return features == self.features and in_trigger(dict(self.trigger), case)
-
-    def describe(self) -> str:
-        return self.features.describe() + (f" ({describe_trigger(dict(self.trigger))})" if self.trigger else "")
-
-
-def known_crashes(files: Iterable[str]) -> set[KnownCrash]:
-    """The predicates of the known crash reproducers among `files` (plain JSON; unreadable ones are skipped)."""
-    found = set()
-    for file in files:
-        try:
-            data = json.loads(Path(file).read_text())
-            if data.get("observed", {}).get("outcome") == "crash":
-                trigger = data.get("trigger") or {}
-                found.add(KnownCrash(crash_features(Case.from_dict(data["case"])),
-                                     tuple(sorted((str(k), str(v)) for k, v in trigger.items()))))
-        except Exception:  # a known-failure file that does not parse predicts nothing
-            continue
-    return found
-
-
-def predicted_crash(case: Case, known: Collection[KnownCrash]) -> bool:
-    """Whether some known crash reproducer predicts that `case` may crash its worker."""
-    features = crash_features(case)  # once per case: the feed asks for every case it generates
-    return any(crash.predicts(features, case) for crash in known)
 
 
 def suspects_last(slots: list[Slot], known: Collection[KnownCrash]) -> list[int]:

@@ -39,8 +39,9 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-from hicache_fuzz.harness.engine.feed import CaseFeed, FeedClock, KnownCrash, Slot
+from hicache_fuzz.harness.engine.feed import CaseFeed, FeedClock, Slot
 from hicache_fuzz.harness.engine.mix import Mix
+from hicache_fuzz.harness.findings.known_crash import KnownCrash
 from hicache_fuzz.harness.model.platform import limit_torch_threads
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.kernels.base import Backend

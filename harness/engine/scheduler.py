@@ -20,7 +20,8 @@ import contextlib
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from hicache_fuzz.harness.engine.feed import KnownCrash, Slot, suspects_last
+from hicache_fuzz.harness.engine.feed import Slot, suspects_last
+from hicache_fuzz.harness.findings.known_crash import KnownCrash
 from hicache_fuzz.harness.pipeline.executor import Executor, SubmittedBatch, submit_batch
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.findings.identity import identify, signature
+from hicache_fuzz.harness.findings.known_crash import trigger_was_run
 from hicache_fuzz.harness.findings.scope import KnownScope, ScopeError
 from hicache_fuzz.harness.findings.trigger import TriggerError, trigger_from_json
 from hicache_fuzz.harness.model.case import Case
@@ -148,7 +149,7 @@ def _reproducer_entries(path: Path, data: dict[str, Any]) -> list[CorpusEntry]:
         except TriggerError as exc:
             raise CorpusError(f"{path}: {exc}") from None
     observed = _observed(data["observed"]) if data.get("observed") is not None else None
-    trigger_run = "trigger" in data and isinstance(data.get("minimized"), dict)
+    trigger_run = trigger_was_run(data)
     return [CorpusEntry(path, Case.from_dict(one), observed, recorded, expect, scope, trigger, trigger_run)
             for one in _per_backend(case_data, "reproducer.case")]
 

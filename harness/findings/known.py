@@ -5,8 +5,10 @@ reproducer needs: findings/trigger.py).
 
 A campaign failure is known when an entry in scope here has its identity AND its case meets that entry's
 trigger; it is then counted and listed apart, never saved again and never failing a run. The same identity
-on a case outside every such trigger is a new failure. This is the one rule; ``fuzz --known`` and the gate
-both match through :func:`match_known`. An entry whose scope excludes this machine expects nothing to fail
+on a case outside every such trigger is a new failure. One widening, for crashes only: a crash whose case
+meets the run-derived trigger of a known crash entry is that entry's crash whatever its symptom (a memory
+fault shows differently with the sizes: findings/known_crash.py). This is the one rule; ``fuzz --known`` and
+the gate both match through :func:`match_known`. An entry whose scope excludes this machine expects nothing to fail
 here.
 """
 
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_fuzz.harness.findings.corpus import CorpusEntry
+from hicache_fuzz.harness.findings.known_crash import crash_inside_derived_trigger
 from hicache_fuzz.harness.findings.scope import Environment, KnownScope
 from hicache_fuzz.harness.findings.trigger import (
     derive_trigger,
@@ -29,6 +32,7 @@ from hicache_fuzz.harness.findings.trigger import (
     predicted_by_contract,
 )
 from hicache_fuzz.harness.model.case import Case
+from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Machine
 from hicache_fuzz.kernels.base import Backend
 from hicache_fuzz.oracles.contract import Platform
@@ -136,12 +140,15 @@ def outside_triggers(known: KnownMap, bug: str, backend: str, case: Case) -> dic
             for record in known_records(known, bug, backend)}
 
 
-def match_known(known: KnownMap, bug: str, backend: str, case: Case) -> str:
+def match_known(known: KnownMap, bug: str, backend: str, case: Case, outcome: Outcome | None = None) -> str:
     """The file of the known entry that accounts for the failure `bug` of `case` on `backend`: same identity
-    and a trigger the case meets; "" when none does (the failure is new)."""
+    and a trigger the case meets; for a crash (`outcome`), also a known crash entry whose run-derived trigger
+    the case meets, whatever the symptom (findings/known_crash.py); "" when none does (the failure is new)."""
     for record in known_records(known, bug, backend):
         if in_trigger(record["trigger"], case):
             return str(record["file"])
+    if outcome is Outcome.CRASH:
+        return crash_inside_derived_trigger(known_files(known), case)
     return ""
 
 

@@ -15,21 +15,18 @@ import torch
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
 from hicache_fuzz.harness.engine.campaign_case import backend_space
 from hicache_fuzz.harness.engine.engine_stats import summary_lines
-from hicache_fuzz.harness.engine.feed import (
-    CaseFeed,
-    CrashFeatures,
-    EngineOptions,
-    KnownCrash,
-    Slot,
-    crash_features,
-    known_crashes,
-    predicted_crash,
-    suspects_last,
-)
+from hicache_fuzz.harness.engine.feed import CaseFeed, EngineOptions, Slot, suspects_last
 from hicache_fuzz.harness.engine.mix import DEFAULT_MIX, Mix, TransferProfile, case_class, mixed_case
 from hicache_fuzz.harness.engine.scale import SIMULATED, scale_case
 from hicache_fuzz.harness.findings.corpus import load_entry
 from hicache_fuzz.harness.findings.identity import signature
+from hicache_fuzz.harness.findings.known_crash import (
+    CrashFeatures,
+    KnownCrash,
+    crash_features,
+    known_crashes,
+    predicted_crash,
+)
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform, require

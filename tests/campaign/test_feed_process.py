@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from hicache_fuzz.harness.campaign.loop import CampaignConfig, run_campaign
-from hicache_fuzz.harness.engine.feed import CaseFeed, CrashFeatures, EngineOptions, KnownCrash
+from hicache_fuzz.harness.engine.feed import CaseFeed, EngineOptions
 from hicache_fuzz.harness.engine.feed_process import FeedProcessError, ProcessFeed
+from hicache_fuzz.harness.findings.known_crash import CrashFeatures, KnownCrash
 from hicache_fuzz.harness.model.platform import Platform, require
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor_base import Executor

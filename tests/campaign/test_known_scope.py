@@ -20,7 +20,8 @@ from hicache_fuzz.harness.findings.reproducer import save_reproducer
 from hicache_fuzz.harness.findings.scope import Environment
 from hicache_fuzz.harness.findings.standalone import DEFAULT_PLATFORM
 from hicache_fuzz.harness.findings.trigger import in_trigger
-from hicache_fuzz.harness.model.case import HostAllocator, IndexDtype, IndexSpec
+from hicache_fuzz.harness.model.case import HostAllocator, IndexDevice, IndexDtype, IndexSpec
+from hicache_fuzz.harness.model.outcome import Outcome
 from hicache_fuzz.harness.model.platform import Platform, require
 from hicache_fuzz.harness.model.space import CaseSpace
 from hicache_fuzz.harness.pipeline.executor import InProcessExecutor
@@ -191,3 +192,34 @@ def test_the_minimize_command_records_the_trigger(tmp_path: Path) -> None:
                  "tests.campaign._scoped_plugin:backends", "--corpus", str(out), "--no-progress"]) == 0
     (written,) = [p for p in out.rglob("*.json")]
     assert json.loads(written.read_text())["trigger"] == {"host_memory": "pageable"}
+
+
+def test_a_crash_inside_a_run_derived_crash_trigger_is_known_whatever_its_symptom() -> None:
+    """One sglang bug, two crash symptoms: the asymmetric page_first_direct back-up from token-major rows ends the
+    two-index reproducer with "CUDA error: invalid argument" and a larger case with the worker killed by SIGSEGV
+    (an H100's 20-seed false alarms, 2026-12-08). Their identities differ (the error is part of a crash's
+    cause); the entry's run-derived trigger makes the second known, for crashes only."""
+    path = SGLANG_CORPUS / "hicache-asym-token-major-page-first-direct-backup-invalid-argument.json"
+    entry = load_entry(path)
+    assert entry.trigger_run and entry.trigger.get("attention") == "mha_asym"
+    known = known_bugs([entry], Environment("cuda", "sm90", "0.5.23"))
+    larger = entry.case.replace(page_size=2, device_rows=134, host_slots=132,
+                                host_indices=tuple(range(130)), device_indices=tuple(range(2, 132)))
+    other_symptom = "sglang-hicache-crash-446dba58cb"  # "worker killed by signal SIGSEGV"
+    assert other_symptom != entry.bug
+    assert match_known(known, other_symptom, "sglang-hicache", larger, Outcome.CRASH) == str(path)
+    # not for another outcome with that geometry, nor outside the trigger (CUDA host indices)
+    assert match_known(known, "sglang-hicache-mismatch-0000000000", "sglang-hicache", larger, Outcome.MISMATCH) == ""
+    cuda_host = larger.replace(host_index=IndexSpec(IndexDtype.INT64, IndexDevice.DEVICE))
+    assert match_known(known, other_symptom, "sglang-hicache", cuda_host, Outcome.CRASH) == ""
+
+
+def test_a_crash_entry_without_a_run_derived_trigger_vouches_for_its_own_symptom_only() -> None:
+    """The AOT page_head crash was recorded without a minimizer run (empty trigger): another crash on the same
+    geometry is new unless it has the entry's identity."""
+    path = SGLANG_CORPUS / "aot-page-head-12-byte-heads-misaligned-address.json"
+    entry = load_entry(path)
+    assert not entry.trigger_run
+    known = known_bugs([entry], Environment("cuda", "sm90", "0.5.23"))
+    assert match_known(known, entry.bug, entry.case.backend, entry.case, Outcome.CRASH) == str(path)
+    assert match_known(known, "sglang-aot-crash-0000000000", entry.case.backend, entry.case, Outcome.CRASH) == ""

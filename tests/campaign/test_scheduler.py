@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hicache_fuzz.harness.engine.feed import CrashFeatures, KnownCrash, Slot
+from hicache_fuzz.harness.engine.feed import Slot
 from hicache_fuzz.harness.engine.scheduler import BatchScheduler
+from hicache_fuzz.harness.findings.known_crash import CrashFeatures, KnownCrash
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.pipeline.executor_base import Executor
