@@ -95,6 +95,14 @@ class GpuSharing:
                 env.pop(name, None)
         return env
 
+    def plain_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment of a worker on a plain context whatever the mode: the base less the MPS folders (a
+        pool's spares under MPS, worker.py)."""
+        env = dict(os.environ if base is None else base)
+        for name in MPS_ENV:
+            env.pop(name, None)
+        return env
+
     def fall_back(self, why: str) -> bool:
         """End MPS for the rest of the pool's life (a batch was lost under it); True if this call did."""
         with self._lock:

@@ -27,9 +27,13 @@ for a spare still starting. Time spares spend starting while the campaign runs i
 
 Under MPS (``sharing``, pipeline/gpu_sharing.py: a pool's workers on one CUDA server) a crash that may have
 spread (gpu_sharing.spreads: anything but a launch the driver refused) is first taken for a fault every client
-saw: the pool falls back to plain contexts, workers that were MPS clients (this one, its
-spares) are replaced, and a case that died in a batch but runs clean alone is recorded as collateral, not as a
-CRASH (a case that also dies alone is the CRASH, as without MPS).
+saw: the pool falls back to plain contexts, workers that were MPS clients are replaced, and a case that died in
+a batch but runs clean alone is recorded as collateral, not as a CRASH (a case that also dies alone is the
+CRASH, as without MPS). Spares are therefore started on plain contexts while the pool is under MPS: such a fault
+reaches every client at once, and spares that were clients too would all be replaced by workers still starting
+(every worker's import and probe at once, tens of seconds with nothing running), while plain ones take over as
+after any crash. A worker on a plain context beside the MPS server is not its client: its own fault ends only
+itself. Until a restart the GPU runs the clients in the server's context and the spares idle.
 
 A worker that dies at a case after returning results for others is no proof against that case (an earlier case
 may have corrupted the process): the case runs once more in a fresh worker, and that result is the case's
@@ -133,6 +137,7 @@ class WorkerExecutor(Executor):
         self.sharing = sharing
         self.prebuild = prebuild  # the JIT builder process this executor owns (closed with it), if any
         self._generation: dict[int, int] = {}  # pid -> sharing.generation when that worker was spawned
+        self._plain: set[int] = set()  # pids spawned on a plain context while the pool was under MPS (spares)
         self.journal = Path(journal_dir)
         for sub in ("inflight", "crashes", "hangs"):
             (self.journal / sub).mkdir(parents=True, exist_ok=True)
@@ -410,11 +415,14 @@ class WorkerExecutor(Executor):
     def _is_mps_client(self) -> bool:
         """Whether the current worker was spawned as a client of the pool's MPS server."""
         return (self.sharing is not None and self._proc is not None and self.sharing.mps
+                and self._proc.pid not in self._plain
                 and self._generation.get(self._proc.pid) == self.sharing.generation)
 
     def _stale(self, proc: WorkerProcess) -> bool:
-        """A worker spawned under a sharing mode the pool has since left (an MPS client after the fall-back)."""
-        return self.sharing is not None and self._generation.get(proc.pid, 0) != self.sharing.generation
+        """A worker spawned under a sharing mode the pool has since left (an MPS client after the fall-back); one
+        on a plain context never is."""
+        return (self.sharing is not None and proc.pid not in self._plain
+                and self._generation.get(proc.pid, 0) != self.sharing.generation)
 
     def _record_collateral(self, case: Case, lost: str, alone: Result, saved: str) -> None:
         assert self.sharing is not None
@@ -422,10 +430,15 @@ class WorkerExecutor(Executor):
                                                   alone.outcome.value, saved))
 
     def _spawn(self, warm_up: bool, role: str) -> WorkerProcess:
-        env = self.sharing.worker_env(self.env) if self.sharing is not None else dict(
-            os.environ if self.env is None else self.env)
+        plain = role == "spare" and self.sharing is not None and self.sharing.mps  # module docstring
+        if self.sharing is None:
+            env = dict(os.environ if self.env is None else self.env)
+        else:
+            env = self.sharing.plain_env(self.env) if plain else self.sharing.worker_env(self.env)
         standing = self._take_standing(env, warm_up, role)
         if standing is not None:
+            if plain:
+                self._plain.add(standing.pid)
             return standing
         env.setdefault("PYTHONUNBUFFERED", "1")
         args = worker_command(self.python, self.platform_kind, self.backend_names, self.plugins, warm_up)
@@ -439,6 +452,8 @@ class WorkerExecutor(Executor):
                 )
                 if self.sharing is not None:
                     self._generation[proc.pid] = self.sharing.generation
+                if plain:
+                    self._plain.add(proc.pid)
                 return proc
         except OSError as exc:
             raise WorkerError(f"worker did not start: {exc.strerror or exc} ({exc.filename or args[0]})") from None

@@ -169,3 +169,29 @@ def test_a_worker_that_cannot_start_on_a_context_either_is_an_error(tmp_path: Pa
                         startup_timeout_s=120, sharing=sharing) as ex, pytest.raises(WorkerError):
         ex.run(case("no-such-backend", 0))
     assert sharing.mode == "contexts"  # it left MPS on the way, then the plain start failed as well
+
+
+def test_under_mps_the_spare_is_a_plain_context_and_takes_over_after_the_fall_back(tmp_path: Path) -> None:
+    """A fault that spreads reaches every MPS client at once: a spare that was a client too would be replaced by
+    a worker still starting. A plain-context spare takes over at once, and runs what aborts MPS clients."""
+    sharing = GpuSharing("mps", "test", {gpu_sharing.MPS_ENV[0]: str(tmp_path / "no-such-pipe")})
+    with WorkerExecutor(["test-mps-collateral"], [PLUGIN], "cpu", 30.0, tmp_path / "journal", env=env(),
+                        startup_timeout_s=120, sharing=sharing, spares=1) as ex:
+        results = ex.run_batch([case("test-mps-collateral", seed) for seed in (0, 1, 2)])
+        assert sharing.mode == "contexts" and ex.spares_used == 1  # the spare was not replaced as stale
+        assert ex.run(case("test-mps-collateral", 1)).outcome is Outcome.PASS
+    assert [r.outcome for r in results] == [Outcome.PASS] * 3 and len(sharing.collateral) == 1
+
+
+def test_a_plain_spare_that_took_over_under_mps_is_not_a_client(tmp_path: Path) -> None:
+    """After a launch the driver refused (its worker only), the plain spare runs on: the pool stays under MPS,
+    and that worker's own crash is not taken for another client's fault."""
+    sharing = GpuSharing("mps", "test", {gpu_sharing.MPS_ENV[0]: str(tmp_path / "no-such-pipe")})
+    with WorkerExecutor(["test-mps-collateral"], [PLUGIN], "cpu", 30.0, tmp_path / "journal", env=env(),
+                        startup_timeout_s=120, sharing=sharing, spares=1) as ex:
+        refused = ex.run_batch([case("test-mps-collateral", seed) for seed in (0, 5, 2)])
+        used = ex.spares_used
+        crash = ex.run(case("test-mps-collateral", 3))  # aborts on any context
+    assert [r.outcome for r in refused] == [Outcome.PASS, Outcome.CRASH, Outcome.PASS]
+    assert crash.outcome is Outcome.CRASH and sharing.mps and sharing.fell_back is None
+    assert used >= 1 and not sharing.collateral
