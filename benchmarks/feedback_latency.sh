@@ -7,7 +7,9 @@
 #                                                            # `source .gpu-bundle/device-setup.sh`
 # Environment (defaults in brackets):
 #   PLATFORM [cuda]; SEED [7]; CAMPAIGN_SECONDS [30]: each campaign's budget (the first result comes long before
-#   it); KNOWN [corpus/sglang]; JIT_WARM [1]: `hicache-fuzz jit-warm` first (0 skips it), WARM_LIMIT [300] s;
+#   it); KNOWN [corpus/sglang]; JIT_WARM [1]: `hicache-fuzz jit-warm` first (0 skips it, and with it the probe
+#   cache's refill: jit-warm probes through the cache, whose key has the mtimes of sglang's and this checkout's
+#   files, which a device call's fresh copy and the bundle's re-install change), WARM_LIMIT [300] s;
 #   CUH [hicache.cuh]: the kernel source under sglang's `kernels/jit/csrc` that gets one appended comment line (a
 #   content change: sglang's JIT keys its builds on the sources' contents, so every module including it is
 #   rebuilt); GATE [1]: `gate --platform PLATFORM --no-fetch` last, with the standing pool (0 skips it),
