@@ -283,6 +283,8 @@ class _CampaignRun:
                                              else min(early, config.max_cases)))
                 executor.prebuild.prioritize(rows_by_backend(list(self.early)[:FIRST_BATCH_CASES]))
             executor.start()  # wait for the first worker while the feed process starts, not after it
+        elif executor.prebuild is not None:
+            executor.prebuild.prioritize({})  # no first batches named: the builder need not wait for them
         if self.feed.variants:  # variants run on the storages of the case before them
             executor.enable_storage_reuse()
         self.scale = None if settings.scale is None else ScaleTier(

@@ -10,9 +10,11 @@ after another, then the growth stages) and builds them in parallel threads, one 
 its own nvcc process). The rows of the campaign's first cases jump the queue: the campaign generates its first
 batches while its first worker starts and names their rows (``Prebuild.prioritize``, a JSON file beside the
 record), and the builder's threads take those modules next, so that after a kernel change the modules the first
-results wait for are built first. A worker that needs a module the builder is on waits for it on the module's
-lock (sglang's build lock; ``compile_books.module_lock`` for refusals) and loads the result. The workers do not
-warm up then: they load what their cases need. The builder writes what it did to ``<journal>/prebuild.json`` (the
+results wait for are built first. A thread busy with an nvcc run cannot be interrupted, so the builder waits a
+few seconds for those rows before it starts on its menus (``FIRST_ROWS_WAIT_S``; a campaign that names none says
+so at once). A worker that needs a module the builder is on waits for it on the module's lock (sglang's build
+lock; ``compile_books.module_lock`` for refusals) and loads the result. The workers do not warm up then: they load
+what their cases need. The builder writes what it did to ``<journal>/prebuild.json`` (the
 starting menus and everything: count and seconds; the first cases' modules: count, and the builder's seconds when
 their rows were named and when their builds ended), which the start-up record reads.
 
@@ -32,6 +34,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+# Builder seconds (from its launch) it waits for the campaign to name its first cases' rows before building its
+# menus (FirstCases.wait_until_named). A campaign on a warm probe cache names them within a few seconds of its own
+# launch, which is the builder's; one that probes first names them later, and the builder then starts without them.
+FIRST_ROWS_WAIT_S = 10.0
 
 
 class Prebuild:
@@ -150,6 +157,19 @@ class FirstCases:
             self.built_s = self.named_s
         return [self._counted(job) for job in jobs]
 
+    def wait_until_named(self, deadline_s: float, poll_s: float = 0.05) -> bool:
+        """Wait until the campaign has named its rows or `deadline_s` builder seconds have passed; whether they
+        are named. A build thread takes the named modules only when it is free, and after a kernel change each
+        menu build it took first is an nvcc run of tens of seconds, so the builder does not start before the
+        rows come (the campaign names them in its first seconds) or the deadline passes."""
+        if self.path is None:
+            return False
+        while _first_rows(self.path) is None:
+            if time.perf_counter() - self.began >= deadline_s:
+                return False
+            time.sleep(poll_s)
+        return True
+
     def _counted(self, job: Callable[[], object]) -> Callable[[], object]:
         def run() -> object:
             try:
@@ -196,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record: dict[str, Any] = {"modules": len(jobs), "menu_modules": menu_count, "threads": threads,
                               "import_seconds": round(time.perf_counter() - began, 3), "done": False}
     _write(args.out, record)
+    first.wait_until_named(FIRST_ROWS_WAIT_S)
     # The starting menus, all of them before any growth stage (the first batches draw from them).
     menu_seconds = run_jobs(jobs[:menu_count], threads, urgent=first)
     record.update(menu_seconds=round(menu_seconds, 3), **first.fields())

@@ -279,3 +279,23 @@ def test_a_bad_prebuild_setting_is_a_usage_error(tmp_path: Path, monkeypatch: py
     with pytest.raises(UsageError, match="HICACHE_FUZZ_PREBUILD='sometimes'"):
         executor_for([registry.get("reference")], registry, require("cpu"), ExecutionOptions(isolate="yes"),
                      tmp_path / "journal", warm_up=True)
+
+
+def test_the_builder_waits_for_the_first_rows_up_to_its_deadline(tmp_path: Path) -> None:
+    """A build thread cannot drop an nvcc run for the first cases' modules, so the builder starts only once they
+    are named (or its deadline passes): rows named a moment later are waited for, none named is not waited for
+    past the deadline, and a builder without a rows file does not wait."""
+    import threading
+
+    from hicache_fuzz.harness.pipeline.prebuild import FirstCases
+
+    path = tmp_path / "first.json"
+    first = FirstCases(path, lambda rows: [], time.perf_counter())
+    writer = threading.Timer(0.3, lambda: path.write_text(json.dumps({"rows": {"test-jit": [1024]}})))
+    writer.start()
+    started = time.perf_counter()
+    assert first.wait_until_named(30.0) and time.perf_counter() - started < 10.0
+    writer.join()
+    late = FirstCases(tmp_path / "never.json", lambda rows: [], time.perf_counter())
+    assert not late.wait_until_named(0.2)
+    assert not FirstCases(None, lambda rows: [], time.perf_counter()).wait_until_named(30.0)
