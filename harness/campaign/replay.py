@@ -105,7 +105,8 @@ def _replay_one(replay: Replayed, run: Callable[[Case], Result], expect: str) ->
         return
     replay.result = result
     replay.signature = signature(result, replay.case) if result.outcome.is_failure else ""
-    replay.verdict = judge_replay(expect, replay.entry.bug, result, replay.case)
+    replay.verdict = judge_replay(expect, replay.entry.bug, result, replay.case,
+                                  replay.entry.any_crash_is_its_bug)
 
 
 def rerun_alone(case: Case, registry: Registry, machine: Machine, options: ExecutionOptions) -> Result:

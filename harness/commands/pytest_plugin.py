@@ -315,7 +315,7 @@ class ReplayItem(_HicacheItem):
         state = _state(self.config)
         entry = self.entry
         result = state.executor(state.backend(entry.case.backend)).run(entry.case)
-        verdict = judge_replay(entry.expect, entry.bug, result, entry.case)
+        verdict = judge_replay(entry.expect, entry.bug, result, entry.case, entry.any_crash_is_its_bug)
         if verdict.label == "XFAIL":
             raise KnownBugReproduced(verdict.detail)
         if entry.expect == "fail" and verdict.label == "XPASS":

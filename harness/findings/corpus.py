@@ -58,6 +58,12 @@ class CorpusEntry:
     trigger_run: bool = False
 
     @property
+    def any_crash_is_its_bug(self) -> bool:
+        """A crash whose trigger was derived by running relaxed cases: any crash of a case within that trigger is
+        this bug, whatever its symptom (findings/known_crash.py)."""
+        return self.trigger_run and self.observed is not None and self.observed.outcome is Outcome.CRASH
+
+    @property
     def bug(self) -> str:
         """The bug identity of the recorded failure, recomputed with today's identity rules (so an entry
         recorded under an older signature scheme still matches); the recorded signature when the file has

@@ -30,7 +30,7 @@ from hicache_fuzz.harness.findings.corpus import reproducer_dict
 from hicache_fuzz.harness.findings.identity import signature, signature_key
 from hicache_fuzz.harness.model.case import Case
 from hicache_fuzz.harness.model.json_input import child_path, read_json_file
-from hicache_fuzz.harness.model.outcome import Result
+from hicache_fuzz.harness.model.outcome import Outcome, Result
 from hicache_fuzz.harness.model.output_paths import write_json_atomic, write_text_atomic
 
 # ---- judging a replay against the entry's expectation -----------------------------------------------------
@@ -42,12 +42,13 @@ class ReplayVerdict:
     detail: str
 
 
-def judge_replay(expect: str, recorded_bug: str, result: Result, case: Case) -> ReplayVerdict:
+def judge_replay(expect: str, recorded_bug: str, result: Result, case: Case, any_crash: bool = False) -> ReplayVerdict:
     """Compare a replay's result with the entry's expectation.
 
     ``expect == "fail"`` (a known, unfixed bug) is satisfied only by a failure with the recorded bug identity
     (when one is recorded): a different failure is a new finding (FAIL-OTHER). A pass is XPASS: the bug is
     fixed or no longer reproduces here, which the gate reports as fixed so the corpus can be updated.
+    `any_crash` (CorpusEntry.any_crash_is_its_bug): a crash with another symptom is the recorded bug too.
     """
     failed = result.outcome.is_failure
     observed = signature(result, case) if failed else ""
@@ -58,6 +59,9 @@ def judge_replay(expect: str, recorded_bug: str, result: Result, case: Case) -> 
     if not failed:
         return ReplayVerdict(False, "XPASS", f"expected to fail but {result.outcome.value}: fixed? then set "
                                              f'"expect": "pass"')
+    if recorded_bug and observed != recorded_bug and any_crash and result.outcome is Outcome.CRASH:
+        return ReplayVerdict(True, "XFAIL", f"known crash reproduced with another symptom [{observed}, recorded "
+                                            f"{recorded_bug}]")
     if recorded_bug and observed != recorded_bug:
         return ReplayVerdict(False, "FAIL-OTHER", f"expected failure {recorded_bug}, got {observed} "
                                                   f"({result.outcome.value})")

@@ -45,7 +45,7 @@ def test_corpus_entry(entry: CorpusEntry, registry: Registry, machine: Machine) 
         pytest.skip(f"backend {case.backend} unavailable on {machine.description}: {availability.reason}")
     # In process: reference and zoo failures are exceptions; GPU crashes are what `hicache-fuzz replay` isolates.
     result = InProcessExecutor(registry, machine).run(case)
-    verdict = judge_replay(entry.expect, entry.bug, result, case)
+    verdict = judge_replay(entry.expect, entry.bug, result, case, entry.any_crash_is_its_bug)
     if verdict.ok and verdict.label == "XFAIL":
         pytest.xfail(verdict.detail)
     assert verdict.ok, f"{verdict.label}: {verdict.detail}\n{result.summary or result.error}"

@@ -152,3 +152,22 @@ def test_script_without_its_dependencies_exits_3_with_one_line(saved: Path, bloc
     assert "Traceback" not in done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"SKIP {saved.stem}: cannot run here: {named}"), lines
+
+
+def test_a_run_derived_crash_entry_replayed_with_another_crash_symptom_is_its_bug() -> None:
+    """The rule of findings/known_crash.py for the corpus replay: an entry whose crash trigger was derived by
+    running reproduces its bug with any crash; an entry without one needs its own identity."""
+    path = ROOT / "corpus" / "sglang"
+    derived = load_entry(path / "hicache-asym-token-major-page-first-direct-backup-invalid-argument.json")
+    recorded = load_entry(path / "aot-page-head-12-byte-heads-misaligned-address.json")
+    assert derived.any_crash_is_its_bug and not recorded.any_crash_is_its_bug
+    segfault = Result(derived.case.case_id, derived.case.backend, Outcome.CRASH,
+                      error="worker killed by signal SIGSEGV", summary="worker died")
+    verdict = judge_replay("fail", derived.bug, segfault, derived.case, derived.any_crash_is_its_bug)
+    assert verdict.ok and verdict.label == "XFAIL" and "another symptom" in verdict.detail
+    other = Result(recorded.case.case_id, recorded.case.backend, Outcome.CRASH,
+                   error="worker killed by signal SIGSEGV")
+    assert judge_replay("fail", recorded.bug, other, recorded.case,
+                        recorded.any_crash_is_its_bug).label == "FAIL-OTHER"
+    mismatch = Result(derived.case.case_id, derived.case.backend, Outcome.MISMATCH)
+    assert judge_replay("fail", derived.bug, mismatch, derived.case, True).label == "FAIL-OTHER"
