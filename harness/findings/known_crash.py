@@ -20,6 +20,7 @@ findings/trigger.py). Two users:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -94,16 +95,24 @@ def known_crashes(files: Iterable[str]) -> set[KnownCrash]:
 
 
 @lru_cache(maxsize=16)
-def _known_crashes_of(files: tuple[str, ...]) -> frozenset[KnownCrash]:
-    return frozenset(known_crashes(files))
+def _known_crashes_of(files: tuple[tuple[str, int], ...]) -> frozenset[KnownCrash]:
+    return frozenset(known_crashes(file for file, _ in files))
+
+
+def _modified_ns(file: str) -> int:
+    try:
+        return os.stat(file).st_mtime_ns
+    except OSError:
+        return 0
 
 
 def crash_inside_derived_trigger(files: Collection[str], case: Case) -> str:
     """The file of a known crash entry among `files` with a run-derived trigger that predicts `case`, or ""
-    (the rule for a crash whose symptom differs from the entry's: module docstring). The entries are read once
-    per set of files."""
+    (the rule for a crash whose symptom differs from the entry's: module docstring). The entries are read again
+    only when a file changed (a minimizer rewriting its trigger in place)."""
     features = crash_features(case)
-    for crash in sorted(_known_crashes_of(tuple(sorted(files))), key=lambda c: c.file):
+    stamped = tuple(sorted((file, _modified_ns(file)) for file in files))
+    for crash in sorted(_known_crashes_of(stamped), key=lambda c: c.file):
         if crash.derived and crash.predicts(features, case):
             return crash.file
     return ""

@@ -87,12 +87,11 @@ class GpuSharing:
     def worker_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """The environment of a worker spawned now: the base (the parent's) plus the MPS folders while MPS is on,
         or minus them after a fall-back (so a site's MPS is left too)."""
+        if self.fell_back is not None:
+            return self.plain_env(base)
         env = dict(os.environ if base is None else base)
         if self.mps:
             env.update(self.env)
-        elif self.fell_back is not None:
-            for name in MPS_ENV:
-                env.pop(name, None)
         return env
 
     def plain_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
