@@ -196,9 +196,9 @@ def test_the_minimize_command_records_the_trigger(tmp_path: Path) -> None:
 
 def test_a_crash_inside_a_run_derived_crash_trigger_is_known_whatever_its_symptom() -> None:
     """One sglang bug, two crash symptoms: the asymmetric page_first_direct back-up from token-major rows ends the
-    two-index reproducer with "CUDA error: invalid argument" and a larger case with the worker killed by SIGSEGV
-    (an H100's 20-seed false alarms, 2026-12-08). Their identities differ (the error is part of a crash's
-    cause); the entry's run-derived trigger makes the second known, for crashes only."""
+    two-index reproducer with "CUDA error: invalid argument" and a larger case with the worker killed by SIGSEGV.
+    Their identities differ (the error is part of a crash's cause); the entry's run-derived trigger makes the
+    second known, for crashes only."""
     path = SGLANG_CORPUS / "hicache-asym-token-major-page-first-direct-backup-invalid-argument.json"
     entry = load_entry(path)
     assert entry.trigger_run and entry.trigger.get("attention") == "mha_asym"
